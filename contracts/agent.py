@@ -1,0 +1,88 @@
+"""The agent spec: what ``create_agent`` was given, as data every service can read.
+
+A spec is stored once under its content hash (``agent_id``); events carry the id only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class MiddlewareSpec(BaseModel):
+    """One middleware: its class name and constructor parameters.
+
+    Agent files write it flat, ``{"type": "ContextEditingMiddleware", "edits": [...]}``;
+    the keys other than ``type`` become ``params``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_flat_params(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "params" not in data:
+            params = {k: v for k, v in data.items() if k != "type"}
+            return {"type": data.get("type"), "params": params}
+        return data
+
+
+class ModelSpec(BaseModel):
+    """The chat model: an OpenAI-compatible model name and its settings.
+
+    ``name`` may carry LangChain's provider prefix (``openai:gpt-4o-mini``). ``ref`` names an
+    in-process model object registered by the embedded runtime (``local:...``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    base_url: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    ref: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"name": data}
+        return data
+
+    @property
+    def model_name(self) -> str:
+        """The name without LangChain's ``provider:`` prefix."""
+        return self.name.split(":", 1)[1] if ":" in self.name else self.name
+
+
+class AgentSpec(BaseModel):
+    """Everything that defines an agent, the fields of ``create_agent``.
+
+    ``tools`` are import paths (``package.module:name``) or, in embedded mode, ``local:``
+    references to in-process callables. ``tool_schemas`` are the OpenAI tool schemas the
+    model sees, computed where the tools are importable; when absent the model service
+    imports the tools to compute them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: ModelSpec
+    tools: list[str] = Field(default_factory=list)
+    system_prompt: str | None = None
+    middleware: list[MiddlewareSpec] = Field(default_factory=list)
+    tool_schemas: list[dict[str, Any]] | None = None
+    name: str = "agent"
+
+    @property
+    def agent_id(self) -> str:
+        """Content hash: equal specs share one stored copy."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def middleware_of(self, type_name: str) -> list[MiddlewareSpec]:
+        return [m for m in self.middleware if m.type == type_name]

@@ -1,0 +1,212 @@
+"""Every event on every arrow of the pipeline, parsed through one discriminated union.
+
+Events carry ids and offsets, never the conversation: the transcript lives once in Redis
+(``Names.task_messages``). An event carries at most the one new message it reports.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from contracts.agent import AgentSpec
+from contracts.messages import AIMessage, Message, ToolCall, ToolMessage
+from contracts.todos import Todo
+
+SCHEMA_VERSION = 1
+
+
+def new_task_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Event(BaseModel):
+    """Common envelope. ``extra="ignore"`` lets old consumers read newer producers."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    version: int = SCHEMA_VERSION
+    task_id: str
+    at: float = Field(default_factory=time.time)
+
+
+class TaskSubmitted(Event):
+    """A client asks for a task to run. The one event that carries a whole spec."""
+
+    type: Literal["TaskSubmitted"] = "TaskSubmitted"
+    task_id: str = Field(default_factory=new_task_id)
+    agent: AgentSpec
+    messages: list[Message]
+    max_steps: int | None = Field(default=None, ge=1)
+
+
+class ContextRequested(Event):
+    """Loop → context: build the model's view of the first ``transcript_len`` messages."""
+
+    type: Literal["ContextRequested"] = "ContextRequested"
+    step: int
+    agent_id: str
+    transcript_len: int
+
+
+class AppliedEdit(BaseModel):
+    """One ClearToolUsesEdit's effect, as ranges of transcript indices (end exclusive)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    placeholder: str
+    cleared: list[tuple[int, int]]
+    clear_inputs: bool = False
+
+
+class ModelRequested(Event):
+    """Context → model: call the model on the transcript prefix with these edits applied."""
+
+    type: Literal["ModelRequested"] = "ModelRequested"
+    step: int
+    agent_id: str
+    transcript_len: int
+    edits: list[AppliedEdit] = Field(default_factory=list)
+
+
+class ModelResponded(Event):
+    """Model → loop: the model's reply for ``step`` (the one new message)."""
+
+    type: Literal["ModelResponded"] = "ModelResponded"
+    step: int
+    message: AIMessage
+
+
+class ModelFailed(Event):
+    """Model → loop: the model call for ``step`` failed for good."""
+
+    type: Literal["ModelFailed"] = "ModelFailed"
+    step: int
+    error: str
+
+
+class ToolRequested(Event):
+    """Loop → tools (or todos for ``write_todos``): run one tool call of ``step``."""
+
+    type: Literal["ToolRequested"] = "ToolRequested"
+    step: int
+    agent_id: str
+    call: ToolCall
+
+
+class ToolCompleted(Event):
+    """Tools/todos → loop: the tool message answering one call of ``step``."""
+
+    type: Literal["ToolCompleted"] = "ToolCompleted"
+    step: int
+    message: ToolMessage
+
+
+class TodosUpdated(Event):
+    """Todos → public ``todos`` stream and the task's log: an accepted todo list."""
+
+    type: Literal["TodosUpdated"] = "TodosUpdated"
+    step: int
+    todos: list[Todo]
+    counts: dict[str, int]
+
+
+class ContextEdited(Event):
+    """Context → public ``edits`` stream and the task's log: an edit changed the view."""
+
+    type: Literal["ContextEdited"] = "ContextEdited"
+    step: int
+    strategy: str
+    token_count_method: str
+    tokens_before: int
+    tokens_after: int
+    cleared_tool_call_ids: list[str]
+    cleared_inputs: bool
+
+
+class StepStarted(Event):
+    """Loop → task log: a model call for ``step`` was requested."""
+
+    type: Literal["StepStarted"] = "StepStarted"
+    step: int
+
+
+class TaskCompleted(Event):
+    """Loop → task log: the model answered without tool calls."""
+
+    type: Literal["TaskCompleted"] = "TaskCompleted"
+    steps: int
+    answer: str
+
+
+class TaskFailed(Event):
+    """Loop → task log: the task stopped without an answer, and why."""
+
+    type: Literal["TaskFailed"] = "TaskFailed"
+    step: int
+    reason: str
+
+
+class DeadLettered(Event):
+    """Any consumer → ``dlq``: an entry no handler could process, kept with the reason."""
+
+    type: Literal["DeadLettered"] = "DeadLettered"
+    task_id: str = ""
+    stream: str
+    entry_id: str
+    payload: str
+    error: str
+    deliveries: int = 1
+
+
+AnyEvent = Annotated[
+    TaskSubmitted
+    | ContextRequested
+    | ModelRequested
+    | ModelResponded
+    | ModelFailed
+    | ToolRequested
+    | ToolCompleted
+    | TodosUpdated
+    | ContextEdited
+    | StepStarted
+    | TaskCompleted
+    | TaskFailed
+    | DeadLettered,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
+EVENT_TYPES: tuple[type[Event], ...] = (
+    TaskSubmitted,
+    ContextRequested,
+    ModelRequested,
+    ModelResponded,
+    ModelFailed,
+    ToolRequested,
+    ToolCompleted,
+    TodosUpdated,
+    ContextEdited,
+    StepStarted,
+    TaskCompleted,
+    TaskFailed,
+    DeadLettered,
+)
+
+
+def parse_event(data: bytes | str | dict[str, Any]) -> AnyEvent:
+    """Parse any event from JSON text or a decoded dict; raises ``ValidationError``."""
+    if isinstance(data, dict):
+        return EVENT_ADAPTER.validate_python(data)
+    return EVENT_ADAPTER.validate_json(data)
+
+
+def dump_event(event: Event) -> bytes:
+    return event.model_dump_json().encode()
+
+
+def event_schemas() -> dict[str, Any]:
+    """JSON Schema of every event, keyed by its ``type`` tag."""
+    return {cls.__name__: cls.model_json_schema() for cls in EVENT_TYPES}

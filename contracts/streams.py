@@ -1,0 +1,129 @@
+"""Every stream, consumer group and key name, in one place.
+
+All names start with a prefix (``LOOPLINE_PREFIX``, default ``loopline``) so that several
+deployments or test runs share one Redis without seeing each other. A task's keys carry
+the task id as a hash tag (``{task_id}``), so multi-key scripts on one task work on a
+Redis Cluster.
+
+Wire format: every stream entry has one field, ``__data__`` (FastStream's field name),
+holding the event as UTF-8 JSON. Any Redis client can publish and read events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DATA_FIELD = "__data__"
+
+# Consumer group of each service; a service's replicas share its group.
+GROUPS = {
+    "loop": "loop",
+    "context": "context",
+    "model": "model",
+    "tools": "tools",
+    "todos": "todos",
+}
+SERVICES = tuple(GROUPS)
+
+
+@dataclass(frozen=True)
+class Names:
+    prefix: str = "loopline"
+
+    # -- work streams: one producer side, one consuming service --
+    @property
+    def tasks(self) -> str:
+        """TaskSubmitted. Published by clients; consumed by loop."""
+        return f"{self.prefix}:tasks"
+
+    @property
+    def loop(self) -> str:
+        """ModelResponded, ModelFailed, ToolCompleted. Published by model, tools, todos;
+        consumed by loop."""
+        return f"{self.prefix}:loop"
+
+    @property
+    def context(self) -> str:
+        """ContextRequested. Published by loop; consumed by context."""
+        return f"{self.prefix}:context"
+
+    @property
+    def model(self) -> str:
+        """ModelRequested. Published by context; consumed by model."""
+        return f"{self.prefix}:model"
+
+    @property
+    def tools(self) -> str:
+        """ToolRequested for the agent's tools. Published by loop; consumed by tools."""
+        return f"{self.prefix}:tools"
+
+    @property
+    def todo_calls(self) -> str:
+        """ToolRequested for ``write_todos``. Published by loop; consumed by todos."""
+        return f"{self.prefix}:todo-calls"
+
+    # -- public streams: for outside subscribers --
+    @property
+    def todos(self) -> str:
+        """TodosUpdated, every accepted todo list. Published by todos."""
+        return f"{self.prefix}:todos"
+
+    @property
+    def edits(self) -> str:
+        """ContextEdited, every edit that changed the model's view. Published by context."""
+        return f"{self.prefix}:edits"
+
+    @property
+    def dlq(self) -> str:
+        """DeadLettered: events no consumer could handle, with the reason."""
+        return f"{self.prefix}:dlq"
+
+    def inputs_of(self, service: str) -> tuple[str, ...]:
+        """The streams a service consumes."""
+        return {
+            "loop": (self.tasks, self.loop),
+            "context": (self.context,),
+            "model": (self.model,),
+            "tools": (self.tools,),
+            "todos": (self.todo_calls,),
+        }[service]
+
+    # -- per-task keys (hash tag = task id) --
+    def task_key(self, task_id: str, part: str) -> str:
+        return f"{self.prefix}:task:{{{task_id}}}:{part}"
+
+    def task_state(self, task_id: str) -> str:
+        """Hash: status, step, phase, agent id, limits. Written by loop only."""
+        return self.task_key(task_id, "state")
+
+    def task_messages(self, task_id: str) -> str:
+        """List: the transcript, one JSON message per entry, append-only. Loop writes."""
+        return self.task_key(task_id, "messages")
+
+    def task_log(self, task_id: str) -> str:
+        """Stream: the task's own ordered event log. Read by clients from any offset."""
+        return self.task_key(task_id, "log")
+
+    def task_logged(self, task_id: str) -> str:
+        """Set: keys of events already in the log, so a redelivery never logs twice."""
+        return self.task_key(task_id, "logged")
+
+    def task_results(self, task_id: str) -> str:
+        """Hash: tool call id -> tool message of the current step (the join)."""
+        return self.task_key(task_id, "results")
+
+    def task_todos(self, task_id: str) -> str:
+        """String: the task's current todo list (JSON). Written by todos."""
+        return self.task_key(task_id, "todos")
+
+    def task_tokens(self, task_id: str) -> str:
+        """Hash: message index:method -> token count, computed once per message."""
+        return self.task_key(task_id, "tokens")
+
+    def task_keys(self, task_id: str) -> list[str]:
+        parts = ("state", "messages", "log", "logged", "results", "todos", "tokens")
+        return [self.task_key(task_id, p) for p in parts]
+
+    def agent(self, agent_id: str) -> str:
+        """String: an agent spec (JSON), stored once under its content hash."""
+        return f"{self.prefix}:agent:{agent_id}"
