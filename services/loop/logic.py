@@ -1,0 +1,41 @@
+"""Pure decisions of the loop: no I/O."""
+
+from __future__ import annotations
+
+from contracts.agent import AgentSpec
+from contracts.messages import AIMessage, ToolMessage
+from loopline.middleware.todo import PARALLEL_WRITE_TODOS_ERROR
+from services.agent_view import has_todos
+
+WRITE_TODOS = "write_todos"
+
+
+def after_model_results(spec: AgentSpec, message: AIMessage) -> dict[str, ToolMessage]:
+    """Tool messages decided before any tool runs (LangChain's ``after_model`` hooks).
+
+    TodoListMiddleware: more than one ``write_todos`` call in one turn answers each of them
+    with an error and applies none; the turn's other calls still run.
+    """
+    if not has_todos(spec):
+        return {}
+    calls = [c for c in message.tool_calls if c.name == WRITE_TODOS]
+    if len(calls) <= 1:
+        return {}
+    return {
+        c.id: ToolMessage(content=PARALLEL_WRITE_TODOS_ERROR, tool_call_id=c.id, status="error")
+        for c in calls
+    }
+
+
+def join_order(message: AIMessage, decided: dict[str, ToolMessage]) -> list[str]:
+    """The order results enter the transcript: what after_model decided first (its update
+    lands before the tools run), then the tools' results in call order."""
+    decided_ids = [c.id for c in message.tool_calls if c.id in decided]
+    return decided_ids + [c.id for c in message.tool_calls if c.id not in decided]
+
+
+def step_limit_reason(max_steps: int) -> str:
+    return (
+        f"step limit reached: the agent made {max_steps} model calls without a final answer "
+        f"(max_steps={max_steps}; raise it with LOOPLINE_MAX_STEPS or the task's max_steps)"
+    )

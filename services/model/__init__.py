@@ -1,0 +1,1 @@
+"""The model consumer: one chat-model call per ModelRequested."""

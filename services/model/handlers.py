@@ -1,0 +1,53 @@
+"""Model handler: transcript prefix + context edits + system message → one model call."""
+
+from __future__ import annotations
+
+import logging
+
+from contracts.events import AnyEvent, ModelFailed, ModelRequested, ModelResponded
+from contracts.messages import AIMessage, from_langchain, to_langchain
+from services.agent_view import system_message
+from services.context.engine import apply_edits
+from services.errors import BadEvent
+from services.model.chat import ModelPool
+from services.runtime import Handler, Runtime
+
+log = logging.getLogger("loopline.model")
+
+
+def handlers(rt: Runtime) -> dict[str, Handler]:
+    pool = ModelPool()
+
+    async def on_model_requested(event: AnyEvent) -> None:
+        if not isinstance(event, ModelRequested):
+            raise BadEvent(f"{event.type} does not belong on the model stream")
+        spec = await rt.agent(event.agent_id)
+        transcript = await rt.transcript(event.task_id, event.transcript_len)
+        view = apply_edits(transcript, event.edits) if event.edits else transcript
+        system = system_message(spec)
+        request = [to_langchain(m) for m in ([system] if system else []) + list(view)]
+        try:
+            reply = await pool.bound(event.agent_id, spec).ainvoke(request)
+            message = from_langchain(reply)
+            if not isinstance(message, AIMessage):
+                raise TypeError(f"the model returned a {message.type} message")
+        except Exception as exc:  # any failure of the call is the task's failure, reported
+            log.warning("model call failed for task %s: %r", event.task_id, exc)
+            await rt.publish(
+                rt.names.loop,
+                ModelFailed(
+                    task_id=event.task_id,
+                    step=event.step,
+                    agent_id=event.agent_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                ),
+            )
+            return
+        await rt.publish(
+            rt.names.loop,
+            ModelResponded(
+                task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
+            ),
+        )
+
+    return {rt.names.model: on_model_requested}

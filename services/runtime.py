@@ -1,0 +1,226 @@
+"""What every service shares: the Redis connection, caches, publishing, dead letters, and
+the FastStream app that wires handlers to consumer groups.
+
+A handler is an async function of one parsed event. ``build_app`` subscribes it to its
+streams with a consumer group pre-created at ``0`` (FastStream would create it at ``$``
+and skip events published before the first start) and a consumer name unique to the
+process. A handler that raises ``PermanentError`` (or a validation error) sends the entry
+to the dead-letter stream with the reason and acks it; the consumer keeps running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from faststream import BaseMiddleware, FastStream
+from faststream.redis import RedisBroker, StreamSub
+from pydantic import ValidationError
+
+from contracts.agent import AgentSpec
+from contracts.events import AnyEvent, DeadLettered, Event, dump_event, parse_event
+from contracts.messages import MESSAGE_ADAPTER, Message
+from contracts.streams import DATA_FIELD, GROUPS, Names
+from services.errors import PermanentError, UnknownAgent
+from services.settings import Settings
+from services.store import TaskStore
+
+log = logging.getLogger("loopline")
+
+Handler = Callable[[AnyEvent], Awaitable[None]]
+
+
+def consumer_name(service: str) -> str:
+    """Unique per process: replicas in one group must never share a name (their pending
+    entries would be indistinguishable), also under ``faststream run --workers``."""
+    return f"{service}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Runtime:
+    """Process-wide resources of the services running in this process."""
+
+    def __init__(self, url: str, settings: Settings) -> None:
+        self.url = url
+        self.settings = settings
+        self.names = Names(settings.prefix)
+        self.redis: aioredis.Redis = aioredis.Redis.from_url(url)
+        self.store = TaskStore(self.redis, self.names)
+        self._agents: dict[str, AgentSpec] = {}
+        self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def publish(self, stream: str, event: Event) -> None:
+        await self.redis.xadd(stream, {DATA_FIELD: dump_event(event)})
+
+    async def publish_many(self, items: Sequence[tuple[str, Event]]) -> None:
+        """Several events in one round trip (a step's parallel tool calls)."""
+        if len(items) == 1:
+            await self.publish(*items[0])
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream, event in items:
+                pipe.xadd(stream, {DATA_FIELD: dump_event(event)})
+            await pipe.execute()
+
+    async def save_agent(self, spec: AgentSpec) -> str:
+        agent_id = spec.agent_id
+        if agent_id not in self._agents:
+            await self.redis.set(self.names.agent(agent_id), spec.model_dump_json(), nx=True)
+            self._agents[agent_id] = spec
+        return agent_id
+
+    async def agent(self, agent_id: str) -> AgentSpec:
+        """Specs are immutable (content-addressed), so a cached copy never goes stale."""
+        spec = self._agents.get(agent_id)
+        if spec is None:
+            raw = await self.redis.get(self.names.agent(agent_id))
+            if raw is None:
+                raise UnknownAgent(f"no agent spec stored under id {agent_id!r}")
+            spec = AgentSpec.model_validate_json(raw)
+            self._agents[agent_id] = spec
+        return spec
+
+    async def transcript(self, task_id: str, length: int) -> list[Message]:
+        """The first ``length`` messages; reads from Redis only what this process lacks."""
+        cached = self._transcripts.get(task_id)
+        if cached is None:
+            cached = []
+            self._transcripts[task_id] = cached
+            if len(self._transcripts) > self.settings.transcript_cache_tasks:
+                self._transcripts.popitem(last=False)
+        else:
+            self._transcripts.move_to_end(task_id)
+        if len(cached) < length:
+            raw = await self.redis.lrange(
+                self.names.task_messages(task_id), len(cached), length - 1
+            )
+            cached.extend(MESSAGE_ADAPTER.validate_json(item) for item in raw)
+        return cached[:length]
+
+    def forget(self, task_id: str) -> None:
+        self._transcripts.pop(task_id, None)
+
+    async def dead_letter(self, stream: str, entry_id: str, payload: Any, error: str) -> None:
+        if isinstance(payload, bytes):
+            text = payload.decode("utf-8", "replace")
+        else:
+            text = payload if isinstance(payload, str) else repr(payload)
+        task_id = ""
+        try:
+            task_id = str(parse_event(text).task_id)
+        except (ValidationError, ValueError):
+            pass
+        event = DeadLettered(
+            task_id=task_id, stream=stream, entry_id=entry_id, payload=text, error=error
+        )
+        await self.publish(self.names.dlq, event)
+        log.warning("dead-lettered %s %s: %s", stream, entry_id, error)
+
+
+def _dead_letter_middleware(runtime: Runtime) -> type[BaseMiddleware]:
+    class DeadLetterMiddleware(BaseMiddleware):
+        """Permanent failures go to the DLQ and are acked; others stay pending."""
+
+        async def consume_scope(self, call_next: Any, msg: Any) -> Any:
+            try:
+                return await call_next(msg)
+            except (PermanentError, ValidationError) as exc:
+                raw = msg.raw_message
+                stream = raw.get("channel", b"")
+                stream = stream.decode() if isinstance(stream, bytes) else str(stream)
+                ids = raw.get("message_ids") or [b""]
+                entry_id = ids[0].decode() if isinstance(ids[0], bytes) else str(ids[0])
+                data = raw.get("data") or {}
+                payload = data.get(DATA_FIELD.encode(), data)
+                await runtime.dead_letter(stream, entry_id, payload, f"{type(exc).__name__}: {exc}")
+                return None
+
+    return DeadLetterMiddleware
+
+
+async def ensure_groups(redis: aioredis.Redis, names: Names, services: Sequence[str]) -> None:
+    """Create each group at ``0`` so nothing published before the first start is skipped."""
+    for service in services:
+        for stream in names.inputs_of(service):
+            try:
+                await redis.xgroup_create(stream, GROUPS[service], id="0", mkstream=True)
+            except aioredis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+
+def _subscribe(
+    broker: RedisBroker, runtime: Runtime, service: str, stream: str, handler: Handler
+) -> None:
+    settings = runtime.settings
+    sub = StreamSub(
+        stream,
+        group=GROUPS[service],
+        consumer=consumer_name(service),
+        max_records=settings.read_batch,
+        polling_interval=settings.poll_ms,
+    )
+    workers = settings.concurrency(service)
+
+    async def on_entry(body: Any) -> None:
+        try:
+            event = parse_event(body) if isinstance(body, dict | bytes | str) else None
+        except ValidationError:
+            raise
+        except ValueError as exc:  # not JSON at all
+            raise PermanentError(f"not a JSON event: {exc}") from exc
+        if event is None:
+            raise PermanentError(f"not a JSON object: {type(body).__name__}")
+        await handler(event)
+
+    on_entry.__name__ = f"{service}_{stream.rsplit(':', 1)[-1].replace('-', '_')}"
+    if workers > 1:
+        broker.subscriber(stream=sub, max_workers=workers)(on_entry)
+    else:
+        broker.subscriber(stream=sub)(on_entry)
+
+
+ServiceFactory = Callable[[Runtime], dict[str, Handler]]
+
+
+def build_app(
+    services: Sequence[str],
+    *,
+    url: str | None = None,
+    settings: Settings | None = None,
+) -> tuple[FastStream, Runtime]:
+    """One FastStream app running the given services on one broker connection."""
+    from services import registry
+
+    settings = settings or Settings()
+    url = url or settings.redis_url
+    if not url:
+        raise RuntimeError("REDIS_URL is not set")
+    runtime = Runtime(url, settings)
+    # FastStream logs every message at INFO; keep that at DEBUG so service logs stay useful.
+    broker = RedisBroker(
+        url, middlewares=[_dead_letter_middleware(runtime)], log_level=logging.DEBUG
+    )
+    for service in services:
+        handlers = registry.factory(service)(runtime)
+        for stream, handler in handlers.items():
+            _subscribe(broker, runtime, service, stream, handler)
+    app = FastStream(broker, logger=log)
+
+    @app.on_startup
+    async def _create_groups() -> None:
+        await ensure_groups(runtime.redis, runtime.names, services)
+
+    @app.after_shutdown
+    async def _close() -> None:
+        await runtime.close()
+
+    return app, runtime

@@ -1,0 +1,42 @@
+"""Settings shared by every service, read from the environment.
+
+``REDIS_URL`` has no prefix (it is what every Redis tool reads); the rest use ``LOOPLINE_``.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LOOPLINE_", extra="ignore")
+
+    redis_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("REDIS_URL", "LOOPLINE_REDIS_URL")
+    )
+    prefix: str = "loopline"
+    max_steps: int = Field(default=50, ge=1)
+    """Model calls a task may make before it fails (a task can lower it)."""
+
+    read_batch: int = Field(default=64, ge=1)
+    """Entries fetched per XREADGROUP: bounded so one consumer never hoards the backlog."""
+
+    poll_ms: int = Field(default=100, ge=1)
+    """How long one XREADGROUP blocks: the latency of noticing shutdown, not of work."""
+
+    concurrency_loop: int = Field(default=16, ge=1)
+    concurrency_context: int = Field(default=8, ge=1)
+    concurrency_model: int = Field(default=256, ge=1)
+    concurrency_tools: int = Field(default=64, ge=1)
+    concurrency_todos: int = Field(default=8, ge=1)
+
+    transcript_cache_tasks: int = Field(default=4096, ge=1)
+    """Tasks whose transcript a process keeps in memory (the history is append-only, so a
+    cached prefix is valid forever and each step reads only the new messages)."""
+
+    tool_modules: list[str] = Field(default_factory=list)
+    """Modules the tools service imports at start, so import errors show at once."""
+
+    def concurrency(self, service: str) -> int:
+        return int(getattr(self, f"concurrency_{service}"))

@@ -1,0 +1,256 @@
+"""A task's state in Redis, changed only by atomic scripts.
+
+The loop is the only writer of a task's state and transcript. Every transition is one Lua
+script on the task's keys (one hash slot), so any number of loop replicas can race on a
+task and exactly one applies each transition; a redelivered event finds the transition
+already applied and changes nothing. Each script returns a snapshot of the state, from
+which the caller derives what to publish next (``services.loop.logic``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis.asyncio as aioredis
+
+from contracts.streams import DATA_FIELD, Names
+
+Phase = Literal["model", "tools", "done"]
+
+# Shared Lua: the snapshot every script returns, and the step advance after a join.
+_LUA_COMMON = """
+local function snapshot(applied)
+  local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'cause', 'expected',
+                      'agent')
+  return {applied, s[1] or '', s[2] or '0', s[3] or '', s[4] or '',
+          redis.call('LLEN', KEYS[2]), s[5] or '[]', s[6] or ''}
+end
+
+local function log(event)
+  redis.call('XADD', KEYS[3], '*', '__DATA__', event)
+end
+
+-- Append the step's tool results in call order, then start the next step or stop at
+-- the step limit. ARGV: next_step_event, limit_failed_event (positions given).
+local function advance(step, expected, step_event, failed_event)
+  for _, id in ipairs(expected) do
+    redis.call('RPUSH', KEYS[2], redis.call('HGET', KEYS[4], id))
+  end
+  redis.call('DEL', KEYS[4])
+  local max_steps = tonumber(redis.call('HGET', KEYS[1], 'max_steps'))
+  if step + 1 > max_steps then
+    redis.call('HSET', KEYS[1], 'status', 'failed', 'phase', 'done')
+    log(failed_event)
+  else
+    redis.call('HSET', KEYS[1], 'step', step + 1, 'phase', 'model', 'expected', '[]')
+    log(step_event)
+  end
+end
+""".replace("__DATA__", DATA_FIELD)
+
+# KEYS: state, messages, log, results. ARGV: agent_id, max_steps, submitted_event,
+# step_event, messages...
+_START = _LUA_COMMON + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return snapshot(0) end
+redis.call('HSET', KEYS[1], 'status', 'running', 'step', 1, 'phase', 'model',
+           'agent', ARGV[1], 'max_steps', ARGV[2], 'cause', 'start', 'expected', '[]')
+for i = 5, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+log(ARGV[3])
+log(ARGV[4])
+return snapshot(1)
+"""
+
+# KEYS: state, messages, log, results. ARGV: step, cause, ai_message, responded_event,
+# expected (JSON list of call ids), pre_results (JSON object id -> tool message),
+# completed_event, step_event, failed_event
+_MODEL_RESPONDED = _LUA_COMMON + """
+local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase')
+if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'model' then return snapshot(0) end
+local step = tonumber(ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[3])
+log(ARGV[4])
+local expected = cjson.decode(ARGV[5])
+if #expected == 0 then
+  redis.call('HSET', KEYS[1], 'status', 'completed', 'phase', 'done', 'cause', ARGV[2])
+  log(ARGV[7])
+  return snapshot(1)
+end
+redis.call('HSET', KEYS[1], 'phase', 'tools', 'expected', ARGV[5], 'cause', ARGV[2])
+local pre = cjson.decode(ARGV[6])
+local n = 0
+for id, msg in pairs(pre) do
+  redis.call('HSET', KEYS[4], id, msg)
+  n = n + 1
+end
+if n >= #expected then advance(step, expected, ARGV[8], ARGV[9]) end
+return snapshot(1)
+"""
+
+# KEYS: state, messages, log, results. ARGV: step, cause, call_id, tool_message,
+# tool_event (ToolCompleted for the log), step_event, failed_event
+_TOOL_COMPLETED = _LUA_COMMON + """
+local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'expected')
+if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'tools' then return snapshot(0) end
+local expected = cjson.decode(s[4])
+local known = false
+for _, id in ipairs(expected) do if id == ARGV[3] then known = true end end
+if not known then return snapshot(0) end
+if redis.call('HSETNX', KEYS[4], ARGV[3], ARGV[4]) == 0 then return snapshot(0) end
+log(ARGV[5])
+if redis.call('HLEN', KEYS[4]) >= #expected then
+  redis.call('HSET', KEYS[1], 'cause', ARGV[2])
+  advance(tonumber(ARGV[1]), expected, ARGV[6], ARGV[7])
+end
+return snapshot(1)
+"""
+
+# KEYS: state, messages, log, results. ARGV: failed_event, cause
+_FAIL = _LUA_COMMON + """
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return snapshot(0) end
+redis.call('HSET', KEYS[1], 'status', 'failed', 'phase', 'done', 'cause', ARGV[2])
+log(ARGV[1])
+return snapshot(1)
+"""
+
+# KEYS: logged, log. ARGV: dedupe key, event. Logs an event once per key.
+_LOG_ONCE = """
+if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('XADD', KEYS[2], '*', '__DATA__', ARGV[2])
+return 1
+""".replace("__DATA__", DATA_FIELD)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The task's state right after a transition attempt."""
+
+    applied: bool
+    status: str
+    step: int
+    phase: str
+    cause: str
+    transcript_len: int
+    expected: list[str]
+    agent_id: str
+
+    @classmethod
+    def from_reply(cls, reply: list[Any]) -> Snapshot:
+        def text(value: Any) -> str:
+            return value.decode() if isinstance(value, bytes) else str(value)
+
+        return cls(
+            applied=int(reply[0]) == 1,
+            status=text(reply[1]),
+            step=int(text(reply[2]) or 0),
+            phase=text(reply[3]),
+            cause=text(reply[4]),
+            transcript_len=int(reply[5]),
+            expected=json.loads(text(reply[6]) or "[]"),
+            agent_id=text(reply[7]),
+        )
+
+
+class TaskStore:
+    """Typed access to the task scripts. One instance per process and Redis client."""
+
+    def __init__(self, redis: aioredis.Redis, names: Names) -> None:
+        self.redis = redis
+        self.names = names
+        self._start = redis.register_script(_START)
+        self._model_responded = redis.register_script(_MODEL_RESPONDED)
+        self._tool_completed = redis.register_script(_TOOL_COMPLETED)
+        self._fail = redis.register_script(_FAIL)
+        self._log_once = redis.register_script(_LOG_ONCE)
+
+    def _keys(self, task_id: str) -> list[str]:
+        n = self.names
+        return [
+            n.task_state(task_id),
+            n.task_messages(task_id),
+            n.task_log(task_id),
+            n.task_results(task_id),
+        ]
+
+    async def start(
+        self,
+        task_id: str,
+        *,
+        agent_id: str,
+        max_steps: int,
+        submitted_event: bytes,
+        step_event: bytes,
+        messages: list[bytes],
+    ) -> Snapshot:
+        args: list[Any] = [agent_id, max_steps, submitted_event, step_event, *messages]
+        return Snapshot.from_reply(await self._start(keys=self._keys(task_id), args=args))
+
+    async def model_responded(
+        self,
+        task_id: str,
+        *,
+        step: int,
+        cause: str,
+        ai_message: bytes,
+        responded_event: bytes,
+        expected: list[str],
+        pre_results: dict[str, str],
+        completed_event: bytes,
+        step_event: bytes,
+        failed_event: bytes,
+    ) -> Snapshot:
+        args: list[Any] = [
+            step,
+            cause,
+            ai_message,
+            responded_event,
+            json.dumps(expected),
+            json.dumps(pre_results) if pre_results else "{}",
+            completed_event,
+            step_event,
+            failed_event,
+        ]
+        reply = await self._model_responded(keys=self._keys(task_id), args=args)
+        return Snapshot.from_reply(reply)
+
+    async def tool_completed(
+        self,
+        task_id: str,
+        *,
+        step: int,
+        cause: str,
+        call_id: str,
+        tool_message: bytes,
+        tool_event: bytes,
+        step_event: bytes,
+        failed_event: bytes,
+    ) -> Snapshot:
+        args: list[Any] = [
+            step,
+            cause,
+            call_id,
+            tool_message,
+            tool_event,
+            step_event,
+            failed_event,
+        ]
+        reply = await self._tool_completed(keys=self._keys(task_id), args=args)
+        return Snapshot.from_reply(reply)
+
+    async def fail(self, task_id: str, *, failed_event: bytes, cause: str) -> Snapshot:
+        reply = await self._fail(keys=self._keys(task_id), args=[failed_event, cause])
+        return Snapshot.from_reply(reply)
+
+    async def log_once(self, task_id: str, key: str, event: bytes) -> bool:
+        """Append to the task's log unless an event with this key is already there."""
+        keys = [self.names.task_logged(task_id), self.names.task_log(task_id)]
+        return int(await self._log_once(keys=keys, args=[key, event])) == 1
+
+    async def last_message(self, task_id: str) -> bytes | None:
+        value: bytes | None = await self.redis.lindex(self.names.task_messages(task_id), -1)
+        return value
+
+    async def results(self, task_id: str) -> set[str]:
+        keys: list[bytes] = await self.redis.hkeys(self.names.task_results(task_id))
+        return {k.decode() for k in keys}

@@ -1,0 +1,1 @@
+"""The todos consumer: owner of ``write_todos`` (validate, store, publish)."""

@@ -1,0 +1,42 @@
+"""Todos handler: a valid list replaces the task's list and is published; an invalid one
+answers the model with an error and changes nothing."""
+
+from __future__ import annotations
+
+import json
+
+from contracts.events import AnyEvent, TodosUpdated, ToolCompleted, ToolRequested, dump_event
+from services.errors import BadEvent
+from services.runtime import Handler, Runtime
+from services.todos.logic import as_dicts, parse_todos, status_counts, updated_message
+
+
+def handlers(rt: Runtime) -> dict[str, Handler]:
+    names = rt.names
+
+    async def on_write_todos(event: AnyEvent) -> None:
+        if not isinstance(event, ToolRequested):
+            raise BadEvent(f"{event.type} does not belong on the todo-calls stream")
+        parsed = parse_todos(event.call)
+        if isinstance(parsed, list):
+            await rt.redis.set(names.task_todos(event.task_id), json.dumps(as_dicts(parsed)))
+            update = TodosUpdated(
+                task_id=event.task_id,
+                step=event.step,
+                todos=parsed,
+                counts=status_counts(parsed),
+            )
+            key = f"todos:{event.step}:{event.call.id}"
+            if await rt.store.log_once(event.task_id, key, dump_event(update)):
+                await rt.publish(names.todos, update)
+            message = updated_message(event.call, parsed)
+        else:
+            message = parsed
+        await rt.publish(
+            names.loop,
+            ToolCompleted(
+                task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
+            ),
+        )
+
+    return {names.todo_calls: on_write_todos}

@@ -1,0 +1,66 @@
+"""Running one tool call the way LangChain's ToolNode does, errors included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.tools import BaseTool
+from pydantic import ValidationError
+
+from contracts.messages import ToolCall, ToolMessage, from_langchain
+
+# LangChain's (langgraph ToolNode) texts, so the model reads the same errors.
+INVALID_TOOL_NAME_ERROR_TEMPLATE = (
+    "Error: {requested_tool} is not a valid tool, try one of [{available_tools}]."
+)
+TOOL_CALL_ERROR_TEMPLATE = "Error: {error}\n Please fix your mistakes."
+TOOL_INVOCATION_ERROR_TEMPLATE = (
+    "Error invoking tool '{tool_name}' with kwargs {tool_kwargs} with error:\n"
+    " {error}\n"
+    " Please fix the error and try again."
+)
+
+
+def refused(call: ToolCall, available: list[str]) -> ToolMessage:
+    """A call of a tool the agent does not list: answered, never run."""
+    return ToolMessage(
+        content=INVALID_TOOL_NAME_ERROR_TEMPLATE.format(
+            requested_tool=call.name, available_tools=", ".join(available)
+        ),
+        name=call.name,
+        tool_call_id=call.id,
+        status="error",
+    )
+
+
+def _validation_text(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        loc = ".".join(str(x) for x in error.get("loc", ()))
+        parts.append(f"{loc}: {error.get('msg', 'Unknown error')}")
+    return "\n".join(parts)
+
+
+async def run_tool(tool: BaseTool, call: ToolCall) -> ToolMessage:
+    """Invoke the tool with the call; a raising tool answers with an error message (as
+    ToolNode with ``handle_tool_errors=True``), invalid arguments with ToolNode's text."""
+    payload: dict[str, Any] = {
+        "id": call.id,
+        "name": call.name,
+        "args": dict(call.args),
+        "type": "tool_call",
+    }
+    try:
+        result = await tool.ainvoke(payload)
+    except ValidationError as exc:
+        content = TOOL_INVOCATION_ERROR_TEMPLATE.format(
+            tool_name=call.name, tool_kwargs=call.args, error=_validation_text(exc)
+        )
+        return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
+    except Exception as exc:  # the tool's own failure is an answer for the model
+        content = TOOL_CALL_ERROR_TEMPLATE.format(error=repr(exc))
+        return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
+    message = from_langchain(result) if not isinstance(result, str) else None
+    if isinstance(message, ToolMessage):
+        return message
+    return ToolMessage(content=str(result), name=call.name, tool_call_id=call.id)
