@@ -206,8 +206,14 @@ def build_app(
         raise RuntimeError("REDIS_URL is not set")
     runtime = Runtime(url, settings)
     # FastStream logs every message at INFO; keep that at DEBUG so service logs stay useful.
+    broker_log = logging.getLogger("loopline.broker")
+    if broker_log.level == logging.NOTSET:
+        broker_log.setLevel(logging.WARNING)
     broker = RedisBroker(
-        url, middlewares=[_dead_letter_middleware(runtime)], log_level=logging.DEBUG
+        url,
+        middlewares=[_dead_letter_middleware(runtime)],
+        log_level=logging.DEBUG,
+        logger=broker_log,
     )
     for service in services:
         handlers = registry.factory(service)(runtime)

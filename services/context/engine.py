@@ -178,7 +178,7 @@ class _View:
         self.messages[index] = _cleared_tool_message(message, placeholder)
         if not clear_inputs:
             return [index]
-        target = self.first_equal(ai_index)
+        target = ai_index
         self.messages[target] = _cleared_input_message(ai_message, call_id)
         return [index, target]
 

@@ -1,0 +1,64 @@
+"""Agent files: YAML or JSON with the fields of ``create_agent``.
+
+    model: gpt-4o-mini
+    tools: [mypkg.tools:search]
+    system_prompt: You are helpful.
+    middleware:
+      - type: TodoListMiddleware
+      - type: ContextEditingMiddleware
+        edits: [{type: ClearToolUsesEdit, trigger: 2000, keep: 1}]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from contracts.agent import AgentSpec
+from loopline.middleware import from_spec
+from services import toolbox
+from services.errors import ConfigurationError
+
+_FIELDS = {"model", "tools", "system_prompt", "middleware", "name", "max_steps"}
+
+
+def load_agent_file(path: str | Path) -> tuple[AgentSpec, int | None]:
+    """The spec and the file's ``max_steps``; every problem is one ConfigurationError."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read agent file {path}: {exc.strerror}") from exc
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"agent file {path} is not valid YAML/JSON: {exc}") from exc
+    return agent_from_dict(data, source=str(path))
+
+
+def agent_from_dict(data: Any, *, source: str = "agent") -> tuple[AgentSpec, int | None]:
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{source}: expected a mapping with a 'model' field")
+    unknown = set(data) - _FIELDS
+    if unknown:
+        raise ConfigurationError(
+            f"{source}: unknown field(s) {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(sorted(_FIELDS))}"
+        )
+    if "model" not in data:
+        raise ConfigurationError(f"{source}: the 'model' field is required")
+    tools = list(data.get("tools") or [])
+    schemas = [toolbox.tool_schema(toolbox.resolve(str(ref))) for ref in tools]
+    fields = {k: v for k, v in data.items() if k != "max_steps"}
+    try:
+        spec = AgentSpec.model_validate({**fields, "tools": tools, "tool_schemas": schemas})
+        for mw in spec.middleware:
+            from_spec(mw)  # unknown types and bad parameters fail here, not in a service
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise ConfigurationError(f"{source}: {exc}".splitlines()[0]) from exc
+    max_steps = data.get("max_steps")
+    return spec, int(max_steps) if max_steps is not None else None

@@ -1,0 +1,349 @@
+"""The ``loopline`` command line. Errors a user can cause end in one line saying what to
+do; a traceback means a bug in loopline."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from contracts.agent import AgentSpec
+from contracts.events import (
+    AnyEvent,
+    ContextEdited,
+    ModelResponded,
+    StepStarted,
+    TaskCompleted,
+    TaskFailed,
+    TaskSubmitted,
+    TodosUpdated,
+    ToolCompleted,
+    event_schemas,
+)
+from contracts.messages import HumanMessage
+from contracts.streams import SERVICES
+from services.errors import ConfigurationError
+from services.settings import Settings
+
+
+class UsageError(Exception):
+    """Something the user can fix; printed as one line."""
+
+
+def fail(message: str) -> NoReturn:
+    print(f"loopline: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _settings() -> Settings:
+    return Settings()
+
+
+async def _check_redis(url: str) -> None:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url, socket_connect_timeout=3)
+    try:
+        await client.ping()
+    except (aioredis.ConnectionError, aioredis.TimeoutError, OSError) as exc:
+        raise UsageError(
+            f"cannot reach Redis at {url} ({exc}); start it, fix REDIS_URL, "
+            "or unset REDIS_URL to use the embedded server"
+        ) from exc
+    finally:
+        await client.aclose()
+
+
+def _url(settings: Settings) -> tuple[str, bool]:
+    from loopline.agent import resolve_url
+
+    return resolve_url(settings.redis_url)
+
+
+# -- rendering ---------------------------------------------------------------------------
+
+
+def describe(event: AnyEvent) -> str | None:
+    """One human line per event of a task's log."""
+    if isinstance(event, TaskSubmitted):
+        return f"task {event.task_id} submitted (agent {event.agent.name})"
+    if isinstance(event, StepStarted):
+        return f"step {event.step}: calling the model"
+    if isinstance(event, ModelResponded):
+        calls = ", ".join(
+            f"{c.name}({json.dumps(c.args)[:60]})" for c in event.message.tool_calls
+        )
+        return f"step {event.step}: model asked for {calls}" if calls else None
+    if isinstance(event, ToolCompleted):
+        text = event.message.text().replace("\n", " ")
+        mark = "error" if event.message.status == "error" else "ok"
+        return f"step {event.step}:   {event.message.tool_call_id} {mark}: {text[:80]}"
+    if isinstance(event, TodosUpdated):
+        marks = {"completed": "[x]", "in_progress": "[~]", "pending": "[ ]"}
+        items = "  ".join(f"{marks[t.status]} {t.content}" for t in event.todos)
+        return f"step {event.step}: todos {items}"
+    if isinstance(event, ContextEdited):
+        return (
+            f"step {event.step}: context edit cleared {len(event.cleared_tool_call_ids)} "
+            f"tool result(s), {event.tokens_before} -> {event.tokens_after} tokens"
+        )
+    if isinstance(event, TaskCompleted):
+        return f"done after {event.steps} step(s)"
+    if isinstance(event, TaskFailed):
+        return f"FAILED at step {event.step}: {event.reason}"
+    return None
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def _load_agent(path: str | None) -> tuple[AgentSpec, int | None]:
+    from loopline.agentfile import agent_from_dict, load_agent_file
+
+    if path:
+        return load_agent_file(path)
+    return agent_from_dict({"model": os.environ.get("LOOPLINE_MODEL", "gpt-4o-mini")})
+
+
+async def _run_task(
+    spec: AgentSpec,
+    prompt: str,
+    *,
+    max_steps: int | None,
+    as_json: bool,
+    follow: bool = True,
+    quiet: bool = False,
+) -> int:
+    from loopline.client import Client
+    from services.model.chat import endpoint_configured
+
+    settings = _settings()
+    if not endpoint_configured(spec.model):
+        raise UsageError(
+            "no model endpoint configured: set OPENAI_BASE_URL (any OpenAI-compatible "
+            "server) and/or OPENAI_API_KEY, or try `loopline demo`"
+        )
+    url, embedded = _url(settings)
+    await _check_redis(url)
+    if embedded:
+        from loopline.embedded import ensure_services
+
+        ensure_services(url, settings)
+    async with Client(url, settings.prefix) as client:
+        task_id = await client.submit(
+            spec, [HumanMessage(content=prompt)], max_steps=max_steps
+        )
+        if not follow:
+            print(task_id)
+            return 0
+        final: TaskCompleted | TaskFailed | None = None
+        async for _, event in client.events(task_id):
+            if not as_json and not quiet and (line := describe(event)):
+                print(line, file=sys.stderr)
+            if isinstance(event, TaskCompleted | TaskFailed):
+                final = event
+        messages = await client.messages(task_id)
+        todos = await client.todos(task_id)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "task_id": task_id,
+                    "status": "completed" if isinstance(final, TaskCompleted) else "failed",
+                    "answer": final.answer if isinstance(final, TaskCompleted) else None,
+                    "error": final.reason if isinstance(final, TaskFailed) else None,
+                    "messages": [m.model_dump(mode="json") for m in messages],
+                    "todos": todos,
+                }
+            )
+        )
+    elif isinstance(final, TaskCompleted):
+        print(final.answer)
+    return 0 if isinstance(final, TaskCompleted) else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    spec, file_max_steps = _load_agent(args.agent)
+    return asyncio.run(
+        _run_task(
+            spec, args.prompt, max_steps=args.max_steps or file_max_steps, as_json=args.json
+        )
+    )
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    settings = _settings()
+    if not settings.redis_url:
+        raise UsageError(
+            "submit needs REDIS_URL (a running deployment); without one use `loopline run`"
+        )
+    spec, file_max_steps = _load_agent(args.agent)
+    return asyncio.run(
+        _run_task(
+            spec,
+            args.prompt,
+            max_steps=args.max_steps or file_max_steps,
+            as_json=False,
+            follow=False,
+        )
+    )
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from loopline.client import Client
+
+    settings = _settings()
+    if not settings.redis_url:
+        raise UsageError("watch needs REDIS_URL: the deployment whose streams to read")
+
+    async def main() -> None:
+        await _check_redis(settings.redis_url or "")
+        async with Client(settings.redis_url or "", settings.prefix) as client:
+            if args.what == "task":
+                if not args.task_id:
+                    raise UsageError("watch task needs a TASK_ID")
+                source = client.events(args.task_id, follow=not args.no_follow)
+            else:
+                source = client.subscribe(
+                    args.what, from_start=args.from_start, follow=not args.no_follow
+                )
+            async for entry_id, event in source:
+                if args.json:
+                    print(json.dumps({"id": entry_id, **event.model_dump(mode="json")}))
+                else:
+                    line = describe(event)
+                    if line:
+                        tid = "" if args.what == "task" else f"[{event.task_id[:8]}] "
+                        print(f"{tid}{line}")
+                sys.stdout.flush()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
+    import logging
+
+    from services.runtime import build_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = _settings()
+    url, embedded = (settings.redis_url, False) if settings.redis_url else (None, True)
+    if embedded:
+        if not allow_embedded:
+            raise UsageError(
+                "serve needs REDIS_URL (services of one deployment share a Redis); "
+                "`loopline up` runs every service on an embedded server"
+            )
+        url, _ = _url(settings)
+        print(f"embedded server: REDIS_URL={url}", flush=True)
+    assert url is not None
+    asyncio.run(_check_redis(url))
+    app, _ = build_app(list(services), url=url, settings=settings)
+    print(f"serving {', '.join(services)} on {url} (prefix {settings.prefix!r})", flush=True)
+    asyncio.run(app.run())
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    return _serve(SERVICES, allow_embedded=True)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    return _serve([args.name], allow_embedded=False)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(event_schemas(), indent=2))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from loopline.agentfile import agent_from_dict
+    from loopline.demo import DEMO_AGENT, DEMO_PROMPT, DEMO_TURNS
+    from loopline.scripted import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(DEMO_TURNS) as server:
+        os.environ["OPENAI_BASE_URL"] = server.url
+        print(
+            "loopline demo: the model is SCRIPTED: a local OpenAI-compatible server at "
+            f"{server.url} replays a fixed script; no API key is used.",
+            file=sys.stderr,
+        )
+        spec, _ = agent_from_dict(DEMO_AGENT)
+        print(f"prompt: {DEMO_PROMPT}", file=sys.stderr)
+        code = asyncio.run(_run_task(spec, DEMO_PROMPT, max_steps=None, as_json=args.json))
+        print(
+            f"(the scripted model answered {len(server.requests)} requests over HTTP)",
+            file=sys.stderr,
+        )
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loopline", description="LLM agents as an event-driven pipeline on Redis Streams"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("up", help="run every service in one process (embedded without REDIS_URL)")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("serve", help="run one service")
+    p.add_argument("name", choices=SERVICES)
+    p.set_defaults(func=cmd_serve)
+
+    for name, func, help_text in (
+        ("run", cmd_run, "submit a task, show progress, print the answer"),
+        ("submit", cmd_submit, "submit a task and print its id"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("prompt")
+        p.add_argument("--agent", metavar="FILE", help="agent file (YAML or JSON)")
+        p.add_argument("--max-steps", type=int, default=None)
+        if name == "run":
+            p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("watch", help="follow the todos or edits stream, or one task's log")
+    p.add_argument("what", choices=("todos", "edits", "task"))
+    p.add_argument("task_id", nargs="?")
+    p.add_argument("--from-start", action="store_true")
+    p.add_argument("--no-follow", action="store_true", help="print what is there and exit")
+    p.add_argument("--json", action="store_true", help="JSON lines")
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("demo", help="a scripted scenario end to end, no API key needed")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("schema", help="JSON Schema of every event")
+    p.set_defaults(func=cmd_schema)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (UsageError, ConfigurationError) as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def console() -> None:
+    """The console script: exit with main's status."""
+    raise SystemExit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
