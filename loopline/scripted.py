@@ -593,3 +593,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def first_user_text(body: dict[str, Any]) -> str:
+    """The text of the first user message of a chat-completions request."""
+    for message in body.get("messages", []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return "".join(
+                    str(b.get("text", "")) for b in content if isinstance(b, dict)
+                )
+            return str(content or "")
+    return ""
+
+
+def responder_by_prompt(
+    scripts: dict[str, Sequence[Reply]],
+) -> Callable[[dict[str, Any]], Reply]:
+    """One server, many scripts: the first user message picks the script (by the key it
+    starts with), the number of assistant messages picks the turn."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        text = first_user_text(body)
+        for key, turns in scripts.items():
+            if text.startswith(key):
+                turn = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+                if turn < len(turns):
+                    return turns[turn]
+                return next((r for r in reversed(turns) if not r.tool_calls), _DONE_REPLY)
+        return Reply(content=f"no script for prompt {text[:40]!r}")
+
+    return respond

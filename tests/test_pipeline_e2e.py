@@ -1,0 +1,244 @@
+"""The pipeline end to end: each of the five services as its own OS process, real Redis,
+real ChatOpenAI over HTTP to the scripted server."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as syncredis
+
+from contracts import (
+    AIMessage,
+    HumanMessage,
+    ModelRequested,
+    TaskCompleted,
+    TaskFailed,
+    ToolMessage,
+    parse_event,
+)
+from contracts.streams import DATA_FIELD, GROUPS, Names
+from loopline.agentfile import agent_from_dict
+from loopline.client import Client
+from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from tests.support import ServiceProcesses, unique_prefix
+
+TOOLS = ["tests.tooling:add", "tests.tooling:fail_always", "tests.tooling:slow_echo"]
+
+
+def parallel_turns(record: str) -> list[Reply]:
+    return [
+        Reply(
+            tool_calls=(
+                ScriptedToolCall("add", {"a": 2, "b": 3}),
+                ScriptedToolCall("fail_always", {"reason": "no network"}),
+                ScriptedToolCall("slow_echo", {"text": "left", "seconds": 0.6, "record": record}),
+                ScriptedToolCall("slow_echo", {"text": "right", "seconds": 0.6, "record": record}),
+                ScriptedToolCall("not_a_tool", {}),
+            )
+        ),
+        Reply(content="2 + 3 = 5, and the failing tool failed."),
+    ]
+
+
+LOOPING = [Reply(tool_calls=(ScriptedToolCall("add", {"a": 1, "b": 1}),))] * 50
+
+
+def growing_turns(steps: int) -> list[Reply]:
+    turns = [Reply(tool_calls=(ScriptedToolCall("big_output", {"n": 2000}),))] * (steps - 1)
+    return [*turns, Reply(content="grown")]
+
+
+RECORD = f"/tmp/loopline-slow-echo-{uuid.uuid4().hex[:8]}.jsonl"
+SCRIPTS = {
+    "parallel": parallel_turns(RECORD),
+    "looping": LOOPING,
+    "grow": growing_turns(30),
+}
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stack(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[ServiceProcesses]:
+    prefix = unique_prefix()
+    env = {"OPENAI_BASE_URL": scripted.url, "OPENAI_API_KEY": "test", "LOOPLINE_MAX_STEPS": "5"}
+    with ServiceProcesses(redis_url, prefix, env=env) as procs:
+        yield procs
+
+
+def spec(tools: list[str] = TOOLS, **extra: Any) -> Any:
+    return agent_from_dict({"model": "gpt-4o-mini", "tools": tools, **extra})[0]
+
+
+def requests_for(server: ScriptedOpenAIServer, prompt: str) -> list[dict[str, Any]]:
+    return [
+        r for r in server.chat_requests() if r["messages"][0]["content"].startswith(prompt)
+    ]
+
+
+async def test_parallel_tool_calls_with_an_error(
+    stack: ServiceProcesses, scripted: ScriptedOpenAIServer
+) -> None:
+    prompt = f"parallel {uuid.uuid4().hex}"
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(spec(), [HumanMessage(content=prompt)])
+        done = await client.wait(task_id)
+        messages = await client.messages(task_id)
+        log = [event async for _, event in client.events(task_id, follow=False)]
+
+    assert done.answer == "2 + 3 = 5, and the failing tool failed."
+    assert [m.type for m in messages] == ["human", "ai", "tool", "tool", "tool", "tool", "tool", "ai"]
+    ai = messages[1]
+    assert isinstance(ai, AIMessage)
+    results = messages[2:7]
+    # results enter the transcript in call order, whatever order they finished in
+    assert [r.tool_call_id for r in results if isinstance(r, ToolMessage)] == [
+        c.id for c in ai.tool_calls
+    ]
+    by_name = {c.name: r for c, r in zip(ai.tool_calls, results, strict=True)}
+    assert by_name["add"].content == "5"
+    assert isinstance(by_name["fail_always"], ToolMessage)
+    assert by_name["fail_always"].status == "error"
+    assert by_name["fail_always"].content == (
+        "Error: RuntimeError('cannot do it: no network')\n Please fix your mistakes."
+    )
+    refused = by_name["not_a_tool"]
+    assert isinstance(refused, ToolMessage) and refused.status == "error"
+    assert "not_a_tool is not a valid tool" in str(refused.content)
+
+    # the two slow calls ran at the same time, not one after the other
+    runs = [json.loads(line) for line in Path(RECORD).read_text().splitlines()]
+    assert {r["text"] for r in runs} == {"left", "right"}
+    first, second = sorted(runs, key=lambda r: r["start"])
+    assert second["start"] < first["end"]
+
+    # what the model saw, request by request
+    requests = requests_for(scripted, prompt)
+    assert len(requests) == 2
+    for request in requests:
+        assert [t["function"]["name"] for t in request["tools"]] == [
+            "add",
+            "fail_always",
+            "slow_echo",
+        ]
+    second_request = requests[1]["messages"]
+    assert [m["role"] for m in second_request] == ["user", "assistant"] + ["tool"] * 5
+    assert [m["tool_call_id"] for m in second_request[2:]] == [c.id for c in ai.tool_calls]
+    assert second_request[2]["content"] == "5"
+
+    # the task's log: ordered, complete, no duplicates
+    kinds = [e.type for e in log]
+    assert kinds[0] == "TaskSubmitted"
+    assert kinds[-1] == "TaskCompleted"
+    assert kinds.count("StepStarted") == 2
+    assert kinds.count("ToolCompleted") == 5
+    assert kinds.count("ModelResponded") == 2
+
+
+async def test_step_limit_fails_the_task_with_a_reason(stack: ServiceProcesses) -> None:
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(
+            spec(), [HumanMessage(content=f"looping {uuid.uuid4().hex}")], max_steps=3
+        )
+        log = [event async for _, event in client.events(task_id)]
+    failed = log[-1]
+    assert isinstance(failed, TaskFailed)
+    assert failed.step == 3
+    assert "step limit reached" in failed.reason and "max_steps=3" in failed.reason
+    assert sum(1 for e in log if e.type == "ModelResponded") == 3
+
+
+async def test_event_size_stays_flat_as_the_conversation_grows(
+    stack: ServiceProcesses, redis_url: str
+) -> None:
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(
+            spec(["tests.tooling:big_output"]),
+            [HumanMessage(content=f"grow {uuid.uuid4().hex}")],
+            max_steps=40,
+        )
+        done = await client.wait(task_id)
+    assert done.steps == 30
+
+    names = Names(stack.prefix)
+    r = syncredis.Redis.from_url(redis_url)
+    sizes: dict[str, dict[int, int]] = {}
+    for stream in (names.context, names.model, names.tools, names.loop):
+        for _, fields in r.xrange(stream):
+            raw = fields[DATA_FIELD.encode()]
+            event = parse_event(raw)
+            if event.task_id != task_id:
+                continue
+            step = getattr(event, "step", 0)
+            sizes.setdefault(event.type, {})[step] = len(raw)
+    r.close()
+    for kind in ("ContextRequested", "ModelRequested", "ToolRequested", "ToolCompleted"):
+        assert 1 in sizes[kind] and 29 in sizes[kind], kind
+        # a step's event differs from step 1's only by its numbers and ids, not by history
+        assert sizes[kind][29] - sizes[kind][1] <= 16, (kind, sizes[kind][1], sizes[kind][29])
+    transcript_bytes = sum(len(m) for m in syncredis.Redis.from_url(redis_url).lrange(
+        names.task_messages(task_id), 0, -1))
+    assert transcript_bytes > 29 * 2000  # the history did grow; the events did not
+
+
+BAD_ENTRIES: list[dict[str, bytes | str]] = [
+    {DATA_FIELD: b"\xff\xfe not json"},
+    {DATA_FIELD: "[1, 2, 3]"},
+    {DATA_FIELD: json.dumps({"type": "NoSuchEvent", "task_id": "x"})},
+    {DATA_FIELD: json.dumps({"type": "ContextRequested", "task_id": "x"})},
+    {"some_field": "no data field at all"},
+]
+
+
+async def test_bad_input_goes_to_the_dead_letter_stream_and_services_keep_running(
+    stack: ServiceProcesses, redis_url: str
+) -> None:
+    names = Names(stack.prefix)
+    r = syncredis.Redis.from_url(redis_url)
+    before = r.xlen(names.dlq)
+    streams = [names.tasks, names.loop, names.context, names.model, names.tools, names.todo_calls]
+    for stream in streams:
+        for fields in BAD_ENTRIES:
+            r.xadd(stream, fields)  # type: ignore[arg-type]
+    expected = len(streams) * len(BAD_ENTRIES)
+
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(
+            spec(), [HumanMessage(content=f"parallel {uuid.uuid4().hex}")]
+        )
+        done = await client.wait(task_id)
+    assert isinstance(done, TaskCompleted)
+    for name in ("loop", "context", "model", "tools", "todos"):
+        assert stack.alive(name), stack.output(name)
+
+    import time
+
+    deadline = time.monotonic() + 10
+    while r.xlen(names.dlq) - before < expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    letters = [parse_event(f[DATA_FIELD.encode()]) for _, f in r.xrange(names.dlq)][before:]
+    assert len(letters) == expected
+    assert {getattr(d, "stream", "") for d in letters} == set(streams)
+    reasons = " ".join(getattr(d, "error", "") for d in letters)
+    assert "ValidationError" in reasons or "BadEvent" in reasons
+    assert all(getattr(d, "error", "") for d in letters)
+    # every bad entry was acknowledged: nothing left pending in any group
+    for service in ("loop", "context", "model", "tools", "todos"):
+        for stream in names.inputs_of(service):
+            assert r.xpending(stream, GROUPS[service])["pending"] == 0
+    r.close()
+
+
+async def test_model_requested_carries_ranges_not_history() -> None:
+    # Contract-level guard for the flat-size property: the event has no message payload.
+    fields = set(ModelRequested.model_fields)
+    assert "messages" not in fields and "transcript_len" in fields

@@ -1,0 +1,36 @@
+"""Tools the end-to-end tests name by import path (``tests.tooling:NAME``), so that the
+tools service processes import them as a user's deployment would."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from langchain_core.tools import tool
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def fail_always(reason: str) -> str:
+    """A tool that always raises, to show how errors reach the model."""
+    raise RuntimeError(f"cannot do it: {reason}")
+
+
+@tool
+def slow_echo(text: str, seconds: float, record: str) -> str:
+    """Echo text after a delay, recording when it ran (to prove calls overlap)."""
+    start = time.time()
+    time.sleep(seconds)
+    with Path(record).open("a") as fh:
+        fh.write(json.dumps({"text": text, "start": start, "end": time.time(), "pid": os.getpid()}) + "\n")
+    return text
+
+
+def big_output(n: int) -> str:
+    """Return a large block of text (to grow the conversation)."""
+    return "x" * n
