@@ -70,6 +70,7 @@ class ToolMessage(_MessageBase):
 Message = Annotated[
     SystemMessage | HumanMessage | AIMessage | ToolMessage, Field(discriminator="type")
 ]
+MESSAGE_TYPES = (SystemMessage, HumanMessage, AIMessage, ToolMessage)
 MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 MESSAGES_ADAPTER: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from contracts.agent import AgentSpec, ModelSpec
 from contracts.events import AnyEvent, TaskFailed
-from contracts.messages import Message, from_langchain, to_langchain
+from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
 from loopline.client import Client, TaskFailedError
 from loopline.middleware import to_spec
 from services import toolbox
@@ -143,16 +143,7 @@ def _input_messages(input: dict[str, Any]) -> list[Message]:
     raw = input["messages"]
     if isinstance(raw, str):
         raw = [{"role": "user", "content": raw}]
-    return [m if isinstance(m, _MESSAGE_TYPES) else from_langchain(m) for m in raw]
-
-
-def _message_types() -> tuple[type, ...]:
-    from contracts.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-
-    return (SystemMessage, HumanMessage, AIMessage, ToolMessage)
-
-
-_MESSAGE_TYPES = _message_types()
+    return [m if isinstance(m, MESSAGE_TYPES) else from_langchain(m) for m in raw]
 
 
 def create_agent(

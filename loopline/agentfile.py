@@ -1,12 +1,12 @@
 """Agent files: YAML or JSON with the fields of ``create_agent``.
 
-    model: gpt-4o-mini
-    tools: [mypkg.tools:search]
-    system_prompt: You are helpful.
-    middleware:
-      - type: TodoListMiddleware
-      - type: ContextEditingMiddleware
-        edits: [{type: ClearToolUsesEdit, trigger: 2000, keep: 1}]
+model: gpt-4o-mini
+tools: [mypkg.tools:search]
+system_prompt: You are helpful.
+middleware:
+  - type: TodoListMiddleware
+  - type: ContextEditingMiddleware
+    edits: [{type: ClearToolUsesEdit, trigger: 2000, keep: 1}]
 """
 
 from __future__ import annotations

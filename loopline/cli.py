@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -74,9 +75,7 @@ def describe(event: AnyEvent) -> str | None:
     if isinstance(event, StepStarted):
         return f"step {event.step}: calling the model"
     if isinstance(event, ModelResponded):
-        calls = ", ".join(
-            f"{c.name}({json.dumps(c.args)[:60]})" for c in event.message.tool_calls
-        )
+        calls = ", ".join(f"{c.name}({json.dumps(c.args)[:60]})" for c in event.message.tool_calls)
         return f"step {event.step}: model asked for {calls}" if calls else None
     if isinstance(event, ToolCompleted):
         text = event.message.text().replace("\n", " ")
@@ -134,9 +133,7 @@ async def _run_task(
 
         ensure_services(url, settings)
     async with Client(url, settings.prefix) as client:
-        task_id = await client.submit(
-            spec, [HumanMessage(content=prompt)], max_steps=max_steps
-        )
+        task_id = await client.submit(spec, [HumanMessage(content=prompt)], max_steps=max_steps)
         if not follow:
             print(task_id)
             return 0
@@ -169,9 +166,7 @@ async def _run_task(
 def cmd_run(args: argparse.Namespace) -> int:
     spec, file_max_steps = _load_agent(args.agent)
     return asyncio.run(
-        _run_task(
-            spec, args.prompt, max_steps=args.max_steps or file_max_steps, as_json=args.json
-        )
+        _run_task(spec, args.prompt, max_steps=args.max_steps or file_max_steps, as_json=args.json)
     )
 
 
@@ -221,10 +216,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
                         print(f"{tid}{line}")
                 sys.stdout.flush()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

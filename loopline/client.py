@@ -17,6 +17,17 @@ from contracts.streams import DATA_FIELD, Names
 TERMINAL = (TaskCompleted, TaskFailed)
 
 
+async def read_stream(
+    redis: aioredis.Redis, key: str, after: str, *, block_ms: int | None, count: int = 500
+) -> list[tuple[str, bytes]]:
+    """Entries of one stream after ``after`` as (entry id, event JSON)."""
+    reply: Any = await redis.xread({key: after}, count=count, block=block_ms)
+    if not reply:
+        return []
+    data_key = DATA_FIELD.encode()
+    return [(entry_id.decode(), fields.get(data_key, b"")) for entry_id, fields in reply[0][1]]
+
+
 class TaskFailedError(RuntimeError):
     """The task ended without an answer; ``event`` says why."""
 
@@ -64,14 +75,15 @@ class Client:
         key = self.names.task_log(task_id)
         last = after
         while True:
-            reply = await self.redis.xread({key: last}, count=500, block=block_ms if follow else None)
-            if not reply:
+            entries = await read_stream(
+                self.redis, key, last, block_ms=block_ms if follow else None
+            )
+            if not entries:
                 if follow:
                     continue
                 return
-            for entry_id, fields in reply[0][1]:
-                last = entry_id.decode()
-                event = parse_event(fields[DATA_FIELD.encode()])
+            for last, raw in entries:
+                event = parse_event(raw)
                 yield last, event
                 if follow and isinstance(event, TERMINAL):
                     return
@@ -96,20 +108,19 @@ class Client:
         self, stream: str, *, from_start: bool = False, follow: bool = True, block_ms: int = 1000
     ) -> AsyncIterator[tuple[str, AnyEvent]]:
         """A public stream (``todos``, ``edits``, ``dlq``) as (entry id, event)."""
-        key = {"todos": self.names.todos, "edits": self.names.edits, "dlq": self.names.dlq}[
-            stream
-        ]
+        key = {"todos": self.names.todos, "edits": self.names.edits, "dlq": self.names.dlq}[stream]
         last = "0" if from_start else "$"
         if last == "$":
             # Resolve "$" to a concrete id now, so events between calls are not skipped.
             info = await self.redis.xinfo_stream(key) if await self.redis.exists(key) else None
             last = info["last-generated-id"].decode() if info else "0"
         while True:
-            reply = await self.redis.xread({key: last}, count=500, block=block_ms if follow else None)
-            if not reply:
+            entries = await read_stream(
+                self.redis, key, last, block_ms=block_ms if follow else None
+            )
+            if not entries:
                 if follow:
                     continue
                 return
-            for entry_id, fields in reply[0][1]:
-                last = entry_id.decode()
-                yield last, parse_event(fields[DATA_FIELD.encode()])
+            for last, raw in entries:
+                yield last, parse_event(raw)

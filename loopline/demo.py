@@ -41,7 +41,9 @@ RESEARCH, SUMMARY = "Research consumer groups and recovery", "Write the summary"
 DEMO_TURNS: tuple[Reply, ...] = (
     Reply(
         tool_calls=(
-            ScriptedToolCall("write_todos", _todos((RESEARCH, "in_progress"), (SUMMARY, "pending"))),
+            ScriptedToolCall(
+                "write_todos", _todos((RESEARCH, "in_progress"), (SUMMARY, "pending"))
+            ),
             ScriptedToolCall("lookup", {"query": "consumer groups"}),
             ScriptedToolCall("lookup", {"query": "pending entries"}),
         )
@@ -56,7 +58,9 @@ DEMO_TURNS: tuple[Reply, ...] = (
     ),
     Reply(
         tool_calls=(
-            ScriptedToolCall("write_todos", _todos((RESEARCH, "completed"), (SUMMARY, "completed"))),
+            ScriptedToolCall(
+                "write_todos", _todos((RESEARCH, "completed"), (SUMMARY, "completed"))
+            ),
         )
     ),
     Reply(

@@ -601,9 +601,7 @@ def first_user_text(body: dict[str, Any]) -> str:
         if message.get("role") == "user":
             content = message.get("content")
             if isinstance(content, list):
-                return "".join(
-                    str(b.get("text", "")) for b in content if isinstance(b, dict)
-                )
+                return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
             return str(content or "")
     return ""
 

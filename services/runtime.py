@@ -10,6 +10,7 @@ to the dead-letter stream with the reason and acks it; the consumer keeps runnin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -114,10 +115,8 @@ class Runtime:
         else:
             text = payload if isinstance(payload, str) else repr(payload)
         task_id = ""
-        try:
+        with contextlib.suppress(ValidationError, ValueError):
             task_id = str(parse_event(text).task_id)
-        except (ValidationError, ValueError):
-            pass
         event = DeadLettered(
             task_id=task_id, stream=stream, entry_id=entry_id, payload=text, error=error
         )

@@ -52,7 +52,9 @@ end
 
 # KEYS: state, messages, log, results. ARGV: agent_id, max_steps, submitted_event,
 # step_event, messages...
-_START = _LUA_COMMON + """
+_START = (
+    _LUA_COMMON
+    + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return snapshot(0) end
 redis.call('HSET', KEYS[1], 'status', 'running', 'step', 1, 'phase', 'model',
            'agent', ARGV[1], 'max_steps', ARGV[2], 'cause', 'start', 'expected', '[]')
@@ -61,11 +63,14 @@ log(ARGV[3])
 log(ARGV[4])
 return snapshot(1)
 """
+)
 
 # KEYS: state, messages, log, results. ARGV: step, cause, ai_message, responded_event,
 # expected (JSON list of call ids), pre_results (JSON object id -> tool message),
 # completed_event, step_event, failed_event
-_MODEL_RESPONDED = _LUA_COMMON + """
+_MODEL_RESPONDED = (
+    _LUA_COMMON
+    + """
 local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase')
 if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'model' then return snapshot(0) end
 local step = tonumber(ARGV[1])
@@ -87,10 +92,13 @@ end
 if n >= #expected then advance(step, expected, ARGV[8], ARGV[9]) end
 return snapshot(1)
 """
+)
 
 # KEYS: state, messages, log, results. ARGV: step, cause, call_id, tool_message,
 # tool_event (ToolCompleted for the log), step_event, failed_event
-_TOOL_COMPLETED = _LUA_COMMON + """
+_TOOL_COMPLETED = (
+    _LUA_COMMON
+    + """
 local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'expected')
 if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'tools' then return snapshot(0) end
 local expected = cjson.decode(s[4])
@@ -105,14 +113,18 @@ if redis.call('HLEN', KEYS[4]) >= #expected then
 end
 return snapshot(1)
 """
+)
 
 # KEYS: state, messages, log, results. ARGV: failed_event, cause
-_FAIL = _LUA_COMMON + """
+_FAIL = (
+    _LUA_COMMON
+    + """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return snapshot(0) end
 redis.call('HSET', KEYS[1], 'status', 'failed', 'phase', 'done', 'cause', ARGV[2])
 log(ARGV[1])
 return snapshot(1)
 """
+)
 
 # KEYS: logged, log. ARGV: dedupe key, event. Logs an event once per key.
 _LOG_ONCE = """
@@ -248,9 +260,9 @@ class TaskStore:
         return int(await self._log_once(keys=keys, args=[key, event])) == 1
 
     async def last_message(self, task_id: str) -> bytes | None:
-        value: bytes | None = await self.redis.lindex(self.names.task_messages(task_id), -1)
-        return value
+        value: Any = await self.redis.lindex(self.names.task_messages(task_id), -1)
+        return value if isinstance(value, bytes) or value is None else str(value).encode()
 
     async def results(self, task_id: str) -> set[str]:
-        keys: list[bytes] = await self.redis.hkeys(self.names.task_results(task_id))
-        return {k.decode() for k in keys}
+        keys: list[Any] = await self.redis.hkeys(self.names.task_results(task_id))
+        return {k.decode() if isinstance(k, bytes) else str(k) for k in keys}

@@ -53,7 +53,11 @@ class RedisProvider:
                 container.start()
                 host = container.get_container_host_ip()
                 port = container.get_exposed_port(6379)
-                self.url, self.kind, self._stop = f"redis://{host}:{port}", "testcontainers", container.stop
+                self.url, self.kind, self._stop = (
+                    f"redis://{host}:{port}",
+                    "testcontainers",
+                    container.stop,
+                )
                 return self
             except Exception:  # engine answers but cannot run the image: fall through
                 pass

@@ -80,9 +80,7 @@ def spec(tools: list[str] = TOOLS, **extra: Any) -> Any:
 
 
 def requests_for(server: ScriptedOpenAIServer, prompt: str) -> list[dict[str, Any]]:
-    return [
-        r for r in server.chat_requests() if r["messages"][0]["content"].startswith(prompt)
-    ]
+    return [r for r in server.chat_requests() if r["messages"][0]["content"].startswith(prompt)]
 
 
 async def test_parallel_tool_calls_with_an_error(
@@ -96,7 +94,16 @@ async def test_parallel_tool_calls_with_an_error(
         log = [event async for _, event in client.events(task_id, follow=False)]
 
     assert done.answer == "2 + 3 = 5, and the failing tool failed."
-    assert [m.type for m in messages] == ["human", "ai", "tool", "tool", "tool", "tool", "tool", "ai"]
+    assert [m.type for m in messages] == [
+        "human",
+        "ai",
+        "tool",
+        "tool",
+        "tool",
+        "tool",
+        "tool",
+        "ai",
+    ]
     ai = messages[1]
     assert isinstance(ai, AIMessage)
     results = messages[2:7]
@@ -185,8 +192,10 @@ async def test_event_size_stays_flat_as_the_conversation_grows(
         assert 1 in sizes[kind] and 29 in sizes[kind], kind
         # a step's event differs from step 1's only by its numbers and ids, not by history
         assert sizes[kind][29] - sizes[kind][1] <= 16, (kind, sizes[kind][1], sizes[kind][29])
-    transcript_bytes = sum(len(m) for m in syncredis.Redis.from_url(redis_url).lrange(
-        names.task_messages(task_id), 0, -1))
+    transcript_bytes = sum(
+        len(m)
+        for m in syncredis.Redis.from_url(redis_url).lrange(names.task_messages(task_id), 0, -1)
+    )
     assert transcript_bytes > 29 * 2000  # the history did grow; the events did not
 
 

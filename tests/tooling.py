@@ -27,7 +27,10 @@ def slow_echo(text: str, seconds: float, record: str) -> str:
     start = time.time()
     time.sleep(seconds)
     with Path(record).open("a") as fh:
-        fh.write(json.dumps({"text": text, "start": start, "end": time.time(), "pid": os.getpid()}) + "\n")
+        fh.write(
+            json.dumps({"text": text, "start": start, "end": time.time(), "pid": os.getpid()})
+            + "\n"
+        )
     return text
 
 

@@ -39,9 +39,7 @@ def to_spec(middleware: Any) -> MiddlewareSpec:
         return ContextEditingMiddleware(
             edits=middleware.edits, token_count_method=middleware.token_count_method
         ).to_spec()
-    raise ValueError(
-        f"unsupported middleware {name}; supported: {', '.join(sorted(BUILTIN))}"
-    )
+    raise ValueError(f"unsupported middleware {name}; supported: {', '.join(sorted(BUILTIN))}")
 
 
 def from_spec(spec: MiddlewareSpec) -> Any:

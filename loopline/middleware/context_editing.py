@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from contracts.agent import MiddlewareSpec
-from contracts.messages import Message, from_langchain, to_langchain
+from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
 
 DEFAULT_TOOL_PLACEHOLDER = "[cleared]"
 
@@ -99,7 +99,7 @@ class ContextEditingMiddleware:
         self,
         *,
         edits: Iterable[ClearToolUsesEdit | dict[str, Any]] | None = None,
-        token_count_method: Literal["approximate", "model"] = "approximate",  # noqa: S107
+        token_count_method: Literal["approximate", "model"] = "approximate",
     ) -> None:
         if token_count_method not in ("approximate", "model"):
             raise ValueError(
@@ -136,13 +136,15 @@ class ContextEditingMiddleware:
         from services.context.counting import make_counter
         from services.context.engine import base_tokens_for, edit_context
 
-        as_langchain = bool(messages) and not isinstance(messages[0], _message_types())
-        ours: list[Message] = [from_langchain(m) if as_langchain else m for m in messages]
-        system = None
+        as_langchain = bool(messages) and not isinstance(messages[0], MESSAGE_TYPES)
+        ours: list[Message] = [
+            m if isinstance(m, MESSAGE_TYPES) else from_langchain(m) for m in messages
+        ]
+        system: Message | None = None
         if system_message is not None:
             system = (
                 system_message
-                if isinstance(system_message, _message_types())
+                if isinstance(system_message, MESSAGE_TYPES)
                 else from_langchain(system_message)
             )
         counter = make_counter(self.token_count_method, model)
@@ -155,9 +157,3 @@ class ContextEditingMiddleware:
         if as_langchain:
             return [to_langchain(m) for m in result.messages]
         return list(result.messages)
-
-
-def _message_types() -> tuple[type, ...]:
-    from contracts.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-
-    return (SystemMessage, HumanMessage, AIMessage, ToolMessage)

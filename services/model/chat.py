@@ -25,7 +25,9 @@ def register_local_model(model: BaseChatModel) -> str:
 
 def endpoint_configured(spec: ModelSpec) -> bool:
     return bool(
-        spec.ref or spec.base_url or os.environ.get("OPENAI_BASE_URL")
+        spec.ref
+        or spec.base_url
+        or os.environ.get("OPENAI_BASE_URL")
         or os.environ.get("OPENAI_API_KEY")
     )
 
