@@ -35,8 +35,15 @@ def load_agent_file(path: str | Path) -> tuple[AgentSpec, int | None]:
         raise ConfigurationError(f"cannot read agent file {path}: {exc.strerror}") from exc
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigurationError(f"agent file {path} is not valid YAML/JSON: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"agent file {path} is not valid JSON: {exc}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise ConfigurationError(
+            f"agent file {path} is not valid YAML/JSON: {problem}{where}"
+        ) from exc
     return agent_from_dict(data, source=str(path))
 
 

@@ -36,7 +36,8 @@ class UsageError(Exception):
 
 
 def fail(message: str) -> NoReturn:
-    print(f"loopline: error: {message}", file=sys.stderr)
+    one_line = " ".join(message.split())  # a user error is one line, never a dump
+    print(f"loopline: error: {one_line}", file=sys.stderr)
     raise SystemExit(2)
 
 
