@@ -62,7 +62,7 @@ def offline_tiktoken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def chat_model(offline_tiktoken: str) -> ChatOpenAI:
-    return ChatOpenAI(model="gpt-4", api_key="x")  # type: ignore[arg-type]
+    return ChatOpenAI(model="gpt-4", api_key="x")
 
 
 def lc_counter(method: str, chat_model: ChatOpenAI) -> LcCount:
@@ -87,7 +87,7 @@ def our_counter(method: str) -> tuple[TokenCounter, int]:
 # --------------------------------------------------------------------------- strategies
 
 words = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=40
+    alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=0, max_size=40
 )
 long_text = st.builds(lambda word, times: (word + " ") * times, words, st.integers(1, 60))
 texts = st.one_of(words, long_text)
@@ -370,7 +370,7 @@ def test_duplicate_ai_message_quirk() -> None:
 def test_apply_edits_rejects_non_tool_index() -> None:
     from contracts.events import AppliedEdit
 
-    with pytest.raises(ValueError, match="not a tool message"):
+    with pytest.raises(ValueError, match="not a clearable tool result"):
         apply_edits(_transcript(2), [AppliedEdit(placeholder="[cleared]", cleared=[(0, 1)])])
 
 

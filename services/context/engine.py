@@ -161,33 +161,16 @@ class _View:
                 return index
         raise AssertionError("unreachable: a message equals itself")
 
-    def clear(self, index: int, placeholder: str, clear_inputs: bool) -> list[int] | None:
-        """Clear the tool result at ``index`` if LangChain would; the changed positions."""
-        message = self.messages[index]
-        assert isinstance(message, ToolMessage)
-        if _is_cleared(message):
-            return None
-        ai_index = self.prev_ai[index]
-        if ai_index < 0:
-            return None
-        ai_message = self.messages[ai_index]
-        assert isinstance(ai_message, AIMessage)
-        call_id = message.tool_call_id
-        if not any(call.id == call_id for call in ai_message.tool_calls):
-            return None
-        self.messages[index] = _cleared_tool_message(message, placeholder)
-        if not clear_inputs:
-            return [index]
-        target = ai_index
-        self.messages[target] = _cleared_input_message(ai_message, call_id)
-        return [index, target]
+    def clearable_name(self, index: int) -> str | None:
+        """``tool_message.name or tool_call["name"]`` if LangChain may clear this result.
 
-    def tool_name(self, index: int) -> str | None:
-        """``tool_message.name or tool_call["name"]``, or None when there is no call."""
+        None when it is already cleared or is an orphan: no AI message precedes it, or
+        the nearest one has no call with its id (LangChain looks no further back).
+        """
         message = self.messages[index]
         assert isinstance(message, ToolMessage)
         ai_index = self.prev_ai[index]
-        if ai_index < 0:
+        if ai_index < 0 or _is_cleared(message):
             return None
         ai_message = self.messages[ai_index]
         assert isinstance(ai_message, AIMessage)
@@ -195,6 +178,18 @@ class _View:
             if call.id == message.tool_call_id:
                 return message.name or call.name
         return None
+
+    def clear(self, index: int, placeholder: str, clear_inputs: bool) -> tuple[int, ...]:
+        """Clear a clearable result (and its call's inputs); the positions that changed."""
+        message = self.messages[index]
+        ai_message = self.messages[self.prev_ai[index]]
+        assert isinstance(message, ToolMessage) and isinstance(ai_message, AIMessage)
+        self.messages[index] = _cleared_tool_message(message, placeholder)
+        if not clear_inputs:
+            return (index,)
+        target = self.first_equal(self.prev_ai[index])
+        self.messages[target] = _cleared_input_message(ai_message, message.tool_call_id)
+        return (index, target)
 
 
 def _candidates(tool_positions: list[int], keep: int) -> list[int]:
@@ -252,19 +247,13 @@ def edit_context(
         included = None if edit.include_tools is None else set(edit.include_tools)
         cleared: list[int] = []
         for index in _candidates(view.tool_positions, edit.keep):
-            message = view.messages[index]
-            assert isinstance(message, ToolMessage)
-            if _is_cleared(message):
-                continue
-            name = view.tool_name(index)
-            if name is None:  # orphan: no preceding AI message, or no call with this id
+            name = view.clearable_name(index)
+            if name is None:
                 continue
             if name in excluded or (included is not None and name not in included):
                 continue
-            changed = view.clear(index, edit.placeholder, edit.clear_tool_inputs)
-            assert changed is not None
             cleared.append(index)
-            for position in changed:
+            for position in view.clear(index, edit.placeholder, edit.clear_tool_inputs):
                 new_count = counter.count_message(view.messages[position])
                 total += new_count - message_counts[position]
                 message_counts[position] = new_count
@@ -306,7 +295,7 @@ def apply_edits(messages: Sequence[Message], applied: Sequence[AppliedEdit]) -> 
     for edit in applied:
         for start, end in edit.cleared:
             for index in range(start, end):
-                if index not in view.prev_ai:
-                    raise ValueError(f"transcript index {index} is not a tool message")
+                if index not in view.prev_ai or view.clearable_name(index) is None:
+                    raise ValueError(f"transcript index {index} is not a clearable tool result")
                 view.clear(index, edit.placeholder, edit.clear_inputs)
     return view.messages

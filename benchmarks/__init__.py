@@ -1,0 +1,1 @@
+"""Benchmarks against the LangChain implementations loopline reproduces."""
