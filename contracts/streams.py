@@ -78,6 +78,11 @@ class Names:
         """DeadLettered: events no consumer could handle, with the reason."""
         return f"{self.prefix}:dlq"
 
+    @property
+    def consumers(self) -> str:
+        """Hash: consumer name -> {service, pid, host, started} of every running consumer."""
+        return f"{self.prefix}:consumers"
+
     def inputs_of(self, service: str) -> tuple[str, ...]:
         """The streams a service consumes."""
         return {

@@ -11,9 +11,11 @@ to the dead-letter stream with the reason and acks it; the consumer keeps runnin
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -53,6 +55,7 @@ class Runtime:
         self.redis: aioredis.Redis = aioredis.Redis.from_url(url)
         self.store = TaskStore(self.redis, self.names)
         self._agents: dict[str, AgentSpec] = {}
+        self.consumers: dict[str, str] = {}  # service -> this process's consumer name
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
 
     async def close(self) -> None:
@@ -156,6 +159,26 @@ async def ensure_groups(redis: aioredis.Redis, names: Names, services: Sequence[
                     raise
 
 
+async def register_consumers(runtime: Runtime) -> None:
+    """Announce this process's consumers once they read: a readiness signal for tests and
+    ``status`` (Redis 7.0 lists a group's consumer only after its first delivery)."""
+    started = time.time()
+    await runtime.redis.hset(
+        runtime.names.consumers,
+        mapping={
+            name: json.dumps(
+                {
+                    "service": service,
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "started": started,
+                }
+            )
+            for service, name in runtime.consumers.items()
+        },
+    )
+
+
 def _subscribe(
     broker: RedisBroker, runtime: Runtime, service: str, stream: str, handler: Handler
 ) -> None:
@@ -163,7 +186,7 @@ def _subscribe(
     sub = StreamSub(
         stream,
         group=GROUPS[service],
-        consumer=consumer_name(service),
+        consumer=runtime.consumers.setdefault(service, consumer_name(service)),
         max_records=settings.read_batch,
         polling_interval=settings.poll_ms,
     )
@@ -223,6 +246,14 @@ def build_app(
     @app.on_startup
     async def _create_groups() -> None:
         await ensure_groups(runtime.redis, runtime.names, services)
+
+    @app.after_startup
+    async def _register() -> None:
+        await register_consumers(runtime)
+
+    @app.on_shutdown
+    async def _unregister() -> None:
+        await runtime.redis.hdel(runtime.names.consumers, *runtime.consumers.values())
 
     @app.after_shutdown
     async def _close() -> None:

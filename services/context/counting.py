@@ -149,7 +149,14 @@ class ModelCounter:
         return 3
 
     def count_message(self, message: Message) -> int:
-        encode = self._encoding.encode
+        # ChatOpenAI raises on text that spells a special token ("<|endoftext|>"), which
+        # would wedge a task whose tool output contains one; count it as plain text.
+        encoding = self._encoding
+
+        def encode(text: str) -> list[int]:
+            tokens: list[int] = encoding.encode(text, disallowed_special=())
+            return tokens
+
         num_tokens = self.tokens_per_message
         for key, value in _convert_message_to_dict(to_langchain(message)).items():
             # Same loop body as ChatOpenAI, so odd content counts the same way too.
