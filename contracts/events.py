@@ -41,6 +41,15 @@ class TaskSubmitted(Event):
     agent: AgentSpec
     messages: list[Message]
     max_steps: int | None = Field(default=None, ge=1)
+    deadline_s: float | None = Field(default=None, gt=0)
+    """Seconds the task may run before it fails (default: LOOPLINE_TASK_DEADLINE_S)."""
+
+
+class CancelRequested(Event):
+    """A client asks for a running task to stop. Published on the tasks stream."""
+
+    type: Literal["CancelRequested"] = "CancelRequested"
+    reason: str = "cancelled by request"
 
 
 class ContextRequested(Event):
@@ -167,6 +176,7 @@ class DeadLettered(Event):
 
 AnyEvent = Annotated[
     TaskSubmitted
+    | CancelRequested
     | ContextRequested
     | ModelRequested
     | ModelResponded
@@ -184,6 +194,7 @@ AnyEvent = Annotated[
 EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
 EVENT_TYPES: tuple[type[Event], ...] = (
     TaskSubmitted,
+    CancelRequested,
     ContextRequested,
     ModelRequested,
     ModelResponded,

@@ -79,6 +79,16 @@ class Names:
         return f"{self.prefix}:dlq"
 
     @property
+    def errors(self) -> str:
+        """Hash: "stream|entry id" -> last error of an entry that is being retried."""
+        return f"{self.prefix}:errors"
+
+    @property
+    def deadlines(self) -> str:
+        """Sorted set: task id scored by its deadline (epoch seconds). Loop reads it."""
+        return f"{self.prefix}:deadlines"
+
+    @property
     def consumers(self) -> str:
         """Hash: consumer name -> {service, pid, host, started} of every running consumer."""
         return f"{self.prefix}:consumers"
@@ -125,8 +135,12 @@ class Names:
         """Hash: message index:method -> token count, computed once per message."""
         return self.task_key(task_id, "tokens")
 
+    def task_calls(self, task_id: str) -> str:
+        """Hash: tool call id -> {state: running|done, message}: a tool runs at most once."""
+        return self.task_key(task_id, "calls")
+
     def task_keys(self, task_id: str) -> list[str]:
-        parts = ("state", "messages", "log", "logged", "results", "todos", "tokens")
+        parts = ("state", "messages", "log", "results", "logged", "todos", "tokens", "calls")
         return [self.task_key(task_id, p) for p in parts]
 
     def agent(self, agent_id: str) -> str:

@@ -222,6 +222,71 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _deployment() -> tuple[str, str]:
+    settings = _settings()
+    if not settings.redis_url:
+        raise UsageError("this command needs REDIS_URL: the deployment to act on")
+    return settings.redis_url, settings.prefix
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from loopline.client import Client
+
+    url, prefix = _deployment()
+
+    async def main() -> int:
+        await _check_redis(url)
+        async with Client(url, prefix) as client:
+            if await client.status(args.task_id) is None:
+                raise UsageError(f"no task {args.task_id} (finished tasks expire)")
+            await client.cancel(args.task_id, args.reason)
+            async for _, event in client.events(args.task_id):
+                if isinstance(event, TaskCompleted | TaskFailed):
+                    print(describe(event))
+        return 0
+
+    return asyncio.run(main())
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    from loopline.client import Client
+
+    url, prefix = _deployment()
+
+    async def main() -> int:
+        await _check_redis(url)
+        async with Client(url, prefix) as client:
+            if args.action == "list":
+                letters = await client.dead_letters(count=args.count)
+                if args.json:
+                    for entry_id, letter in letters:
+                        print(json.dumps({"id": entry_id, **letter.model_dump(mode="json")}))
+                else:
+                    for entry_id, letter in letters:
+                        error = letter.error[:90]
+                        print(f"{entry_id}  {letter.stream}  x{letter.deliveries}  {error}")
+                    print(f"{len(letters)} dead letter(s)", file=sys.stderr)
+                return 0
+            if not args.id:
+                raise UsageError(f"dlq {args.action} needs an entry ID (see `loopline dlq list`)")
+            try:
+                if args.action == "show":
+                    letter = await client.dead_letter(args.id)
+                    print(json.dumps(letter.model_dump(mode="json"), indent=2))
+                elif args.action == "replay":
+                    new_id = await client.replay(args.id)
+                    print(f"replayed {args.id} as {new_id}")
+                elif not await client.drop(args.id):
+                    raise KeyError(args.id)
+                else:
+                    print(f"dropped {args.id}")
+            except KeyError as exc:
+                raise UsageError(f"no dead letter {args.id}") from exc
+        return 0
+
+    return asyncio.run(main())
+
+
 def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
     import logging
 
@@ -313,6 +378,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-follow", action="store_true", help="print what is there and exit")
     p.add_argument("--json", action="store_true", help="JSON lines")
     p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("cancel", help="stop a running task")
+    p.add_argument("task_id")
+    p.add_argument("--reason", default="cancelled from the command line")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("dlq", help="dead letters: list, show, replay or drop")
+    p.add_argument("action", choices=("list", "show", "replay", "drop"))
+    p.add_argument("id", nargs="?")
+    p.add_argument("--count", type=int, default=100)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_dlq)
 
     p = sub.add_parser("demo", help="a scripted scenario end to end, no API key needed")
     p.add_argument("--json", action="store_true")

@@ -3,6 +3,7 @@ the public streams. Plain Redis commands on the documented wire format."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -10,9 +11,18 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from contracts.agent import AgentSpec
-from contracts.events import AnyEvent, TaskCompleted, TaskFailed, TaskSubmitted, parse_event
+from contracts.events import (
+    AnyEvent,
+    CancelRequested,
+    DeadLettered,
+    TaskCompleted,
+    TaskFailed,
+    TaskSubmitted,
+    parse_event,
+)
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
+from services.settings import Settings
 
 TERMINAL = (TaskCompleted, TaskFailed)
 
@@ -20,8 +30,16 @@ TERMINAL = (TaskCompleted, TaskFailed)
 async def read_stream(
     redis: aioredis.Redis, key: str, after: str, *, block_ms: int | None, count: int = 500
 ) -> list[tuple[str, bytes]]:
-    """Entries of one stream after ``after`` as (entry id, event JSON)."""
-    reply: Any = await redis.xread({key: after}, count=count, block=block_ms)
+    """Entries of one stream after ``after`` as (entry id, event JSON). A lost connection
+    (Redis restarting) is retried from the same id: no gap, no duplicate."""
+    for attempt in range(120):
+        try:
+            reply: Any = await redis.xread({key: after}, count=count, block=block_ms)
+            break
+        except (aioredis.ConnectionError, aioredis.TimeoutError):
+            if attempt == 119:
+                raise
+            await asyncio.sleep(0.5)
     if not reply:
         return []
     data_key = DATA_FIELD.encode()
@@ -58,13 +76,59 @@ class Client:
         *,
         task_id: str | None = None,
         max_steps: int | None = None,
+        deadline_s: float | None = None,
     ) -> str:
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
         if task_id:
             fields["task_id"] = task_id
-        event = TaskSubmitted(max_steps=max_steps, **fields)
-        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        event = TaskSubmitted(max_steps=max_steps, deadline_s=deadline_s, **fields)
+        data = event.model_dump_json()
+        limit = Settings().max_event_bytes
+        if len(data) > limit:
+            raise ValueError(
+                f"the task is {len(data)} bytes, over the event limit of {limit} bytes "
+                "(LOOPLINE_MAX_EVENT_BYTES)"
+            )
+        await self.redis.xadd(self.names.tasks, {DATA_FIELD: data})
         return event.task_id
+
+    async def cancel(self, task_id: str, reason: str = "cancelled by request") -> None:
+        event = CancelRequested(task_id=task_id, reason=reason)
+        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+
+    async def status(self, task_id: str) -> str | None:
+        """running, completed, failed, or None for a task that does not exist (anymore)."""
+        value: Any = await self.redis.hget(self.names.task_state(task_id), "status")
+        return value.decode() if isinstance(value, bytes) else value
+
+    # -- dead letters --
+
+    async def dead_letters(self, count: int = 100) -> list[tuple[str, DeadLettered]]:
+        entries: Any = await self.redis.xrange(self.names.dlq, count=count)
+        out = []
+        for entry_id, fields in entries:
+            event = parse_event(fields[DATA_FIELD.encode()])
+            if isinstance(event, DeadLettered):
+                out.append((entry_id.decode(), event))
+        return out
+
+    async def dead_letter(self, entry_id: str) -> DeadLettered:
+        entries: Any = await self.redis.xrange(self.names.dlq, entry_id, entry_id)
+        if not entries:
+            raise KeyError(entry_id)
+        event = parse_event(entries[0][1][DATA_FIELD.encode()])
+        assert isinstance(event, DeadLettered)
+        return event
+
+    async def replay(self, entry_id: str) -> str:
+        """Put a dead letter back on its original stream (after a fix) and remove it."""
+        letter = await self.dead_letter(entry_id)
+        new_id: Any = await self.redis.xadd(letter.stream, {DATA_FIELD: letter.payload})
+        await self.redis.xdel(self.names.dlq, entry_id)
+        return new_id.decode() if isinstance(new_id, bytes) else str(new_id)
+
+    async def drop(self, entry_id: str) -> bool:
+        return int(await self.redis.xdel(self.names.dlq, entry_id)) == 1
 
     async def events(
         self, task_id: str, *, after: str = "0", follow: bool = True, block_ms: int = 1000

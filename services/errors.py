@@ -3,7 +3,9 @@
     LooplineError
     ├── PermanentError       the entry can never succeed: dead-letter it, ack, go on
     │   ├── BadEvent         malformed or unknown event (validation failed)
-    │   └── UnknownAgent     the event names an agent spec that is not stored
+    │   ├── UnknownAgent     the event names an agent spec that is not stored
+    │   ├── UnknownTask      the event names a task that does not exist
+    │   └── PayloadTooLarge  an event over LOOPLINE_MAX_EVENT_BYTES
     └── ConfigurationError   the user must change something (endpoint, tool path, file)
 
 Any other exception is treated as retryable: the entry stays pending for redelivery.
@@ -25,6 +27,14 @@ class BadEvent(PermanentError):
 
 
 class UnknownAgent(PermanentError):
+    pass
+
+
+class UnknownTask(PermanentError):
+    pass
+
+
+class PayloadTooLarge(PermanentError):
     pass
 
 

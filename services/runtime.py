@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from faststream import BaseMiddleware, FastStream
@@ -30,13 +30,22 @@ from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, DeadLettered, Event, dump_event, parse_event
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, GROUPS, Names
-from services.errors import PermanentError, UnknownAgent
+from services.errors import PayloadTooLarge, PermanentError, UnknownAgent
+from services.reliability import Heartbeat, Reclaimer, decode_event, entry_payload
 from services.settings import Settings
 from services.store import TaskStore
 
 log = logging.getLogger("loopline")
 
 Handler = Callable[[AnyEvent], Awaitable[None]]
+
+
+class Background(Protocol):
+    """A periodic job a service runs beside its handlers (the loop's deadline sweeper)."""
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 def consumer_name(service: str) -> str:
@@ -56,13 +65,25 @@ class Runtime:
         self.store = TaskStore(self.redis, self.names)
         self._agents: dict[str, AgentSpec] = {}
         self.consumers: dict[str, str] = {}  # service -> this process's consumer name
+        self.stream_services: dict[str, str] = {}  # input stream -> service consuming it
+        self.reclaimers: list[Reclaimer] = []
+        self.background: list[Background] = []
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
 
     async def close(self) -> None:
         await self.redis.aclose()
 
+    def encode(self, event: Event) -> bytes:
+        data = dump_event(event)
+        if len(data) > self.settings.max_event_bytes:
+            raise PayloadTooLarge(
+                f"{event.__class__.__name__} of {len(data)} bytes exceeds the limit of "
+                f"{self.settings.max_event_bytes} bytes (LOOPLINE_MAX_EVENT_BYTES)"
+            )
+        return data
+
     async def publish(self, stream: str, event: Event) -> None:
-        await self.redis.xadd(stream, {DATA_FIELD: dump_event(event)})
+        await self.redis.xadd(stream, {DATA_FIELD: self.encode(event)})
 
     async def publish_many(self, items: Sequence[tuple[str, Event]]) -> None:
         """Several events in one round trip (a step's parallel tool calls)."""
@@ -71,7 +92,7 @@ class Runtime:
             return
         async with self.redis.pipeline(transaction=False) as pipe:
             for stream, event in items:
-                pipe.xadd(stream, {DATA_FIELD: dump_event(event)})
+                pipe.xadd(stream, {DATA_FIELD: self.encode(event)})
             await pipe.execute()
 
     async def save_agent(self, spec: AgentSpec) -> str:
@@ -112,7 +133,9 @@ class Runtime:
     def forget(self, task_id: str) -> None:
         self._transcripts.pop(task_id, None)
 
-    async def dead_letter(self, stream: str, entry_id: str, payload: Any, error: str) -> None:
+    async def dead_letter(
+        self, stream: str, entry_id: str, payload: Any, error: str, deliveries: int = 1
+    ) -> None:
         if isinstance(payload, bytes):
             text = payload.decode("utf-8", "replace")
         else:
@@ -121,31 +144,62 @@ class Runtime:
         with contextlib.suppress(ValidationError, ValueError):
             task_id = str(parse_event(text).task_id)
         event = DeadLettered(
-            task_id=task_id, stream=stream, entry_id=entry_id, payload=text, error=error
+            task_id=task_id,
+            stream=stream,
+            entry_id=entry_id,
+            payload=text,
+            error=error,
+            deliveries=deliveries,
         )
         await self.publish(self.names.dlq, event)
         log.warning("dead-lettered %s %s: %s", stream, entry_id, error)
 
 
-def _dead_letter_middleware(runtime: Runtime) -> type[BaseMiddleware]:
-    class DeadLetterMiddleware(BaseMiddleware):
-        """Permanent failures go to the DLQ and are acked; others stay pending."""
+def _guard_middleware(runtime: Runtime) -> type[BaseMiddleware]:
+    settings = runtime.settings
+    heartbeat_s = settings.claim_idle_ms / 3000
+
+    class EntryGuard(BaseMiddleware):
+        """Per entry: size limit, heartbeat, and each failure's fate. Permanent failures
+        go to the DLQ and are acked; others keep the entry pending (with the error kept
+        for the reclaimer, which retries it and dead-letters it after N deliveries)."""
 
         async def consume_scope(self, call_next: Any, msg: Any) -> Any:
+            raw = msg.raw_message
+            stream = _text(raw.get("channel", b""))
+            ids = raw.get("message_ids") or [b""]
+            entry_id = _text(ids[0])
+            payload = entry_payload(raw.get("data") or {})
+            service = runtime.stream_services.get(stream, "")
             try:
-                return await call_next(msg)
+                if isinstance(payload, bytes | str) and len(payload) > settings.max_event_bytes:
+                    decode_event(payload, settings.max_event_bytes)  # raises the clear error
+                beat = Heartbeat(
+                    runtime.redis,
+                    stream,
+                    GROUPS.get(service, ""),
+                    runtime.consumers.get(service, ""),
+                    entry_id,
+                    heartbeat_s,
+                ).start()
+                try:
+                    return await call_next(msg)
+                finally:
+                    beat.stop()
             except (PermanentError, ValidationError) as exc:
-                raw = msg.raw_message
-                stream = raw.get("channel", b"")
-                stream = stream.decode() if isinstance(stream, bytes) else str(stream)
-                ids = raw.get("message_ids") or [b""]
-                entry_id = ids[0].decode() if isinstance(ids[0], bytes) else str(ids[0])
-                data = raw.get("data") or {}
-                payload = data.get(DATA_FIELD.encode(), data)
                 await runtime.dead_letter(stream, entry_id, payload, f"{type(exc).__name__}: {exc}")
                 return None
+            except Exception as exc:
+                await runtime.redis.hset(
+                    runtime.names.errors, f"{stream}|{entry_id}", f"{type(exc).__name__}: {exc}"
+                )
+                raise
 
-    return DeadLetterMiddleware
+    return EntryGuard
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def ensure_groups(redis: aioredis.Redis, names: Names, services: Sequence[str]) -> None:
@@ -179,6 +233,16 @@ async def register_consumers(runtime: Runtime) -> None:
     )
 
 
+def _entry_handler(runtime: Runtime, handler: Handler) -> Callable[[Any], Awaitable[None]]:
+    """Payload -> event -> handler; what both FastStream and the reclaimer call."""
+    limit = runtime.settings.max_event_bytes
+
+    async def on_entry(body: Any) -> None:
+        await handler(decode_event(body, limit))
+
+    return on_entry
+
+
 def _subscribe(
     broker: RedisBroker, runtime: Runtime, service: str, stream: str, handler: Handler
 ) -> None:
@@ -191,19 +255,9 @@ def _subscribe(
         polling_interval=settings.poll_ms,
     )
     workers = settings.concurrency(service)
-
-    async def on_entry(body: Any) -> None:
-        try:
-            event = parse_event(body) if isinstance(body, dict | bytes | str) else None
-        except ValidationError:
-            raise
-        except ValueError as exc:  # not JSON at all
-            raise PermanentError(f"not a JSON event: {exc}") from exc
-        if event is None:
-            raise PermanentError(f"not a JSON object: {type(body).__name__}")
-        await handler(event)
-
+    on_entry = _entry_handler(runtime, handler)
     on_entry.__name__ = f"{service}_{stream.rsplit(':', 1)[-1].replace('-', '_')}"
+    runtime.stream_services[stream] = service
     if workers > 1:
         broker.subscriber(stream=sub, max_workers=workers)(on_entry)
     else:
@@ -233,14 +287,28 @@ def build_app(
         broker_log.setLevel(logging.WARNING)
     broker = RedisBroker(
         url,
-        middlewares=[_dead_letter_middleware(runtime)],
+        middlewares=[_guard_middleware(runtime)],
         log_level=logging.DEBUG,
         logger=broker_log,
+        graceful_timeout=settings.graceful_timeout_s,
     )
     for service in services:
         handlers = registry.factory(service)(runtime)
         for stream, handler in handlers.items():
             _subscribe(broker, runtime, service, stream, handler)
+        runtime.reclaimers.append(
+            Reclaimer(
+                redis=runtime.redis,
+                service=service,
+                consumer=runtime.consumers[service],
+                streams={s: _entry_handler(runtime, h) for s, h in handlers.items()},
+                claim_idle_ms=settings.claim_idle_ms,
+                max_deliveries=settings.max_deliveries,
+                errors_key=runtime.names.errors,
+                consumers_key=runtime.names.consumers,
+                dead_letter=runtime.dead_letter,
+            )
+        )
     app = FastStream(broker, logger=log)
 
     @app.on_startup
@@ -250,13 +318,27 @@ def build_app(
     @app.after_startup
     async def _register() -> None:
         await register_consumers(runtime)
+        for reclaimer in runtime.reclaimers:
+            reclaimer.start()
+        for task in runtime.background:
+            task.start()
 
     @app.on_shutdown
     async def _unregister() -> None:
+        for task in runtime.background:
+            await task.stop()
+        for reclaimer in runtime.reclaimers:
+            await reclaimer.stop()
         await runtime.redis.hdel(runtime.names.consumers, *runtime.consumers.values())
 
     @app.after_shutdown
-    async def _close() -> None:
+    async def _release_and_close() -> None:
+        # In-flight handlers are done (or timed out); what is still pending here was
+        # fetched but not finished: hand it to the other replicas now.
+        for reclaimer in runtime.reclaimers:
+            released = await reclaimer.release()
+            if released:
+                log.info("released %d unfinished %s entries", released, reclaimer.service)
         await runtime.close()
 
     return app, runtime

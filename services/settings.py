@@ -19,6 +19,12 @@ class Settings(BaseSettings):
     max_steps: int = Field(default=50, ge=1)
     """Model calls a task may make before it fails (a task can lower it)."""
 
+    task_deadline_s: float | None = Field(default=None, gt=0)
+    """Default per-task deadline in seconds (None: no deadline unless the task sets one)."""
+
+    retention_s: int = Field(default=7 * 24 * 3600, ge=60)
+    """How long a finished task's keys (state, transcript, log) are kept."""
+
     read_batch: int = Field(default=64, ge=1)
     """Entries fetched per XREADGROUP: bounded so one consumer never hoards the backlog."""
 
@@ -34,6 +40,19 @@ class Settings(BaseSettings):
     transcript_cache_tasks: int = Field(default=4096, ge=1)
     """Tasks whose transcript a process keeps in memory (the history is append-only, so a
     cached prefix is valid forever and each step reads only the new messages)."""
+
+    claim_idle_ms: int = Field(default=15_000, ge=100)
+    """An entry pending this long is taken over by another consumer. Live handlers renew
+    their claim (a heartbeat), so this bounds recovery time, not handler duration."""
+
+    max_deliveries: int = Field(default=5, ge=1)
+    """Deliveries before an entry goes to the dead-letter stream with its last error."""
+
+    max_event_bytes: int = Field(default=1_048_576, ge=1024)
+    """Largest event accepted or published; larger ones get a clear error."""
+
+    graceful_timeout_s: float = Field(default=30.0, ge=0)
+    """On SIGTERM, how long in-flight handlers may run before the process exits."""
 
     tool_modules: list[str] = Field(default_factory=list)
     """Modules the tools service imports at start, so import errors show at once."""

@@ -32,6 +32,15 @@ local function log(event)
   redis.call('XADD', KEYS[3], '*', '__DATA__', event)
 end
 
+-- A finished task keeps its keys for the retention time, then Redis drops them.
+local function finish(status)
+  redis.call('HSET', KEYS[1], 'status', status, 'phase', 'done')
+  local ttl = tonumber(redis.call('HGET', KEYS[1], 'retention') or '0')
+  if ttl and ttl > 0 then
+    for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+  end
+end
+
 -- Append the step's tool results in call order, then start the next step or stop at
 -- the step limit. ARGV: next_step_event, limit_failed_event (positions given).
 local function advance(step, expected, step_event, failed_event)
@@ -41,7 +50,7 @@ local function advance(step, expected, step_event, failed_event)
   redis.call('DEL', KEYS[4])
   local max_steps = tonumber(redis.call('HGET', KEYS[1], 'max_steps'))
   if step + 1 > max_steps then
-    redis.call('HSET', KEYS[1], 'status', 'failed', 'phase', 'done')
+    finish('failed')
     log(failed_event)
   else
     redis.call('HSET', KEYS[1], 'step', step + 1, 'phase', 'model', 'expected', '[]')
@@ -50,15 +59,16 @@ local function advance(step, expected, step_event, failed_event)
 end
 """.replace("__DATA__", DATA_FIELD)
 
-# KEYS: state, messages, log, results. ARGV: agent_id, max_steps, submitted_event,
-# step_event, messages...
+# KEYS: every task key (Names.task_keys). ARGV: agent_id, max_steps, submitted_event,
+# step_event, retention, messages...
 _START = (
     _LUA_COMMON
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return snapshot(0) end
 redis.call('HSET', KEYS[1], 'status', 'running', 'step', 1, 'phase', 'model',
-           'agent', ARGV[1], 'max_steps', ARGV[2], 'cause', 'start', 'expected', '[]')
-for i = 5, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+           'agent', ARGV[1], 'max_steps', ARGV[2], 'cause', 'start', 'expected', '[]',
+           'retention', ARGV[5])
+for i = 6, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
 log(ARGV[3])
 log(ARGV[4])
 return snapshot(1)
@@ -78,7 +88,8 @@ redis.call('RPUSH', KEYS[2], ARGV[3])
 log(ARGV[4])
 local expected = cjson.decode(ARGV[5])
 if #expected == 0 then
-  redis.call('HSET', KEYS[1], 'status', 'completed', 'phase', 'done', 'cause', ARGV[2])
+  redis.call('HSET', KEYS[1], 'cause', ARGV[2])
+  finish('completed')
   log(ARGV[7])
   return snapshot(1)
 end
@@ -120,7 +131,8 @@ _FAIL = (
     _LUA_COMMON
     + """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return snapshot(0) end
-redis.call('HSET', KEYS[1], 'status', 'failed', 'phase', 'done', 'cause', ARGV[2])
+redis.call('HSET', KEYS[1], 'cause', ARGV[2])
+finish('failed')
 log(ARGV[1])
 return snapshot(1)
 """
@@ -177,13 +189,8 @@ class TaskStore:
         self._log_once = redis.register_script(_LOG_ONCE)
 
     def _keys(self, task_id: str) -> list[str]:
-        n = self.names
-        return [
-            n.task_state(task_id),
-            n.task_messages(task_id),
-            n.task_log(task_id),
-            n.task_results(task_id),
-        ]
+        """Every key of the task, state/messages/log/results first (the scripts' KEYS[1-4])."""
+        return self.names.task_keys(task_id)
 
     async def start(
         self,
@@ -193,9 +200,11 @@ class TaskStore:
         max_steps: int,
         submitted_event: bytes,
         step_event: bytes,
+        retention_s: int,
         messages: list[bytes],
     ) -> Snapshot:
-        args: list[Any] = [agent_id, max_steps, submitted_event, step_event, *messages]
+        args: list[Any] = [agent_id, max_steps, submitted_event, step_event, retention_s]
+        args.extend(messages)
         return Snapshot.from_reply(await self._start(keys=self._keys(task_id), args=args))
 
     async def model_responded(

@@ -21,6 +21,23 @@ _local: dict[str, BaseTool] = {}
 _imported: dict[str, BaseTool] = {}
 
 
+IDEMPOTENT = "idempotent"
+
+
+def idempotent(obj: Any) -> Any:
+    """Declare a tool safe to run again when a worker died while running it (without this,
+    an interrupted call answers the model that its outcome is unknown)."""
+    if isinstance(obj, BaseTool):
+        obj.metadata = {**(obj.metadata or {}), IDEMPOTENT: True}
+    else:
+        obj.__loopline_idempotent__ = True
+    return obj
+
+
+def is_idempotent(made: BaseTool) -> bool:
+    return bool((made.metadata or {}).get(IDEMPOTENT))
+
+
 def as_tool(obj: Any) -> BaseTool:
     if isinstance(obj, BaseTool):
         return obj
@@ -31,6 +48,8 @@ def as_tool(obj: Any) -> BaseTool:
                 "it is the description the model reads"
             )
         made: BaseTool = tool(obj)
+        if getattr(obj, "__loopline_idempotent__", False):
+            made.metadata = {**(made.metadata or {}), IDEMPOTENT: True}
         return made
     raise ConfigurationError(f"{obj!r} is not a tool or a callable")
 

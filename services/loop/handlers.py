@@ -7,8 +7,16 @@ the transition and the publish loses nothing, and a duplicate publishes nothing 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from contracts.events import (
     AnyEvent,
+    CancelRequested,
     ContextRequested,
     ModelFailed,
     ModelResponded,
@@ -22,10 +30,12 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage
 from services.agent_view import has_todos
-from services.errors import BadEvent
+from services.errors import BadEvent, UnknownTask
 from services.loop.logic import WRITE_TODOS, after_model_results, join_order, step_limit_reason
 from services.runtime import Handler, Runtime
 from services.store import Snapshot
+
+log = logging.getLogger("loopline.loop")
 
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
@@ -34,6 +44,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     async def emit(task_id: str, snap: Snapshot, ai: AIMessage | None = None) -> None:
         if snap.status != "running":
             rt.forget(task_id)
+            await rt.redis.zrem(names.deadlines, task_id)
             return
         if snap.phase == "model":
             await rt.publish(
@@ -71,22 +82,49 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     def failed(task_id: str, step: int, reason: str) -> bytes:
         return dump_event(TaskFailed(task_id=task_id, step=step, reason=reason))
 
+    def known(snap: Snapshot, task_id: str) -> Snapshot:
+        if not snap.status:
+            raise UnknownTask(f"no task {task_id!r}")
+        return snap
+
     async def on_task(event: AnyEvent) -> None:
+        if isinstance(event, CancelRequested):
+            await stop(event.task_id, f"cancelled: {event.reason}", "cancel")
+            return
         if not isinstance(event, TaskSubmitted):
             raise BadEvent(f"{event.type} does not belong on the tasks stream")
         if not event.messages:
             raise BadEvent("TaskSubmitted needs at least one message")
         agent_id = await rt.save_agent(event.agent)
+        deadline_s = event.deadline_s or rt.settings.task_deadline_s
+        if deadline_s:
+            # Before the start, so a crash in between cannot leave a task without one.
+            await rt.redis.zadd(names.deadlines, {event.task_id: event.at + deadline_s}, nx=True)
         snap = await rt.store.start(
             event.task_id,
             agent_id=agent_id,
             max_steps=event.max_steps or rt.settings.max_steps,
             submitted_event=dump_event(event),
             step_event=dump_event(StepStarted(task_id=event.task_id, step=1)),
+            retention_s=rt.settings.retention_s,
             messages=[m.model_dump_json().encode() for m in event.messages],
         )
         if snap.cause == "start":
             await emit(event.task_id, snap)
+
+    async def stop(task_id: str, reason: str, cause: str) -> None:
+        """Fail a running task now (cancel, deadline); later events for it are dropped."""
+        state = await rt.redis.hget(names.task_state(task_id), "step")
+        step = int(state) if state else 0
+        snap = await rt.store.fail(task_id, failed_event=failed(task_id, step, reason), cause=cause)
+        if not snap.status:
+            await rt.redis.zrem(names.deadlines, task_id)
+            if cause == "cancel":
+                raise UnknownTask(f"cannot cancel: no task {task_id!r}")
+            return
+        await emit(task_id, snap)
+
+    rt.background.append(DeadlineSweeper(rt, stop))
 
     async def on_model_responded(event: ModelResponded) -> None:
         spec = await rt.agent(event.agent_id)
@@ -94,19 +132,22 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         decided = after_model_results(spec, ai)
         cause = f"model:{event.step}"
         tid = event.task_id
-        snap = await rt.store.model_responded(
-            tid,
-            step=event.step,
-            cause=cause,
-            ai_message=ai.model_dump_json().encode(),
-            responded_event=dump_event(event),
-            expected=join_order(ai, decided),
-            pre_results={k: v.model_dump_json() for k, v in decided.items()},
-            completed_event=dump_event(
-                TaskCompleted(task_id=tid, steps=event.step, answer=ai.text())
+        snap = known(
+            await rt.store.model_responded(
+                tid,
+                step=event.step,
+                cause=cause,
+                ai_message=ai.model_dump_json().encode(),
+                responded_event=dump_event(event),
+                expected=join_order(ai, decided),
+                pre_results={k: v.model_dump_json() for k, v in decided.items()},
+                completed_event=dump_event(
+                    TaskCompleted(task_id=tid, steps=event.step, answer=ai.text())
+                ),
+                step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
+                failed_event=failed(tid, event.step, step_limit_reason(event.step)),
             ),
-            step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
-            failed_event=failed(tid, event.step, step_limit_reason(event.step)),
+            tid,
         )
         if snap.cause == cause:
             await emit(tid, snap, ai if snap.step == event.step else None)
@@ -114,15 +155,18 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     async def on_tool_completed(event: ToolCompleted) -> None:
         tid = event.task_id
         cause = f"tool:{event.step}:{event.message.tool_call_id}"
-        snap = await rt.store.tool_completed(
+        snap = known(
+            await rt.store.tool_completed(
+                tid,
+                step=event.step,
+                cause=cause,
+                call_id=event.message.tool_call_id,
+                tool_message=event.message.model_dump_json().encode(),
+                tool_event=dump_event(event),
+                step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
+                failed_event=failed(tid, event.step, step_limit_reason(event.step)),
+            ),
             tid,
-            step=event.step,
-            cause=cause,
-            call_id=event.message.tool_call_id,
-            tool_message=event.message.model_dump_json().encode(),
-            tool_event=dump_event(event),
-            step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
-            failed_event=failed(tid, event.step, step_limit_reason(event.step)),
         )
         if snap.cause == cause:
             await emit(tid, snap)
@@ -130,10 +174,13 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     async def on_model_failed(event: ModelFailed) -> None:
         cause = f"model-failed:{event.step}"
         reason = f"model call failed at step {event.step}: {event.error}"
-        await rt.store.fail(
-            event.task_id, failed_event=failed(event.task_id, event.step, reason), cause=cause
+        snap = known(
+            await rt.store.fail(
+                event.task_id, failed_event=failed(event.task_id, event.step, reason), cause=cause
+            ),
+            event.task_id,
         )
-        rt.forget(event.task_id)
+        await emit(event.task_id, snap)
 
     async def on_loop_event(event: AnyEvent) -> None:
         if isinstance(event, ModelResponded):
@@ -146,3 +193,42 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             raise BadEvent(f"{event.type} does not belong on the loop stream")
 
     return {names.tasks: on_task, names.loop: on_loop_event}
+
+
+class DeadlineSweeper:
+    """Fails tasks past their deadline, even when nothing else happens to them (a model
+    call that hangs). Any loop replica may sweep; the fail transition applies once."""
+
+    def __init__(self, rt: Runtime, stop: Callable[[str, str, str], Awaitable[None]]) -> None:
+        self.rt = rt
+        self.stop_task = stop
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="deadline-sweeper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def sweep(self) -> int:
+        key = self.rt.names.deadlines
+        now = time.time()
+        due: Any = await self.rt.redis.zrangebyscore(key, "-inf", now, start=0, num=100)
+        for raw in due:
+            task_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            await self.stop_task(task_id, "deadline exceeded", "deadline")
+            await self.rt.redis.zrem(key, task_id)
+        return len(due)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis restarting: sweep again shortly
+                log.warning("deadline sweep failed", exc_info=True)
+            await asyncio.sleep(0.5)

@@ -8,7 +8,7 @@ from contracts.events import AnyEvent, ModelFailed, ModelRequested, ModelRespond
 from contracts.messages import AIMessage, from_langchain, to_langchain
 from services.agent_view import system_message
 from services.context.engine import apply_edits
-from services.errors import BadEvent
+from services.errors import BadEvent, PayloadTooLarge
 from services.model.chat import ModelPool
 from services.runtime import Handler, Runtime
 
@@ -43,11 +43,17 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 ),
             )
             return
-        await rt.publish(
-            rt.names.loop,
-            ModelResponded(
-                task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
-            ),
+        responded = ModelResponded(
+            task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
         )
+        try:
+            await rt.publish(rt.names.loop, responded)
+        except PayloadTooLarge as exc:
+            await rt.publish(
+                rt.names.loop,
+                ModelFailed(
+                    task_id=event.task_id, step=event.step, agent_id=event.agent_id, error=str(exc)
+                ),
+            )
 
     return {rt.names.model: on_model_requested}

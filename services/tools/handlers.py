@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from langchain_core.tools import BaseTool
 
 from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, ToolCompleted, ToolRequested
+from contracts.messages import ToolMessage
 from services import toolbox
-from services.errors import BadEvent
+from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, PermanentError
 from services.runtime import Handler, Runtime
-from services.tools.logic import refused, run_tool
+from services.tools.logic import refused, run_tool, too_large, unknown_outcome
 
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
@@ -28,21 +32,46 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             by_agent[agent_id] = found
         return found
 
+    async def run_once(event: ToolRequested, tool: BaseTool) -> ToolMessage:
+        """Run the call at most once across deliveries: the result is recorded before the
+        entry is acked, and a redelivery re-publishes it instead of running the tool."""
+        calls_key = rt.names.task_calls(event.task_id)
+        call = event.call
+        marker = json.dumps({"state": "running", "consumer": rt.consumers.get("tools", "")})
+        if not await rt.redis.hsetnx(calls_key, call.id, marker):
+            found: Any = await rt.redis.hget(calls_key, call.id)
+            record = json.loads(found) if found else {}
+            if record.get("state") == "done":
+                return ToolMessage.model_validate(record["message"])
+            # It was started by a delivery whose worker died mid-run.
+            if not toolbox.is_idempotent(tool):
+                return await record_done(calls_key, unknown_outcome(call))
+        return await record_done(calls_key, await run_tool(tool, call))
+
+    async def record_done(calls_key: str, message: ToolMessage) -> ToolMessage:
+        record = {"state": "done", "message": message.model_dump(mode="json")}
+        await rt.redis.hset(calls_key, message.tool_call_id, json.dumps(record))
+        return message
+
     async def on_tool_requested(event: AnyEvent) -> None:
         if not isinstance(event, ToolRequested):
             raise BadEvent(f"{event.type} does not belong on the tools stream")
         spec = await rt.agent(event.agent_id)
-        tools = tools_of(event.agent_id, spec)
+        try:
+            tools = tools_of(event.agent_id, spec)
+        except ConfigurationError as exc:  # a tool path that does not import here
+            raise PermanentError(str(exc)) from exc
         tool = tools.get(event.call.name)
-        if tool is None:
-            message = refused(event.call, list(tools))
-        else:
-            message = await run_tool(tool, event.call)
-        await rt.publish(
-            rt.names.loop,
-            ToolCompleted(
-                task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
-            ),
+        message = refused(event.call, list(tools)) if tool is None else await run_once(event, tool)
+        completed = ToolCompleted(
+            task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
         )
+        try:
+            await rt.publish(rt.names.loop, completed)
+        except PayloadTooLarge:
+            size = len(completed.model_dump_json())
+            limit = rt.settings.max_event_bytes
+            small = too_large(event.call, size, limit)
+            await rt.publish(rt.names.loop, completed.model_copy(update={"message": small}))
 
     return {rt.names.tools: on_tool_requested}

@@ -33,6 +33,35 @@ def refused(call: ToolCall, available: list[str]) -> ToolMessage:
     )
 
 
+UNKNOWN_OUTCOME = (
+    "Error: the outcome of this call is unknown: the worker running it stopped before it "
+    "finished, and the tool '{tool_name}' is not declared idempotent, so it was not run "
+    "again. Check its effects before calling it again."
+)
+OUTPUT_TOO_LARGE = (
+    "Error: the output of tool '{tool_name}' ({size} bytes) exceeds the event size limit "
+    "of {limit} bytes (LOOPLINE_MAX_EVENT_BYTES); return less data or raise the limit."
+)
+
+
+def unknown_outcome(call: ToolCall) -> ToolMessage:
+    return ToolMessage(
+        content=UNKNOWN_OUTCOME.format(tool_name=call.name),
+        name=call.name,
+        tool_call_id=call.id,
+        status="error",
+    )
+
+
+def too_large(call: ToolCall, size: int, limit: int) -> ToolMessage:
+    return ToolMessage(
+        content=OUTPUT_TOO_LARGE.format(tool_name=call.name, size=size, limit=limit),
+        name=call.name,
+        tool_call_id=call.id,
+        status="error",
+    )
+
+
 def _validation_text(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors():
