@@ -151,7 +151,8 @@ class Runtime:
             error=error,
             deliveries=deliveries,
         )
-        await self.publish(self.names.dlq, event)
+        # No size limit here: an oversized entry is kept whole, so nothing is lost.
+        await self.redis.xadd(self.names.dlq, {DATA_FIELD: dump_event(event)})
         log.warning("dead-lettered %s %s: %s", stream, entry_id, error)
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from langchain_core.tools import tool
 
+from services.toolbox import idempotent
+
 
 def add(a: int, b: int) -> int:
     """Add two integers."""
@@ -37,3 +39,27 @@ def slow_echo(text: str, seconds: float, record: str) -> str:
 def big_output(n: int) -> str:
     """Return a large block of text (to grow the conversation)."""
     return "x" * n
+
+
+def _mark(record: str, tag: str, what: str) -> None:
+    with Path(record).open("a") as fh:
+        fh.write(
+            json.dumps({"tag": tag, "what": what, "pid": os.getpid(), "t": time.time()}) + "\n"
+        )
+
+
+def slow_effect(tag: str, seconds: float, record: str) -> str:
+    """Record a start, wait, record an end: a tool with a visible side effect."""
+    _mark(record, tag, "start")
+    time.sleep(seconds)
+    _mark(record, tag, "end")
+    return f"effect {tag} done"
+
+
+@idempotent
+def slow_idempotent(tag: str, seconds: float, record: str) -> str:
+    """Like slow_effect, but safe to run again."""
+    _mark(record, tag, "start")
+    time.sleep(seconds)
+    _mark(record, tag, "end")
+    return f"idempotent {tag} done"
