@@ -17,6 +17,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     async def on_write_todos(event: AnyEvent) -> None:
         if not isinstance(event, ToolRequested):
             raise BadEvent(f"{event.type} does not belong on the todo-calls stream")
+        await rt.agent(event.agent_id)  # an unknown agent is a bad event, not a new list
         parsed = parse_todos(event.call)
         if isinstance(parsed, list):
             await rt.redis.set(names.task_todos(event.task_id), json.dumps(as_dicts(parsed)))
