@@ -26,6 +26,8 @@ def register_local_model(model: BaseChatModel) -> str:
 def endpoint_configured(spec: ModelSpec) -> bool:
     return bool(
         spec.ref
+        or spec.name == "fake"
+        or spec.name.startswith("fake:")
         or spec.base_url
         or os.environ.get("OPENAI_BASE_URL")
         or os.environ.get("OPENAI_API_KEY")
@@ -42,6 +44,10 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
             )
         return local
     provider, _, _ = spec.name.rpartition(":")
+    if spec.name == "fake" or provider == "fake":
+        from services.model.fake import ScriptedChatModel
+
+        return ScriptedChatModel(**spec.params)
     if provider and provider != "openai":
         raise ConfigurationError(
             f"model {spec.name!r}: only OpenAI-compatible endpoints are supported "
