@@ -59,6 +59,8 @@ class ContextRequested(Event):
     step: int
     agent_id: str
     transcript_len: int
+    rev: int = 0
+    """Transcript revision: bumped when middleware rewrote earlier messages."""
 
 
 class AppliedEdit(BaseModel):
@@ -78,6 +80,7 @@ class ModelRequested(Event):
     step: int
     agent_id: str
     transcript_len: int
+    rev: int = 0
     edits: list[AppliedEdit] = Field(default_factory=list)
 
 

@@ -1,16 +1,27 @@
 """What every service shares: the Redis connection, caches, publishing, dead letters, and
-the FastStream app that wires handlers to consumer groups.
+the FastStream app that runs the stream consumers of its services.
 
-A handler is an async function of one parsed event. ``build_app`` subscribes it to its
-streams with a consumer group pre-created at ``0`` (FastStream would create it at ``$``
-and skip events published before the first start) and a consumer name unique to the
-process. A handler that raises ``PermanentError`` (or a validation error) sends the entry
-to the dead-letter stream with the reason and acks it; the consumer keeps running.
+A handler is an async function of one parsed event. ``build_app`` gives each of its
+streams a ``StreamConsumer`` reading with a consumer group pre-created at ``0`` (FastStream
+would create it at ``$`` and skip events published before the first start) and a consumer
+name unique to the process. A handler that raises ``PermanentError`` (or a validation
+error) sends the entry to the dead-letter stream with the reason and acks it; the consumer
+keeps running.
+
+What a handler publishes is sent when it returns, together with the entry's XACK, in one
+MULTI/EXEC: one round trip instead of one per publish plus one for the ack, and the ack
+can never be applied without the publishes (nor the publishes twice by one delivery).
+FastStream runs the app (lifecycle, signals, ``faststream run``); the per-entry path is
+this module's own, because FastStream's (dependency injection, body decoding, logging
+and acknowledgement middlewares, the concurrent subscriber's queue) cost more CPU per
+entry than most handlers (see ``benchmarks/``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -19,11 +30,12 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
-from faststream import BaseMiddleware, FastStream
-from faststream.redis import RedisBroker, StreamSub
+from faststream import FastStream
+from faststream.redis import RedisBroker
 from pydantic import ValidationError
 
 from contracts.agent import AgentSpec
@@ -31,13 +43,17 @@ from contracts.events import AnyEvent, DeadLettered, Event, dump_event, parse_ev
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, GROUPS, Names
 from services.errors import PayloadTooLarge, PermanentError, UnknownAgent
-from services.reliability import Heartbeat, Reclaimer, decode_event, entry_payload
+from services.reliability import Reclaimer, decode_event, entry_payload
 from services.settings import Settings
 from services.store import TaskStore
 
 log = logging.getLogger("loopline")
 
 Handler = Callable[[AnyEvent], Awaitable[None]]
+
+Outbox = list[tuple[str, bytes]]
+_OUTBOX: ContextVar[Outbox | None] = ContextVar("loopline_outbox", default=None)
+"""The publishes of the entry being handled in this task, sent with its ack."""
 
 
 class Background(Protocol):
@@ -83,16 +99,50 @@ class Runtime:
         return data
 
     async def publish(self, stream: str, event: Event) -> None:
-        await self.redis.xadd(stream, {DATA_FIELD: self.encode(event)})
+        """Publish an event. Inside a consumer's handler it is sent when the handler
+        returns, with the entry's ack (encoding, and so the size check, happens now)."""
+        data = self.encode(event)
+        outbox = _OUTBOX.get()
+        if outbox is not None:
+            outbox.append((stream, data))
+            return
+        await self.redis.xadd(stream, {DATA_FIELD: data})
 
     async def publish_many(self, items: Sequence[tuple[str, Event]]) -> None:
         """Several events in one round trip (a step's parallel tool calls)."""
-        if len(items) == 1:
-            await self.publish(*items[0])
+        encoded = [(stream, self.encode(event)) for stream, event in items]
+        outbox = _OUTBOX.get()
+        if outbox is not None:
+            outbox.extend(encoded)
+            return
+        if len(encoded) == 1:
+            await self.redis.xadd(encoded[0][0], {DATA_FIELD: encoded[0][1]})
             return
         async with self.redis.pipeline(transaction=False) as pipe:
-            for stream, event in items:
-                pipe.xadd(stream, {DATA_FIELD: self.encode(event)})
+            for stream, data in encoded:
+                pipe.xadd(stream, {DATA_FIELD: data})
+            await pipe.execute()
+
+    async def commit(
+        self,
+        outbox: Outbox,
+        *,
+        ack: tuple[str, str, str] | None = None,
+        error: tuple[str, str] | None = None,
+    ) -> None:
+        """Send a handled entry's publishes, then its ack (stream, group, entry id) or its
+        error (field, text), in one MULTI/EXEC: all of it or nothing."""
+        if not outbox and error is None:
+            if ack is not None:
+                await self.redis.xack(*ack)
+            return
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for stream, data in outbox:
+                pipe.xadd(stream, {DATA_FIELD: data})
+            if ack is not None:
+                pipe.xack(*ack)
+            if error is not None:
+                pipe.hset(self.names.errors, *error)
             await pipe.execute()
 
     async def save_agent(self, spec: AgentSpec) -> str:
@@ -113,16 +163,18 @@ class Runtime:
             self._agents[agent_id] = spec
         return spec
 
-    async def transcript(self, task_id: str, length: int) -> list[Message]:
-        """The first ``length`` messages; reads from Redis only what this process lacks."""
-        cached = self._transcripts.get(task_id)
+    async def transcript(self, task_id: str, length: int, rev: int = 0) -> list[Message]:
+        """The first ``length`` messages; reads from Redis only what this process lacks.
+        A rewrite by middleware bumps ``rev``, which starts a fresh cache entry."""
+        key = f"{task_id}:{rev}"
+        cached = self._transcripts.get(key)
         if cached is None:
             cached = []
-            self._transcripts[task_id] = cached
+            self._transcripts[key] = cached
             if len(self._transcripts) > self.settings.transcript_cache_tasks:
                 self._transcripts.popitem(last=False)
         else:
-            self._transcripts.move_to_end(task_id)
+            self._transcripts.move_to_end(key)
         if len(cached) < length:
             raw = await self.redis.lrange(
                 self.names.task_messages(task_id), len(cached), length - 1
@@ -130,12 +182,21 @@ class Runtime:
             cached.extend(MESSAGE_ADAPTER.validate_json(item) for item in raw)
         return cached[:length]
 
-    def forget(self, task_id: str) -> None:
-        self._transcripts.pop(task_id, None)
+    def forget(self, task_id: str, rev: int = 0) -> None:
+        self._transcripts.pop(f"{task_id}:{rev}", None)
 
     async def dead_letter(
         self, stream: str, entry_id: str, payload: Any, error: str, deliveries: int = 1
     ) -> None:
+        data = self.dead_letter_data(stream, entry_id, payload, error, deliveries)
+        # No size limit here: an oversized entry is kept whole, so nothing is lost.
+        await self.redis.xadd(self.names.dlq, {DATA_FIELD: data})
+        log.warning("dead-lettered %s %s: %s", stream, entry_id, error)
+
+    def dead_letter_data(
+        self, stream: str, entry_id: str, payload: Any, error: str, deliveries: int = 1
+    ) -> bytes:
+        """The DeadLettered event for an entry, encoded (no size limit: kept whole)."""
         if isinstance(payload, bytes):
             text = payload.decode("utf-8", "replace")
         else:
@@ -151,52 +212,156 @@ class Runtime:
             error=error,
             deliveries=deliveries,
         )
-        # No size limit here: an oversized entry is kept whole, so nothing is lost.
-        await self.redis.xadd(self.names.dlq, {DATA_FIELD: dump_event(event)})
-        log.warning("dead-lettered %s %s: %s", stream, entry_id, error)
+        return dump_event(event)
 
 
-def _guard_middleware(runtime: Runtime) -> type[BaseMiddleware]:
-    settings = runtime.settings
-    heartbeat_s = settings.claim_idle_ms / 3000
+class StreamConsumer:
+    """Reads one input stream of one service (XREADGROUP in its group, under this process's
+    consumer name) and runs the handler on each entry, at most ``workers`` at once.
 
-    class EntryGuard(BaseMiddleware):
-        """Per entry: size limit, heartbeat, and each failure's fate. Permanent failures
-        go to the DLQ and are acked; others keep the entry pending (with the error kept
-        for the reclaimer, which retries it and dead-letters it after N deliveries)."""
+    Per entry: parse (an oversized, malformed or unknown event goes to the dead-letter
+    stream and is acked), run the handler, then send what it published and the ack in one
+    MULTI/EXEC. A failure other than a permanent one keeps the entry pending, with its
+    error kept for the reclaimer, which retries it and dead-letters it after N deliveries.
+    While a handler runs longer than a third of the claim idle time, a heartbeat (one
+    XCLAIM per stream for all such entries) keeps the reclaimers of other processes off it.
+    """
 
-        async def consume_scope(self, call_next: Any, msg: Any) -> Any:
-            raw = msg.raw_message
-            stream = _text(raw.get("channel", b""))
-            ids = raw.get("message_ids") or [b""]
-            entry_id = _text(ids[0])
-            payload = entry_payload(raw.get("data") or {})
-            service = runtime.stream_services.get(stream, "")
+    def __init__(self, runtime: Runtime, service: str, stream: str, handler: Handler) -> None:
+        self.rt = runtime
+        self.service = service
+        self.stream = stream
+        self.group = GROUPS[service]
+        self.consumer = runtime.consumers[service]
+        self.handler = handler
+        settings = runtime.settings
+        self.workers = settings.concurrency(service)
+        self.batch = settings.read_batch
+        self.block_ms = settings.poll_ms
+        self.max_bytes = settings.max_event_bytes
+        self.heartbeat_s = settings.claim_idle_ms / 3000
+        self._inflight: dict[bytes, tuple[asyncio.Task[None], float]] = {}
+        self._room = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        name = f"{self.service}:{self.stream}"
+        self._tasks = [
+            asyncio.create_task(self._read_loop(), name=f"read {name}"),
+            asyncio.create_task(self._beat_loop(), name=f"heartbeat {name}"),
+        ]
+
+    async def stop_reading(self) -> None:
+        """Fetch nothing more. An entry Redis delivered to a read cancelled here stays
+        pending under this consumer, and ``Reclaimer.release`` hands it on."""
+        for task in self._tasks[:1]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def in_flight(self) -> list[asyncio.Task[None]]:
+        return [task for task, _ in self._inflight.values()]
+
+    async def stop(self) -> None:
+        await self.stop_reading()
+        for task in [*self.in_flight(), *self._tasks]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _read_loop(self) -> None:
+        redis = self.rt.redis
+        streams = {self.stream: ">"}
+        backoff = 0.1
+        while True:
+            free = self.workers - len(self._inflight)
+            if free <= 0:
+                self._room.clear()
+                await self._room.wait()
+                continue
             try:
-                if isinstance(payload, bytes | str) and len(payload) > settings.max_event_bytes:
-                    decode_event(payload, settings.max_event_bytes)  # raises the clear error
-                beat = Heartbeat(
-                    runtime.redis,
-                    stream,
-                    GROUPS.get(service, ""),
-                    runtime.consumers.get(service, ""),
-                    entry_id,
-                    heartbeat_s,
-                ).start()
-                try:
-                    return await call_next(msg)
-                finally:
-                    beat.stop()
-            except (PermanentError, ValidationError) as exc:
-                await runtime.dead_letter(stream, entry_id, payload, f"{type(exc).__name__}: {exc}")
-                return None
-            except Exception as exc:
-                await runtime.redis.hset(
-                    runtime.names.errors, f"{stream}|{entry_id}", f"{type(exc).__name__}: {exc}"
+                reply: Any = await redis.xreadgroup(
+                    self.group,
+                    self.consumer,
+                    streams,  # type: ignore[arg-type]
+                    count=min(free, self.batch),
+                    block=self.block_ms,
                 )
+                backoff = 0.1
+            except asyncio.CancelledError:
                 raise
+            except aioredis.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    log.error("reading %s failed: %r", self.stream, exc)
+                    await asyncio.sleep(backoff)
+                    continue
+                # The group is gone (Redis flushed, or restarted without persistence).
+                log.warning("group %s of %s is gone: creating it again", self.group, self.stream)
+                with contextlib.suppress(aioredis.ResponseError):
+                    await redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+                continue
+            except Exception as exc:  # Redis restarting, say: read again shortly
+                log.warning("reading %s failed: %r; retrying in %.1fs", self.stream, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            if not reply:
+                continue
+            now = time.monotonic()
+            for _stream, entries in reply:
+                for entry_id, fields in entries:
+                    task = asyncio.create_task(self._handle(entry_id, fields))
+                    self._inflight[entry_id] = (task, now)
+                    task.add_done_callback(functools.partial(self._finished, entry_id))
 
-    return EntryGuard
+    def _finished(self, entry_id: bytes, _task: asyncio.Task[None]) -> None:
+        self._inflight.pop(entry_id, None)
+        if len(self._inflight) < self.workers:
+            self._room.set()
+
+    async def _handle(self, raw_id: bytes, fields: Any) -> None:
+        rt = self.rt
+        entry_id = _text(raw_id)
+        payload = entry_payload(fields)
+        outbox: Outbox = []
+        _OUTBOX.set(outbox)  # this task's own context
+        try:
+            event = decode_event(payload, self.max_bytes)
+            await self.handler(event)
+        except (PermanentError, ValidationError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            outbox.append(
+                (rt.names.dlq, rt.dead_letter_data(self.stream, entry_id, payload, reason))
+            )
+            try:
+                await rt.commit(outbox, ack=(self.stream, self.group, entry_id))
+            except Exception:
+                log.exception("dead-lettering %s %s failed", self.stream, entry_id)
+                return
+            log.warning("dead-lettered %s %s: %s", self.stream, entry_id, reason)
+        except Exception as exc:
+            log.error("handling %s %s failed: %r", self.stream, entry_id, exc, exc_info=exc)
+            error = (f"{self.stream}|{entry_id}", f"{type(exc).__name__}: {exc}")
+            with contextlib.suppress(Exception):
+                await rt.commit(outbox, error=error)
+        else:
+            try:
+                await rt.commit(outbox, ack=(self.stream, self.group, entry_id))
+            except Exception as exc:  # stays pending: the reclaimer redelivers it
+                log.error("committing %s %s failed: %r", self.stream, entry_id, exc)
+
+    async def _beat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            due = time.monotonic() - self.heartbeat_s
+            ids: list[Any] = [
+                entry_id for entry_id, (_, since) in self._inflight.items() if since <= due
+            ]
+            if ids:
+                with contextlib.suppress(aioredis.RedisError):
+                    await self.rt.redis.xclaim(
+                        self.stream, self.group, self.consumer, 0, ids, justid=True
+                    )
 
 
 def _text(value: Any) -> str:
@@ -235,34 +400,13 @@ async def register_consumers(runtime: Runtime) -> None:
 
 
 def _entry_handler(runtime: Runtime, handler: Handler) -> Callable[[Any], Awaitable[None]]:
-    """Payload -> event -> handler; what both FastStream and the reclaimer call."""
+    """Payload -> event -> handler; what the reclaimer calls."""
     limit = runtime.settings.max_event_bytes
 
     async def on_entry(body: Any) -> None:
         await handler(decode_event(body, limit))
 
     return on_entry
-
-
-def _subscribe(
-    broker: RedisBroker, runtime: Runtime, service: str, stream: str, handler: Handler
-) -> None:
-    settings = runtime.settings
-    sub = StreamSub(
-        stream,
-        group=GROUPS[service],
-        consumer=runtime.consumers.setdefault(service, consumer_name(service)),
-        max_records=settings.read_batch,
-        polling_interval=settings.poll_ms,
-    )
-    workers = settings.concurrency(service)
-    on_entry = _entry_handler(runtime, handler)
-    on_entry.__name__ = f"{service}_{stream.rsplit(':', 1)[-1].replace('-', '_')}"
-    runtime.stream_services[stream] = service
-    if workers > 1:
-        broker.subscriber(stream=sub, max_workers=workers)(on_entry)
-    else:
-        broker.subscriber(stream=sub)(on_entry)
 
 
 ServiceFactory = Callable[[Runtime], dict[str, Handler]]
@@ -286,17 +430,14 @@ def build_app(
     broker_log = logging.getLogger("loopline.broker")
     if broker_log.level == logging.NOTSET:
         broker_log.setLevel(logging.WARNING)
-    broker = RedisBroker(
-        url,
-        middlewares=[_guard_middleware(runtime)],
-        log_level=logging.DEBUG,
-        logger=broker_log,
-        graceful_timeout=settings.graceful_timeout_s,
-    )
+    broker = RedisBroker(url, log_level=logging.DEBUG, logger=broker_log)
+    consumers: list[StreamConsumer] = []
     for service in services:
+        runtime.consumers.setdefault(service, consumer_name(service))
         handlers = registry.factory(service)(runtime)
         for stream, handler in handlers.items():
-            _subscribe(broker, runtime, service, stream, handler)
+            runtime.stream_services[stream] = service
+            consumers.append(StreamConsumer(runtime, service, stream, handler))
         runtime.reclaimers.append(
             Reclaimer(
                 redis=runtime.redis,
@@ -318,6 +459,8 @@ def build_app(
 
     @app.after_startup
     async def _register() -> None:
+        for consumer in consumers:
+            consumer.start()
         await register_consumers(runtime)
         for reclaimer in runtime.reclaimers:
             reclaimer.start()
@@ -326,10 +469,18 @@ def build_app(
 
     @app.on_shutdown
     async def _unregister() -> None:
+        for consumer in consumers:
+            await consumer.stop_reading()
         for task in runtime.background:
             await task.stop()
         for reclaimer in runtime.reclaimers:
             await reclaimer.stop()
+        # In-flight handlers may finish (and commit) for up to the graceful timeout.
+        running = [task for consumer in consumers for task in consumer.in_flight()]
+        if running:
+            await asyncio.wait(running, timeout=settings.graceful_timeout_s)
+        for consumer in consumers:
+            await consumer.stop()
         await runtime.redis.hdel(runtime.names.consumers, *runtime.consumers.values())
 
     @app.after_shutdown

@@ -23,9 +23,9 @@ Phase = Literal["model", "tools", "done"]
 _LUA_COMMON = """
 local function snapshot(applied)
   local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'cause', 'expected',
-                      'agent')
+                      'agent', 'rev', 'bm_step')
   return {applied, s[1] or '', s[2] or '0', s[3] or '', s[4] or '',
-          redis.call('LLEN', KEYS[2]), s[5] or '[]', s[6] or ''}
+          redis.call('LLEN', KEYS[2]), s[5] or '[]', s[6] or '', s[7] or '0', s[8] or '0'}
 end
 
 local function log(event)
@@ -77,7 +77,8 @@ return snapshot(1)
 
 # KEYS: state, messages, log, results. ARGV: step, cause, ai_message, responded_event,
 # expected (JSON list of call ids), pre_results (JSON object id -> tool message),
-# completed_event, step_event, failed_event
+# completed_event, step_event, failed_event, after_ai (JSON list of messages the
+# after_model hooks added), extra (JSON state fields, or "")
 _MODEL_RESPONDED = (
     _LUA_COMMON
     + """
@@ -85,6 +86,8 @@ local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase')
 if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'model' then return snapshot(0) end
 local step = tonumber(ARGV[1])
 redis.call('RPUSH', KEYS[2], ARGV[3])
+for _, msg in ipairs(cjson.decode(ARGV[10])) do redis.call('RPUSH', KEYS[2], msg) end
+if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'extra', ARGV[11]) end
 log(ARGV[4])
 local expected = cjson.decode(ARGV[5])
 if #expected == 0 then
@@ -126,6 +129,32 @@ return snapshot(1)
 """
 )
 
+# KEYS: every task key. ARGV: step, cause, append (JSON list of messages), rewrite (JSON
+# list: the whole new transcript, or ""), extra (JSON or ""), end ("1": finish now),
+# completed_event. The before_model hooks of a step, applied once per step.
+_APPLY_HOOKS = (
+    _LUA_COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'bm_step')
+if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'model' or s[4] == ARGV[1] then
+  return snapshot(0)
+end
+redis.call('HSET', KEYS[1], 'bm_step', ARGV[1], 'cause', ARGV[2])
+if ARGV[4] ~= '' then
+  redis.call('DEL', KEYS[2])
+  for _, msg in ipairs(cjson.decode(ARGV[4])) do redis.call('RPUSH', KEYS[2], msg) end
+  redis.call('HINCRBY', KEYS[1], 'rev', 1)
+end
+for _, msg in ipairs(cjson.decode(ARGV[3])) do redis.call('RPUSH', KEYS[2], msg) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'extra', ARGV[5]) end
+if ARGV[6] == '1' then
+  finish('completed')
+  log(ARGV[7])
+end
+return snapshot(1)
+"""
+)
+
 # KEYS: state, messages, log, results. ARGV: failed_event, cause
 _FAIL = (
     _LUA_COMMON
@@ -158,6 +187,10 @@ class Snapshot:
     transcript_len: int
     expected: list[str]
     agent_id: str
+    rev: int = 0
+    """Bumped when hooks rewrite the transcript (not a pure append): caches key on it."""
+    hooks_step: int = 0
+    """The step whose before_model hooks have been applied."""
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> Snapshot:
@@ -173,6 +206,8 @@ class Snapshot:
             transcript_len=int(reply[5]),
             expected=json.loads(text(reply[6]) or "[]"),
             agent_id=text(reply[7]),
+            rev=int(text(reply[8]) or 0),
+            hooks_step=int(text(reply[9]) or 0),
         )
 
 
@@ -186,6 +221,7 @@ class TaskStore:
         self._model_responded = redis.register_script(_MODEL_RESPONDED)
         self._tool_completed = redis.register_script(_TOOL_COMPLETED)
         self._fail = redis.register_script(_FAIL)
+        self._apply_hooks = redis.register_script(_APPLY_HOOKS)
         self._log_once = redis.register_script(_LOG_ONCE)
 
     def _keys(self, task_id: str) -> list[str]:
@@ -220,6 +256,8 @@ class TaskStore:
         completed_event: bytes,
         step_event: bytes,
         failed_event: bytes,
+        after_ai: list[str] | None = None,
+        extra: str = "",
     ) -> Snapshot:
         args: list[Any] = [
             step,
@@ -231,6 +269,8 @@ class TaskStore:
             completed_event,
             step_event,
             failed_event,
+            json.dumps(after_ai or []),
+            extra,
         ]
         reply = await self._model_responded(keys=self._keys(task_id), args=args)
         return Snapshot.from_reply(reply)
@@ -258,6 +298,34 @@ class TaskStore:
         ]
         reply = await self._tool_completed(keys=self._keys(task_id), args=args)
         return Snapshot.from_reply(reply)
+
+    async def apply_hooks(
+        self,
+        task_id: str,
+        *,
+        step: int,
+        cause: str,
+        append: list[str],
+        rewrite: list[str] | None,
+        extra: str,
+        end: bool,
+        completed_event: bytes,
+    ) -> Snapshot:
+        args: list[Any] = [
+            step,
+            cause,
+            json.dumps(append),
+            json.dumps(rewrite) if rewrite is not None else "",
+            extra,
+            "1" if end else "0",
+            completed_event,
+        ]
+        reply = await self._apply_hooks(keys=self._keys(task_id), args=args)
+        return Snapshot.from_reply(reply)
+
+    async def extra(self, task_id: str) -> dict[str, Any]:
+        raw: Any = await self.redis.hget(self.names.task_state(task_id), "extra")
+        return dict(json.loads(raw)) if raw else {}
 
     async def fail(self, task_id: str, *, failed_event: bytes, cause: str) -> Snapshot:
         reply = await self._fail(keys=self._keys(task_id), args=[failed_event, cause])

@@ -119,7 +119,7 @@ class ServiceProcesses:
         self.procs: dict[str, list[subprocess.Popen[bytes]]] = {}
         self.logs: dict[str, Path] = {}
 
-    def start(self, timeout: float = 30.0) -> ServiceProcesses:
+    def start(self, timeout: float = 90.0) -> ServiceProcesses:
         for name in self.services:
             self.procs[name] = [self._spawn(name, i) for i in range(self.replicas)]
         self.wait_ready(timeout)
@@ -202,3 +202,22 @@ async def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05
             return value
         await asyncio.sleep(interval)
     raise TimeoutError("condition not met in time")
+
+
+def wait_until_acked(r: Any, names: Any, services: Sequence[str], timeout: float = 10.0) -> None:
+    """Wait until no entry is pending in any group of these services: a dead letter is
+    written just before its entry is acked, so pending counts settle a moment later."""
+    from contracts.streams import GROUPS
+
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = {
+            stream: r.xpending(stream, GROUPS[service])["pending"]
+            for service in services
+            for stream in names.inputs_of(service)
+        }
+        if not any(pending.values()):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"entries still pending: {pending}")
+        time.sleep(0.05)

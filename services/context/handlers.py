@@ -35,9 +35,9 @@ class CountCache:
         self._counts: OrderedDict[tuple[str, str], list[int]] = OrderedDict()
 
     async def counts(
-        self, task_id: str, messages: list[Message], counter: TokenCounter, model: str
+        self, task_id: str, rev: int, messages: list[Message], counter: TokenCounter, model: str
     ) -> list[int]:
-        tag = f"{counter.method}:{model}"
+        tag = f"{rev}:{counter.method}:{model}"
         key = (task_id, tag)
         known = self._counts.get(key)
         if known is None:
@@ -85,7 +85,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             (i, m) for i, m in enumerate(spec.middleware) if m.type == "ContextEditingMiddleware"
         ]
         if editors and event.transcript_len:
-            transcript = await rt.transcript(event.task_id, event.transcript_len)
+            transcript = await rt.transcript(event.task_id, event.transcript_len, event.rev)
             view: list[Message] = transcript
             model = spec.model.model_name
             for position, mw_spec in editors:
@@ -93,7 +93,9 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 counter = counter_for(middleware.token_count_method, model)
                 counts = None
                 if view is transcript:
-                    counts = await cache.counts(event.task_id, transcript, counter, model)
+                    counts = await cache.counts(
+                        event.task_id, event.rev, transcript, counter, model
+                    )
                 result = edit_context(
                     view,
                     [e.engine_edit() for e in middleware.edits],
@@ -124,6 +126,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 step=event.step,
                 agent_id=event.agent_id,
                 transcript_len=event.transcript_len,
+                rev=event.rev,
                 edits=applied,
             ),
         )

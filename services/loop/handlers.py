@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,8 @@ from contracts.events import (
 from contracts.messages import MESSAGE_ADAPTER, AIMessage
 from services.agent_view import has_todos
 from services.errors import BadEvent, UnknownTask
+from services.hooks import HookSet, hooks_for
+from services.loop.hookrun import model_turn, start_step
 from services.loop.logic import WRITE_TODOS, after_model_results, join_order, step_limit_reason
 from services.runtime import Handler, Runtime
 from services.store import Snapshot
@@ -54,6 +57,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     step=snap.step,
                     agent_id=snap.agent_id,
                     transcript_len=snap.transcript_len,
+                    rev=snap.rev,
                 ),
             )
             return
@@ -82,6 +86,67 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     def failed(task_id: str, step: int, reason: str) -> bytes:
         return dump_event(TaskFailed(task_id=task_id, step=step, reason=reason))
 
+    async def hooks_of(task_id: str, agent_id: str) -> HookSet | None:
+        """The agent's middleware; a middleware that cannot be built fails the task."""
+        spec = await rt.agent(agent_id)
+        try:
+            return hooks_for(agent_id, spec)
+        except Exception as exc:  # a bad import path or parameters: the task's failure
+            await fail_now(task_id, f"middleware cannot be loaded: {type(exc).__name__}: {exc}")
+            return None
+
+    async def fail_now(task_id: str, reason: str) -> Snapshot:
+        state: Any = await rt.redis.hget(names.task_state(task_id), "step")
+        step = int(state) if state else 0
+        cause = f"failed:{step}"
+        snap = await rt.store.fail(task_id, failed_event=failed(task_id, step, reason), cause=cause)
+        await emit(task_id, snap)
+        return snap
+
+    async def begin_step(task_id: str, snap: Snapshot) -> Snapshot | None:
+        """A step is about to call the model: run before_agent/before_model hooks once."""
+        if snap.status != "running" or snap.phase != "model" or snap.hooks_step == snap.step:
+            return snap
+        hooks = await hooks_of(task_id, snap.agent_id)
+        if hooks is None:
+            return None
+        wanted = hooks.with_hook("before_model") or (
+            snap.step == 1 and hooks.with_hook("before_agent")
+        )
+        if not wanted:
+            return snap
+        transcript = await rt.transcript(task_id, snap.transcript_len, snap.rev)
+        extra = await rt.store.extra(task_id)
+        try:
+            outcome = await start_step(hooks, snap.step, transcript, extra)
+        except Exception as exc:  # a hook that raises (a limit with exit "error") ends it
+            await fail_now(task_id, f"{type(exc).__name__}: {exc}")
+            return None
+        completed = TaskCompleted(task_id=task_id, steps=snap.step - 1, answer=outcome.answer)
+        return await rt.store.apply_hooks(
+            task_id,
+            step=snap.step,
+            cause=f"bm:{snap.step}",
+            append=[m.model_dump_json() for m in outcome.append],
+            rewrite=None
+            if outcome.rewrite is None
+            else [m.model_dump_json() for m in outcome.rewrite],
+            extra=json.dumps(outcome.extra) if outcome.extra is not None else "",
+            end=outcome.end,
+            completed_event=dump_event(completed),
+        )
+
+    async def advance(task_id: str, snap: Snapshot) -> None:
+        """Publish what a state that just moved (or is being re-driven) asks for."""
+        started = await begin_step(task_id, snap)
+        if started is not None:
+            await emit(task_id, started)
+
+    def resumes(snap: Snapshot, cause: str, step: int) -> bool:
+        """Whether this event (by its cause) should (re-)publish the state's outputs: it
+        caused the state, or it caused the step whose hooks were applied since."""
+        return snap.cause == cause or (snap.cause == f"bm:{snap.step}" and step == snap.step - 1)
+
     def known(snap: Snapshot, task_id: str) -> Snapshot:
         if not snap.status:
             raise UnknownTask(f"no task {task_id!r}")
@@ -95,6 +160,12 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             raise BadEvent(f"{event.type} does not belong on the tasks stream")
         if not event.messages:
             raise BadEvent("TaskSubmitted needs at least one message")
+        # Messages get ids as LangGraph gives them, so middleware can replace them by id;
+        # derived from the task id, so a redelivery stores the same ones.
+        inputs = [
+            m if m.id else m.model_copy(update={"id": f"{event.task_id}:in:{i}"})
+            for i, m in enumerate(event.messages)
+        ]
         agent_id = await rt.save_agent(event.agent)
         deadline_s = event.deadline_s or rt.settings.task_deadline_s
         if deadline_s:
@@ -107,10 +178,10 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             submitted_event=dump_event(event),
             step_event=dump_event(StepStarted(task_id=event.task_id, step=1)),
             retention_s=rt.settings.retention_s,
-            messages=[m.model_dump_json().encode() for m in event.messages],
+            messages=[m.model_dump_json().encode() for m in inputs],
         )
-        if snap.cause == "start":
-            await emit(event.task_id, snap)
+        if snap.cause in ("start", "bm:1"):
+            await advance(event.task_id, snap)
 
     async def stop(task_id: str, reason: str, cause: str) -> None:
         """Fail a running task now (cancel, deadline); later events for it are dropped."""
@@ -128,10 +199,31 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
 
     async def on_model_responded(event: ModelResponded) -> None:
         spec = await rt.agent(event.agent_id)
-        ai = event.message
-        decided = after_model_results(spec, ai)
-        cause = f"model:{event.step}"
         tid = event.task_id
+        ai = event.message
+        if ai.id is None:
+            ai = ai.model_copy(update={"id": f"{tid}:ai:{event.step}"})
+        decided = after_model_results(spec, ai)
+        after_ai: list[Any] = []
+        extra = ""
+        finishing = not ai.tool_calls
+        hooks = await hooks_of(tid, event.agent_id)
+        if hooks is None:
+            return
+        if hooks.with_hook("after_model") or (finishing and hooks.with_hook("after_agent")):
+            state: Any = await rt.redis.hget(names.task_state(tid), "rev")
+            length = int(await rt.redis.llen(names.task_messages(tid)))
+            transcript = await rt.transcript(tid, length, int(state or 0))
+            try:
+                turn = await model_turn(hooks, transcript, ai, await rt.store.extra(tid))
+            except Exception as exc:  # a hook that raises ends the task, with the reason
+                await fail_now(tid, f"{type(exc).__name__}: {exc}")
+                return
+            ai, after_ai, finishing = turn.ai, turn.after_ai, turn.end
+            decided.update(turn.decided)
+            extra = json.dumps(turn.extra) if turn.extra is not None else ""
+        answer = next((m.text() for m in reversed([ai, *after_ai]) if isinstance(m, AIMessage)), "")
+        cause = f"model:{event.step}"
         snap = known(
             await rt.store.model_responded(
                 tid,
@@ -139,18 +231,22 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 cause=cause,
                 ai_message=ai.model_dump_json().encode(),
                 responded_event=dump_event(event),
-                expected=join_order(ai, decided),
+                expected=[] if finishing else join_order(ai, decided),
                 pre_results={k: v.model_dump_json() for k, v in decided.items()},
                 completed_event=dump_event(
-                    TaskCompleted(task_id=tid, steps=event.step, answer=ai.text())
+                    TaskCompleted(task_id=tid, steps=event.step, answer=answer)
                 ),
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
                 failed_event=failed(tid, event.step, step_limit_reason(event.step)),
+                after_ai=[m.model_dump_json() for m in after_ai],
+                extra=extra,
             ),
             tid,
         )
-        if snap.cause == cause:
-            await emit(tid, snap, ai if snap.step == event.step else None)
+        if snap.step == event.step and snap.cause == cause:
+            await emit(tid, snap, ai)
+        elif resumes(snap, cause, event.step):
+            await advance(tid, snap)
 
     async def on_tool_completed(event: ToolCompleted) -> None:
         tid = event.task_id
@@ -168,8 +264,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             ),
             tid,
         )
-        if snap.cause == cause:
-            await emit(tid, snap)
+        if resumes(snap, cause, event.step):
+            await advance(tid, snap)
 
     async def on_model_failed(event: ModelFailed) -> None:
         cause = f"model-failed:{event.step}"

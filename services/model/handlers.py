@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from contracts.events import AnyEvent, ModelFailed, ModelRequested, ModelResponded
 from contracts.messages import AIMessage, from_langchain, to_langchain
 from services.agent_view import system_message
 from services.context.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
+from services.hooks import hooks_for
 from services.model.chat import ModelPool
+from services.model.wrapped import call_with_middleware
 from services.runtime import Handler, Runtime
 
 log = logging.getLogger("loopline.model")
@@ -22,13 +25,18 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         if not isinstance(event, ModelRequested):
             raise BadEvent(f"{event.type} does not belong on the model stream")
         spec = await rt.agent(event.agent_id)
-        transcript = await rt.transcript(event.task_id, event.transcript_len)
+        transcript = await rt.transcript(event.task_id, event.transcript_len, event.rev)
         view = apply_edits(transcript, event.edits) if event.edits else transcript
-        system = system_message(spec)
-        request = [to_langchain(m) for m in ([system] if system else []) + list(view)]
         try:
-            reply = await pool.bound(event.agent_id, spec).ainvoke(request)
-            message = from_langchain(reply)
+            hooks = hooks_for(event.agent_id, spec)
+            if hooks.with_hook("wrap_model_call"):
+                extra = await rt.store.extra(event.task_id)
+                message: Any = await call_with_middleware(spec, hooks, list(view), extra)
+            else:
+                system = system_message(spec)
+                request = [to_langchain(m) for m in ([system] if system else []) + list(view)]
+                reply = await pool.bound(event.agent_id, spec).ainvoke(request)
+                message = from_langchain(reply)
             if not isinstance(message, AIMessage):
                 raise TypeError(f"the model returned a {message.type} message")
         except Exception as exc:  # any failure of the call is the task's failure, reported

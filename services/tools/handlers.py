@@ -12,8 +12,9 @@ from contracts.events import AnyEvent, ToolCompleted, ToolRequested
 from contracts.messages import ToolMessage
 from services import toolbox
 from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, PermanentError
+from services.hooks import hooks_for
 from services.runtime import Handler, Runtime
-from services.tools.logic import refused, run_tool, too_large, unknown_outcome
+from services.tools.logic import refused, run_tool, run_wrapped, too_large, unknown_outcome
 
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
@@ -46,7 +47,14 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             # It was started by a delivery whose worker died mid-run.
             if not toolbox.is_idempotent(tool):
                 return await record_done(calls_key, unknown_outcome(call))
-        return await record_done(calls_key, await run_tool(tool, call))
+        spec = await rt.agent(event.agent_id)
+        wrappers = [m for _, m in hooks_for(event.agent_id, spec).with_hook("wrap_tool_call")]
+        if wrappers:
+            extra = await rt.store.extra(event.task_id)
+            result = await run_wrapped(wrappers, tool, call, extra)
+        else:
+            result = await run_tool(tool, call)
+        return await record_done(calls_key, result)
 
     async def record_done(calls_key: str, message: ToolMessage) -> ToolMessage:
         record = {"state": "done", "message": message.model_dump(mode="json")}

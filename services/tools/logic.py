@@ -21,6 +21,11 @@ TOOL_INVOCATION_ERROR_TEMPLATE = (
 )
 
 
+def failure_message(call: ToolCall, exc: Exception) -> ToolMessage:
+    content = TOOL_CALL_ERROR_TEMPLATE.format(error=repr(exc))
+    return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
+
+
 def refused(call: ToolCall, available: list[str]) -> ToolMessage:
     """A call of a tool the agent does not list: answered, never run."""
     return ToolMessage(
@@ -70,7 +75,7 @@ def _validation_text(exc: ValidationError) -> str:
     return "\n".join(parts)
 
 
-async def run_tool(tool: BaseTool, call: ToolCall) -> ToolMessage:
+async def run_tool(tool: BaseTool, call: ToolCall, *, raise_errors: bool = False) -> ToolMessage:
     """Invoke the tool with the call; a raising tool answers with an error message (as
     ToolNode with ``handle_tool_errors=True``), invalid arguments with ToolNode's text."""
     payload: dict[str, Any] = {
@@ -87,9 +92,55 @@ async def run_tool(tool: BaseTool, call: ToolCall) -> ToolMessage:
         )
         return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
     except Exception as exc:  # the tool's own failure is an answer for the model
-        content = TOOL_CALL_ERROR_TEMPLATE.format(error=repr(exc))
-        return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
+        if raise_errors:  # inside wrap_tool_call: retry middleware must see the exception
+            raise
+        return failure_message(call, exc)
     message = from_langchain(result) if not isinstance(result, str) else None
     if isinstance(message, ToolMessage):
         return message
     return ToolMessage(content=str(result), name=call.name, tool_call_id=call.id)
+
+
+async def run_wrapped(
+    wrappers: list[Any], tool: BaseTool, call: ToolCall, extra: dict[str, Any]
+) -> ToolMessage:
+    """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
+    middleware outermost, as LangChain composes it. The state a wrapper sees holds the
+    task's middleware fields; the transcript is not shipped to the tools consumer."""
+    from langchain_core.messages import ToolMessage as LcToolMessage
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+
+    from contracts.messages import to_langchain
+    from services.hooks import call_wrapped
+
+    request = ToolCallRequest(
+        tool_call={"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"},
+        tool=tool,
+        state={"messages": [], **extra},
+        runtime=None,  # type: ignore[arg-type]
+    )
+
+    async def execute(req: Any) -> Any:
+        wanted = req.tool_call
+        target = req.tool or tool
+        answer = await run_tool(
+            target,
+            ToolCall(id=wanted["id"], name=wanted["name"], args=wanted.get("args", {})),
+            raise_errors=True,
+        )
+        return to_langchain(answer)
+
+    try:
+        result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r)
+    except Exception as exc:  # what no wrapper handled: an error answer, as without them
+        return failure_message(call, exc)
+    if not isinstance(result, LcToolMessage):
+        return ToolMessage(
+            content=f"Error: wrap_tool_call returned {type(result).__name__}, not a ToolMessage",
+            name=call.name,
+            tool_call_id=call.id,
+            status="error",
+        )
+    converted = from_langchain(result)
+    assert isinstance(converted, ToolMessage)
+    return converted

@@ -1,0 +1,109 @@
+"""LangChain's built-in middleware, runnable on the bus.
+
+Each class here IS LangChain's class (a subclass that also remembers its constructor
+arguments), so names, parameters, defaults and semantics are LangChain's by construction;
+the remembered arguments let the consumer that owns the hook rebuild the middleware in
+another process. Existing agent code moves over by changing one import.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from langchain.agents import middleware as lc
+
+from contracts.agent import MiddlewareSpec
+
+
+class _Remembers:
+    """Mixin: keeps the keyword arguments the middleware was built with."""
+
+    _loopline_params: dict[str, Any]
+
+    def to_spec(self) -> MiddlewareSpec:
+        return MiddlewareSpec(type=_lc_name(type(self)), params=_jsonable(self._loopline_params))
+
+
+def _lc_name(cls: type) -> str:
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("langchain.agents.middleware"):
+            return klass.__name__
+    return cls.__name__
+
+
+def _jsonable(value: Any) -> Any:
+    """Models given as objects travel as ``openai:NAME`` strings."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "model_name") and hasattr(value, "invoke"):
+        return f"openai:{value.model_name}"
+    return value
+
+
+def _remembering(base: type, *, positional: tuple[str, ...] = ()) -> type:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        params = dict(kwargs)
+        if positional and args:
+            params[positional[0]] = args[0]
+            if len(positional) > 1:
+                params[positional[1]] = list(args[1:])
+        self._loopline_params = params
+        base.__init__(self, *args, **kwargs)  # type: ignore[misc]
+
+    return type(base.__name__, (_Remembers, base), {"__init__": __init__, "__doc__": base.__doc__})
+
+
+ModelCallLimitMiddleware: Any = _remembering(lc.ModelCallLimitMiddleware)
+ToolCallLimitMiddleware: Any = _remembering(lc.ToolCallLimitMiddleware)
+ModelRetryMiddleware: Any = _remembering(lc.ModelRetryMiddleware)
+ToolRetryMiddleware: Any = _remembering(lc.ToolRetryMiddleware)
+PIIMiddleware: Any = _remembering(lc.PIIMiddleware, positional=("pii_type",))
+LLMToolSelectorMiddleware: Any = _remembering(lc.LLMToolSelectorMiddleware)
+ModelFallbackMiddleware: Any = _remembering(
+    lc.ModelFallbackMiddleware, positional=("first_model", "additional_models")
+)
+
+BY_NAME: dict[str, Any] = {
+    cls.__name__: cls
+    for cls in (
+        ModelCallLimitMiddleware,
+        ToolCallLimitMiddleware,
+        ModelRetryMiddleware,
+        ToolRetryMiddleware,
+        PIIMiddleware,
+        LLMToolSelectorMiddleware,
+        ModelFallbackMiddleware,
+    )
+}
+
+
+def build_builtin(name: str, params: dict[str, Any]) -> Any:
+    cls = BY_NAME[name]
+    if name == "ModelFallbackMiddleware":
+        args = [params.get("first_model"), *params.get("additional_models", [])]
+        rest = {k: v for k, v in params.items() if k not in ("first_model", "additional_models")}
+        return cls(*args, **rest)
+    if name == "PIIMiddleware":
+        rest = {k: v for k, v in params.items() if k != "pii_type"}
+        return cls(params["pii_type"], **rest)
+    return cls(**params)
+
+
+def params_of(instance: Any) -> dict[str, Any]:
+    """Constructor arguments of a LangChain middleware instance, read back from the
+    attributes it keeps under the same names (what every built-in does)."""
+    remembered = getattr(instance, "_loopline_params", None)
+    if remembered is not None:
+        return dict(remembered)
+    params: dict[str, Any] = {}
+    for name, parameter in inspect.signature(type(instance).__init__).parameters.items():
+        if name == "self" or parameter.kind in (parameter.VAR_KEYWORD,):
+            continue
+        if hasattr(instance, name):
+            value = getattr(instance, name)
+            if value != parameter.default:
+                params[name] = value
+    return params

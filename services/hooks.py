@@ -1,0 +1,237 @@
+"""Running LangChain-style middleware hooks inside the consumer that owns each stage.
+
+``before_agent``, ``before_model``, ``after_model`` and ``after_agent`` run in the loop;
+``wrap_model_call`` (and ``dynamic_prompt``) in the model consumer; ``wrap_tool_call`` in
+the tools consumer. A hook sees the state LangChain would give it (``messages`` plus the
+fields middleware keep, stored with the task) and its updates are applied the way
+LangGraph applies them between nodes, so a user's middleware runs unchanged.
+
+Middleware come from the agent spec: loopline's own (todos and context editing, which the
+services implement natively), LangChain's built-in class names, import paths
+(``package.module:Name``, a class or an instance), or ``local:`` instances in embedded mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts.agent import AgentSpec, MiddlewareSpec
+from services.errors import ConfigurationError
+
+NATIVE = {"TodoListMiddleware", "ContextEditingMiddleware"}
+STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
+LOCAL_PREFIX = "local:"
+_local: dict[str, Any] = {}
+
+
+def register_local(instance: Any) -> str:
+    ref = f"{LOCAL_PREFIX}{type(instance).__name__}:{id(instance)}"
+    _local[ref] = instance
+    return ref
+
+
+def _base() -> Any:
+    from langchain.agents.middleware import AgentMiddleware
+
+    return AgentMiddleware
+
+
+def overrides(instance: Any, hook: str) -> bool:
+    """Whether the middleware implements a hook (sync or async), as LangChain decides."""
+    base = _base()
+    cls = type(instance)
+    sync = getattr(cls, hook, None) is not getattr(base, hook, None)
+    asyn = getattr(cls, f"a{hook}", None) is not getattr(base, f"a{hook}", None)
+    return bool(sync or asyn)
+
+
+def build(spec: MiddlewareSpec) -> Any:
+    """An instance for a spec that is not one of loopline's native middleware."""
+    if spec.type.startswith(LOCAL_PREFIX):
+        found = _local.get(spec.type)
+        if found is None:
+            raise ConfigurationError(
+                f"middleware {spec.type} is an in-process object of another process; "
+                "name middleware by import path when services run separately"
+            )
+        return found
+    if ":" in spec.type:
+        module_name, _, attr = spec.type.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigurationError(f"middleware {spec.type!r}: {exc}") from exc
+        for part in attr.split("."):
+            target = getattr(target, part, None)
+            if target is None:
+                raise ConfigurationError(f"middleware {spec.type!r}: no {attr} in {module_name}")
+    else:
+        from loopline.middleware import builtin_class
+
+        try:
+            return builtin_class(spec.type)(**spec.params)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ConfigurationError(f"middleware {spec.type}: {exc}") from exc
+    if inspect.isclass(target):
+        try:
+            return target(**spec.params)
+        except TypeError as exc:
+            raise ConfigurationError(f"middleware {spec.type}: {exc}") from exc
+    if spec.params:
+        raise ConfigurationError(f"middleware {spec.type} is an instance: it takes no params")
+    return target
+
+
+@dataclass
+class HookSet:
+    """An agent's middleware instances, by the hooks they implement, in list order."""
+
+    instances: list[tuple[int, Any]] = field(default_factory=list)
+
+    def with_hook(self, hook: str) -> list[tuple[int, Any]]:
+        return [(i, m) for i, m in self.instances if overrides(m, hook)]
+
+    @property
+    def has_state_hooks(self) -> bool:
+        return any(self.with_hook(h) for h in STATE_HOOKS)
+
+
+_cache: dict[str, HookSet] = {}
+
+
+def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
+    found = _cache.get(agent_id)
+    if found is None:
+        found = HookSet(
+            [(i, build(m)) for i, m in enumerate(spec.middleware) if m.type not in NATIVE]
+        )
+        _cache[agent_id] = found
+    return found
+
+
+def lg_runtime() -> Any:
+    from langgraph.runtime import Runtime
+
+    return Runtime(context=None, store=None)
+
+
+async def call_state_hook(instance: Any, hook: str, state: dict[str, Any]) -> dict[str, Any]:
+    """One before/after hook; async variant when implemented, else the sync one in a thread
+    (LangChain runs sync hooks in async agents the same way)."""
+    base = _base()
+    runtime = lg_runtime()
+    if getattr(type(instance), f"a{hook}", None) is not getattr(base, f"a{hook}", None):
+        result = await getattr(instance, f"a{hook}")(state, runtime)
+    else:
+        result = await asyncio.to_thread(getattr(instance, hook), state, runtime)
+    if result is None:
+        return {}
+    if not isinstance(result, dict):
+        raise TypeError(f"{type(instance).__name__}.{hook} returned {type(result).__name__}")
+    return result
+
+
+def can_jump(instance: Any, hook: str, target: str) -> bool:
+    for name in (f"a{hook}", hook):
+        method = getattr(type(instance), name, None)
+        func = getattr(method, "__func__", method)
+        if target in (getattr(func, "__can_jump_to__", None) or []):
+            return True
+    return False
+
+
+@dataclass
+class StateResult:
+    """What a run of state hooks decided."""
+
+    messages: list[Any]  # the full message list after the hooks (langchain messages)
+    extra: dict[str, Any]
+    jump_to: str | None = None
+    changed: bool = False
+
+
+def merge_messages(current: list[Any], updates: Sequence[Any]) -> list[Any]:
+    """LangGraph's ``add_messages``: same id replaces, ``RemoveMessage`` deletes (the
+    special id removes all), anything else appends."""
+    from langchain_core.messages import RemoveMessage
+    from langchain_core.messages.utils import convert_to_messages
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+    result = list(current)
+    for message in convert_to_messages(list(updates)):
+        if isinstance(message, RemoveMessage):
+            if message.id == REMOVE_ALL_MESSAGES:
+                result = []
+            else:
+                result = [m for m in result if m.id != message.id]
+            continue
+        index = next((i for i, m in enumerate(result) if message.id and m.id == message.id), None)
+        if index is None:
+            result.append(message)
+        else:
+            result[index] = message
+    return result
+
+
+async def run_state_hooks(
+    hooks: HookSet, hook: str, messages: list[Any], extra: dict[str, Any]
+) -> StateResult:
+    """Run one kind of hook over all middleware: ``before_*`` in list order, ``after_*``
+    in reverse (LangChain's order). Each sees the updates of the ones before it."""
+    chain = hooks.with_hook(hook)
+    if hook.startswith("after"):
+        chain = list(reversed(chain))
+    state_messages = list(messages)
+    state_extra = dict(extra)
+    changed = False
+    for _, instance in chain:
+        update = await call_state_hook(instance, hook, {"messages": state_messages, **state_extra})
+        if not update:
+            continue
+        jump = update.pop("jump_to", None)
+        if "messages" in update:
+            state_messages = merge_messages(state_messages, update.pop("messages"))
+            changed = True
+        for key, value in update.items():
+            state_extra[key] = value
+            changed = True
+        if jump and can_jump(instance, hook, jump):
+            return StateResult(state_messages, state_extra, jump, True)
+    return StateResult(state_messages, state_extra, None, changed)
+
+
+# -- wrap hooks: composed outer-first around the real call ----------------------------
+
+Call = Callable[[Any], Awaitable[Any]]
+
+
+async def call_wrapped(
+    instances: Sequence[Any], hook: str, request: Any, base: Call, normalize: Callable[[Any], Any]
+) -> Any:
+    """``instances[0]`` outermost; each may call its handler zero or more times."""
+    loop = asyncio.get_running_loop()
+    base_cls = _base()
+
+    async def run(i: int, req: Any) -> Any:
+        if i == len(instances):
+            return await base(req)
+        instance = instances[i]
+
+        async def inner(r: Any) -> Any:
+            return await run(i + 1, r)
+
+        if getattr(type(instance), f"a{hook}", None) is not getattr(base_cls, f"a{hook}", None):
+            return normalize(await getattr(instance, f"a{hook}")(req, inner))
+
+        def sync_inner(r: Any) -> Any:
+            return asyncio.run_coroutine_threadsafe(inner(r), loop).result()
+
+        result = await asyncio.to_thread(getattr(instance, hook), req, sync_inner)
+        return normalize(result)
+
+    return await run(0, request)

@@ -1,0 +1,154 @@
+"""Middleware on the bus: users' hooks and LangChain's built-ins run in the consumer of
+their stage (services as separate processes) and behave as in LangChain's create_agent."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis as syncredis
+from langchain.agents import create_agent as lc_create_agent
+from langchain.agents import middleware as lcm
+from langchain_core.messages import HumanMessage as LcHumanMessage
+from langchain_openai import ChatOpenAI
+
+from contracts import HumanMessage, TaskCompleted
+from loopline.agentfile import agent_from_dict
+from loopline.client import Client
+from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from tests import middlewares, tooling
+from tests.support import ServiceProcesses, unique_prefix
+
+# ChatOpenAI keeps its async HTTP client per process: one event loop for the module.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TWO_STEPS = [
+    Reply(tool_calls=(ScriptedToolCall("add", {"a": 1, "b": 2}),)),
+    Reply(tool_calls=(ScriptedToolCall("add", {"a": 3, "b": 4}),)),
+    Reply(content="3 and 7"),
+]
+PII_TURNS = [Reply(content="noted, thanks")]
+SCRIPTS = {"order": TWO_STEPS, "limit": TWO_STEPS, "stop": TWO_STEPS, "pii": PII_TURNS}
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
+    with (
+        ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as lc_server,
+        ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as ll_server,
+    ):
+        yield lc_server, ll_server
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> Iterator[ServiceProcesses]:
+    env = {
+        "OPENAI_BASE_URL": servers[1].url,
+        "OPENAI_API_KEY": "test",
+        "RECORD_REDIS_URL": redis_url,
+    }
+    with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
+        yield procs
+
+
+async def run_langchain(server: ScriptedOpenAIServer, prompt: str, middleware: list[Any]) -> Any:
+    agent = lc_create_agent(
+        ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test"),
+        tools=[tooling.add],
+        middleware=middleware,
+    )
+    return await agent.ainvoke({"messages": [LcHumanMessage(content=prompt)]})
+
+
+async def run_loopline(
+    stack: ServiceProcesses, prompt: str, middleware: list[dict[str, Any]]
+) -> tuple[Any, list[Any]]:
+    spec, _ = agent_from_dict(
+        {"model": "gpt-4o-mini", "tools": ["tests.tooling:add"], "middleware": middleware}
+    )
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(spec, [HumanMessage(content=prompt)])
+        log = [e async for _, e in client.events(task_id)]
+        messages = await client.messages(task_id)
+    return log, messages
+
+
+def recorded(redis_url: str, key: str) -> list[str]:
+    r = syncredis.Redis.from_url(redis_url)
+    try:
+        return [v.decode() for v in r.lrange(key, 0, -1)]
+    finally:
+        r.close()
+
+
+async def test_hook_order_matches_langchain_across_processes(
+    stack: ServiceProcesses,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    redis_url: str,
+) -> None:
+    lc_key, ll_key = f"rec:{uuid.uuid4()}", f"rec:{uuid.uuid4()}"
+    middlewares._client = syncredis.Redis.from_url(redis_url)
+    await run_langchain(
+        servers[0], "order", [middlewares.Recorder(n, lc_key) for n in ("A", "B", "C")]
+    )
+    log, _ = await run_loopline(
+        stack,
+        "order",
+        [{"type": "tests.middlewares:Recorder", "name": n, "key": ll_key} for n in "ABC"],
+    )
+    assert isinstance(log[-1], TaskCompleted) and log[-1].answer == "3 and 7"
+    expected = recorded(redis_url, lc_key)
+    assert expected[:3] == ["A.before_agent", "B.before_agent", "C.before_agent"]
+    assert expected[-3:] == ["C.after_agent", "B.after_agent", "A.after_agent"]
+    # state a hook returned (the per-middleware counter) was seen by later hooks
+    assert "A.before_model:2" in expected
+    assert recorded(redis_url, ll_key) == expected
+
+
+async def test_model_call_limit_ends_like_langchain(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    lc = await run_langchain(
+        servers[0], "limit", [lcm.ModelCallLimitMiddleware(run_limit=1, exit_behavior="end")]
+    )
+    log, messages = await run_loopline(
+        stack,
+        "limit",
+        [{"type": "ModelCallLimitMiddleware", "run_limit": 1, "exit_behavior": "end"}],
+    )
+    assert [m.type for m in messages] == [m.type for m in lc["messages"]]
+    assert messages[-1].text() == lc["messages"][-1].content
+    assert "Model call limits exceeded" in messages[-1].text()
+    assert isinstance(log[-1], TaskCompleted) and log[-1].answer == messages[-1].text()
+
+
+async def test_a_user_hook_can_jump_to_end(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    lc = await run_langchain(servers[0], "stop", [middlewares.StopAfter(2)])
+    _, messages = await run_loopline(
+        stack, "stop", [{"type": "tests.middlewares:StopAfter", "calls": 2}]
+    )
+    assert [m.text() for m in messages] == [
+        m.content if isinstance(m.content, str) else "" for m in lc["messages"]
+    ]
+    assert messages[-1].text() == "stopped after 2"
+
+
+async def test_pii_redaction_of_input_matches_langchain(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    prompt = "pii: write to ada@example.com please"
+    await run_langchain(servers[0], prompt, [lcm.PIIMiddleware("email", strategy="redact")])
+    await run_loopline(
+        stack, prompt, [{"type": "PIIMiddleware", "pii_type": "email", "strategy": "redact"}]
+    )
+    lc_request = [r for r in servers[0].chat_requests() if "pii" in str(r["messages"])][-1]
+    ll_request = [r for r in servers[1].chat_requests() if "pii" in str(r["messages"])][-1]
+    assert ll_request["messages"] == lc_request["messages"]
+    assert "[REDACTED_EMAIL]" in str(ll_request["messages"])
+    assert "ada@example.com" not in str(ll_request["messages"])
