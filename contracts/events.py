@@ -52,6 +52,26 @@ class CancelRequested(Event):
     reason: str = "cancelled by request"
 
 
+class ApprovalRequested(Event):
+    """Loop → public ``approvals`` stream and the task's log: the task waits for a human
+    (HumanInTheLoopMiddleware). ``request`` is LangChain's HITLRequest:
+    ``{"action_requests": [...], "review_configs": [...]}``."""
+
+    type: Literal["ApprovalRequested"] = "ApprovalRequested"
+    step: int
+    request: dict[str, Any]
+
+
+class DecisionsSubmitted(Event):
+    """Client → tasks stream: the human's decisions for a waiting task, in LangChain's
+    shapes (``{"type": "approve"}``, ``{"type": "edit", "edited_action": {...}}``,
+    ``{"type": "reject", "message"?}``, ``{"type": "respond", "message"}``), in the order
+    of the gated calls."""
+
+    type: Literal["DecisionsSubmitted"] = "DecisionsSubmitted"
+    decisions: list[dict[str, Any]]
+
+
 class ContextRequested(Event):
     """Loop → context: build the model's view of the first ``transcript_len`` messages."""
 
@@ -180,6 +200,8 @@ class DeadLettered(Event):
 AnyEvent = Annotated[
     TaskSubmitted
     | CancelRequested
+    | DecisionsSubmitted
+    | ApprovalRequested
     | ContextRequested
     | ModelRequested
     | ModelResponded
@@ -198,6 +220,8 @@ EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
 EVENT_TYPES: tuple[type[Event], ...] = (
     TaskSubmitted,
     CancelRequested,
+    DecisionsSubmitted,
+    ApprovalRequested,
     ContextRequested,
     ModelRequested,
     ModelResponded,

@@ -74,6 +74,11 @@ class Names:
         return f"{self.prefix}:edits"
 
     @property
+    def approvals(self) -> str:
+        """ApprovalRequested: tasks waiting for a human decision. Published by loop."""
+        return f"{self.prefix}:approvals"
+
+    @property
     def dlq(self) -> str:
         """DeadLettered: events no consumer could handle, with the reason."""
         return f"{self.prefix}:dlq"

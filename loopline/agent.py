@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from contracts.agent import AgentSpec, ModelSpec
-from contracts.events import AnyEvent, TaskFailed
+from contracts.events import AnyEvent, ApprovalRequested, TaskFailed
 from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
 from loopline.client import Client, TaskFailedError
 from loopline.middleware import to_spec
@@ -106,13 +106,38 @@ class Agent:
                 self.spec, messages, task_id=task_id, max_steps=self.max_steps
             )
 
-    async def aresult(self, task_id: str) -> dict[str, Any]:
-        """Wait for the task and return ``{"messages": [...], "todos": [...]}``."""
+    async def aresult(self, task_id: str, *, after: str = "0") -> dict[str, Any]:
+        """Wait for the task and return ``{"messages": [...], "todos": [...]}``; a task
+        waiting for a human returns with ``"__interrupt__"`` (LangChain's key) instead."""
         async with self.client() as client:
-            await client.wait(task_id)
+            _, outcome = await client.outcome(task_id, after=after)
+            if isinstance(outcome, TaskFailed):
+                raise TaskFailedError(outcome)
             messages = await client.messages(task_id)
             todos = await client.todos(task_id)
-        return {"messages": [to_langchain(m) for m in messages], "todos": todos, "task_id": task_id}
+        result: dict[str, Any] = {
+            "messages": [to_langchain(m) for m in messages],
+            "todos": todos,
+            "task_id": task_id,
+        }
+        if isinstance(outcome, ApprovalRequested):
+            result["__interrupt__"] = [outcome.request]
+        return result
+
+    async def aresume(self, task_id: str, decisions: list[dict[str, Any]]) -> dict[str, Any]:
+        """Answer a waiting task with decisions and wait for its next outcome."""
+        self._start_services()
+        async with self.client() as client:
+            after = await client.last_entry(task_id)
+            await client.decide(task_id, decisions)
+        return await self.aresult(task_id, after=after)
+
+    def resume(self, task_id: str, decisions: list[dict[str, Any]]) -> dict[str, Any]:
+        return asyncio.run(self.aresume(task_id, decisions))
+
+    async def acancel(self, task_id: str, reason: str = "cancelled by request") -> None:
+        async with self.client() as client:
+            await client.cancel(task_id, reason)
 
     async def ainvoke(self, input: dict[str, Any]) -> dict[str, Any]:
         return await self.aresult(await self.asubmit(input))
@@ -167,7 +192,7 @@ def create_agent(
         model=_model_spec(model, embedded),
         tools=refs,
         system_prompt=system_prompt,
-        middleware=[to_spec(m) for m in middleware],
+        middleware=[to_spec(m, embedded=embedded) for m in middleware],
         tool_schemas=schemas,
         name=name,
     )
@@ -184,8 +209,8 @@ async def subscribe(
     prefix: str | None = None,
 ) -> AsyncIterator[AnyEvent]:
     """Follow a public stream: ``"todos"`` (TodosUpdated) or ``"edits"`` (ContextEdited)."""
-    if stream not in ("todos", "edits", "dlq"):
-        raise ValueError('stream must be "todos", "edits" or "dlq"')
+    if stream not in ("todos", "edits", "dlq", "approvals"):
+        raise ValueError('stream must be "todos", "edits", "approvals" or "dlq"')
     url, _ = resolve_url(redis_url)
     async with Client(url, prefix or Settings().prefix) as client:
         async for _, event in client.subscribe(stream, from_start=from_start):

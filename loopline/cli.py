@@ -15,6 +15,7 @@ from typing import NoReturn
 from contracts.agent import AgentSpec
 from contracts.events import (
     AnyEvent,
+    ApprovalRequested,
     ContextEdited,
     ModelResponded,
     StepStarted,
@@ -91,6 +92,12 @@ def describe(event: AnyEvent) -> str | None:
             f"step {event.step}: context edit cleared {len(event.cleared_tool_call_ids)} "
             f"tool result(s), {event.tokens_before} -> {event.tokens_after} tokens"
         )
+    if isinstance(event, ApprovalRequested):
+        actions = ", ".join(
+            f"{a.get('name')}({json.dumps(a.get('args'))[:60]})"
+            for a in event.request.get("action_requests", [])
+        )
+        return f"step {event.step}: WAITING for approval of {actions}"
     if isinstance(event, TaskCompleted):
         return f"done after {event.steps} step(s)"
     if isinstance(event, TaskFailed):
@@ -138,12 +145,19 @@ async def _run_task(
         if not follow:
             print(task_id)
             return 0
-        final: TaskCompleted | TaskFailed | None = None
+        final: TaskCompleted | TaskFailed | ApprovalRequested | None = None
         async for _, event in client.events(task_id):
             if not as_json and not quiet and (line := describe(event)):
                 print(line, file=sys.stderr)
-            if isinstance(event, TaskCompleted | TaskFailed):
+            if isinstance(event, TaskCompleted | TaskFailed | ApprovalRequested):
                 final = event
+            if isinstance(event, ApprovalRequested):
+                if not as_json:
+                    print(
+                        f"task {task_id} waits for a human: loopline decide {task_id} --approve",
+                        file=sys.stderr,
+                    )
+                break
         messages = await client.messages(task_id)
         todos = await client.todos(task_id)
     if as_json:
@@ -151,7 +165,11 @@ async def _run_task(
             json.dumps(
                 {
                     "task_id": task_id,
-                    "status": "completed" if isinstance(final, TaskCompleted) else "failed",
+                    "status": "completed"
+                    if isinstance(final, TaskCompleted)
+                    else "waiting"
+                    if isinstance(final, ApprovalRequested)
+                    else "failed",
                     "answer": final.answer if isinstance(final, TaskCompleted) else None,
                     "error": final.reason if isinstance(final, TaskFailed) else None,
                     "messages": [m.model_dump(mode="json") for m in messages],
@@ -161,7 +179,7 @@ async def _run_task(
         )
     elif isinstance(final, TaskCompleted):
         print(final.answer)
-    return 0 if isinstance(final, TaskCompleted) else 1
+    return 0 if isinstance(final, TaskCompleted | ApprovalRequested) else 1
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -244,6 +262,83 @@ def cmd_cancel(args: argparse.Namespace) -> int:
                 if isinstance(event, TaskCompleted | TaskFailed):
                     print(describe(event))
         return 0
+
+    return asyncio.run(main())
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    from loopline.client import Client
+
+    url, prefix = _deployment()
+
+    async def main() -> int:
+        await _check_redis(url)
+        async with Client(url, prefix) as client:
+            waiting = await client.pending_approvals()
+        for request in waiting:
+            if args.json:
+                print(json.dumps(request.model_dump(mode="json")))
+            else:
+                print(f"{request.task_id}  {describe(request)}")
+        if not args.json:
+            print(f"{len(waiting)} task(s) waiting for a decision", file=sys.stderr)
+        return 0
+
+    return asyncio.run(main())
+
+
+def _decisions(args: argparse.Namespace, count: int) -> list[dict[str, object]]:
+    if args.decisions:
+        try:
+            parsed = json.loads(args.decisions)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--decisions is not JSON: {exc}") from exc
+        if not isinstance(parsed, list):
+            raise UsageError("--decisions must be a JSON list, one decision per gated call")
+        return parsed
+    one: dict[str, object]
+    if args.approve:
+        one = {"type": "approve"}
+    elif args.reject is not None:
+        one = {"type": "reject", **({"message": args.reject} if args.reject else {})}
+    elif args.respond is not None:
+        one = {"type": "respond", "message": args.respond}
+    elif args.edit is not None:
+        try:
+            action = json.loads(args.edit)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--edit is not JSON: {exc}") from exc
+        one = {"type": "edit", "edited_action": action}
+    else:
+        raise UsageError("say what to do: --approve, --reject, --respond, --edit or --decisions")
+    return [one] * count
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    from loopline.client import Client
+
+    url, prefix = _deployment()
+
+    async def main() -> int:
+        await _check_redis(url)
+        async with Client(url, prefix) as client:
+            request = await client.waiting(args.task_id)
+            if request is None:
+                raise UsageError(f"task {args.task_id} is not waiting for a decision")
+            count = len(request.request.get("action_requests", []))
+            decisions = _decisions(args, count)
+            if args.edit is not None and count == 1:
+                action = decisions[0]["edited_action"]
+                if isinstance(action, dict) and "name" not in action:
+                    name = request.request["action_requests"][0]["name"]
+                    decisions = [{"type": "edit", "edited_action": {"name": name, "args": action}}]
+            after = await client.last_entry(args.task_id)
+            await client.decide(args.task_id, decisions)
+            _, outcome = await client.outcome(args.task_id, after=after)
+        print(describe(outcome))
+        if isinstance(outcome, TaskCompleted):
+            print(outcome.answer)
+        return 0 if not isinstance(outcome, TaskFailed) else 1
 
     return asyncio.run(main())
 
@@ -383,6 +478,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task_id")
     p.add_argument("--reason", default="cancelled from the command line")
     p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("approvals", help="tasks waiting for a human decision")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_approvals)
+
+    p = sub.add_parser("decide", help="answer a task waiting for approval")
+    p.add_argument("task_id")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--approve", action="store_true")
+    group.add_argument("--reject", nargs="?", const="", metavar="MESSAGE")
+    group.add_argument("--respond", metavar="MESSAGE")
+    group.add_argument("--edit", metavar="JSON", help='new args, or {"name": ..., "args": {...}}')
+    group.add_argument("--decisions", metavar="JSON", help="LangChain decisions, in order")
+    p.set_defaults(func=cmd_decide)
 
     p = sub.add_parser("dlq", help="dead letters: list, show, replay or drop")
     p.add_argument("action", choices=("list", "show", "replay", "drop"))

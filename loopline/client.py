@@ -13,8 +13,10 @@ import redis.asyncio as aioredis
 from contracts.agent import AgentSpec
 from contracts.events import (
     AnyEvent,
+    ApprovalRequested,
     CancelRequested,
     DeadLettered,
+    DecisionsSubmitted,
     TaskCompleted,
     TaskFailed,
     TaskSubmitted,
@@ -96,6 +98,49 @@ class Client:
         event = CancelRequested(task_id=task_id, reason=reason)
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
 
+    async def decide(self, task_id: str, decisions: list[dict[str, Any]]) -> None:
+        """Answer a task waiting for approval (LangChain's decision shapes, in order)."""
+        event = DecisionsSubmitted(task_id=task_id, decisions=decisions)
+        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+
+    async def waiting(self, task_id: str) -> ApprovalRequested | None:
+        """The open approval request of a task, if it is waiting for one."""
+        state: Any = await self.redis.hmget(self.names.task_state(task_id), "phase", "step")
+        if (state[0] or b"").decode() != "approval":
+            return None
+        step = int(state[1] or 0)
+        last = None
+        async for _, event in self.events(task_id, follow=False):
+            if isinstance(event, ApprovalRequested) and event.step == step:
+                last = event
+        return last
+
+    async def pending_approvals(self) -> list[ApprovalRequested]:
+        """Every task that waits for a human now, oldest first."""
+        found: dict[str, ApprovalRequested] = {}
+        async for _, event in self.subscribe("approvals", from_start=True, follow=False):
+            if isinstance(event, ApprovalRequested):
+                found[event.task_id] = event
+        waiting = []
+        for task_id in found:
+            open_request = await self.waiting(task_id)
+            if open_request is not None:
+                waiting.append(open_request)
+        return waiting
+
+    async def outcome(
+        self, task_id: str, *, after: str = "0"
+    ) -> tuple[str, TaskCompleted | TaskFailed | ApprovalRequested]:
+        """Follow the log from ``after`` until the task ends or asks for approval."""
+        async for entry_id, event in self.events(task_id, after=after):
+            if isinstance(event, TaskCompleted | TaskFailed | ApprovalRequested):
+                return entry_id, event
+        raise RuntimeError("task log ended without an outcome")  # pragma: no cover
+
+    async def last_entry(self, task_id: str) -> str:
+        entries: Any = await self.redis.xrevrange(self.names.task_log(task_id), count=1)
+        return entries[0][0].decode() if entries else "0"
+
     async def status(self, task_id: str) -> str | None:
         """running, completed, failed, or None for a task that does not exist (anymore)."""
         value: Any = await self.redis.hget(self.names.task_state(task_id), "status")
@@ -172,7 +217,12 @@ class Client:
         self, stream: str, *, from_start: bool = False, follow: bool = True, block_ms: int = 1000
     ) -> AsyncIterator[tuple[str, AnyEvent]]:
         """A public stream (``todos``, ``edits``, ``dlq``) as (entry id, event)."""
-        key = {"todos": self.names.todos, "edits": self.names.edits, "dlq": self.names.dlq}[stream]
+        key = {
+            "todos": self.names.todos,
+            "edits": self.names.edits,
+            "dlq": self.names.dlq,
+            "approvals": self.names.approvals,
+        }[stream]
         last = "0" if from_start else "$"
         if last == "$":
             # Resolve "$" to a concrete id now, so events between calls are not skipped.

@@ -83,8 +83,10 @@ _MODEL_RESPONDED = (
     _LUA_COMMON
     + """
 local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase')
-if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'model' then return snapshot(0) end
+if s[1] ~= 'running' or s[2] ~= ARGV[1] then return snapshot(0) end
+if s[3] ~= 'model' and s[3] ~= 'approval' then return snapshot(0) end
 local step = tonumber(ARGV[1])
+redis.call('HDEL', KEYS[1], 'pending')
 redis.call('RPUSH', KEYS[2], ARGV[3])
 for _, msg in ipairs(cjson.decode(ARGV[10])) do redis.call('RPUSH', KEYS[2], msg) end
 if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'extra', ARGV[11]) end
@@ -151,6 +153,19 @@ if ARGV[6] == '1' then
   finish('completed')
   log(ARGV[7])
 end
+return snapshot(1)
+"""
+)
+
+# KEYS: every task key. ARGV: step, cause, pending (the ModelResponded to resume with),
+# approval_event. The task waits for a human: nothing pending anywhere, no compute held.
+_INTERRUPT = (
+    _LUA_COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase')
+if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'model' then return snapshot(0) end
+redis.call('HSET', KEYS[1], 'phase', 'approval', 'pending', ARGV[3], 'cause', ARGV[2])
+log(ARGV[4])
 return snapshot(1)
 """
 )
@@ -222,6 +237,7 @@ class TaskStore:
         self._tool_completed = redis.register_script(_TOOL_COMPLETED)
         self._fail = redis.register_script(_FAIL)
         self._apply_hooks = redis.register_script(_APPLY_HOOKS)
+        self._interrupt = redis.register_script(_INTERRUPT)
         self._log_once = redis.register_script(_LOG_ONCE)
 
     def _keys(self, task_id: str) -> list[str]:
@@ -322,6 +338,20 @@ class TaskStore:
         ]
         reply = await self._apply_hooks(keys=self._keys(task_id), args=args)
         return Snapshot.from_reply(reply)
+
+    async def interrupt(
+        self, task_id: str, *, step: int, cause: str, pending: bytes, approval_event: bytes
+    ) -> Snapshot:
+        reply = await self._interrupt(
+            keys=self._keys(task_id), args=[step, cause, pending, approval_event]
+        )
+        return Snapshot.from_reply(reply)
+
+    async def pending_reply(self, task_id: str) -> tuple[str, bytes | None]:
+        """The phase, and the model reply a task waiting for approval will resume with."""
+        phase, pending = await self.redis.hmget(self.names.task_state(task_id), "phase", "pending")
+        text = phase.decode() if isinstance(phase, bytes) else str(phase or "")
+        return text, pending if isinstance(pending, bytes) else None
 
     async def extra(self, task_id: str) -> dict[str, Any]:
         raw: Any = await self.redis.hget(self.names.task_state(task_id), "extra")

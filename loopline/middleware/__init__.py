@@ -28,6 +28,7 @@ from langchain.agents.middleware import (
 from contracts.agent import MiddlewareSpec
 from loopline.middleware.builtins import (
     BY_NAME,
+    HumanInTheLoopMiddleware,
     LLMToolSelectorMiddleware,
     ModelCallLimitMiddleware,
     ModelFallbackMiddleware,
@@ -132,6 +133,7 @@ __all__ = [
     "AgentState",
     "ClearToolUsesEdit",
     "ContextEditingMiddleware",
+    "HumanInTheLoopMiddleware",
     "LLMToolSelectorMiddleware",
     "ModelCallLimitMiddleware",
     "ModelFallbackMiddleware",

@@ -62,6 +62,9 @@ ModelRetryMiddleware: Any = _remembering(lc.ModelRetryMiddleware)
 ToolRetryMiddleware: Any = _remembering(lc.ToolRetryMiddleware)
 PIIMiddleware: Any = _remembering(lc.PIIMiddleware, positional=("pii_type",))
 LLMToolSelectorMiddleware: Any = _remembering(lc.LLMToolSelectorMiddleware)
+HumanInTheLoopMiddleware: Any = _remembering(
+    lc.HumanInTheLoopMiddleware, positional=("interrupt_on",)
+)
 ModelFallbackMiddleware: Any = _remembering(
     lc.ModelFallbackMiddleware, positional=("first_model", "additional_models")
 )
@@ -76,6 +79,7 @@ BY_NAME: dict[str, Any] = {
         PIIMiddleware,
         LLMToolSelectorMiddleware,
         ModelFallbackMiddleware,
+        HumanInTheLoopMiddleware,
     )
 }
 
@@ -86,6 +90,9 @@ def build_builtin(name: str, params: dict[str, Any]) -> Any:
         args = [params.get("first_model"), *params.get("additional_models", [])]
         rest = {k: v for k, v in params.items() if k not in ("first_model", "additional_models")}
         return cls(*args, **rest)
+    if name == "HumanInTheLoopMiddleware":
+        rest = {k: v for k, v in params.items() if k != "interrupt_on"}
+        return cls(params["interrupt_on"], **rest)
     if name == "PIIMiddleware":
         rest = {k: v for k, v in params.items() if k != "pii_type"}
         return cls(params["pii_type"], **rest)

@@ -17,8 +17,10 @@ from typing import Any
 
 from contracts.events import (
     AnyEvent,
+    ApprovalRequested,
     CancelRequested,
     ContextRequested,
+    DecisionsSubmitted,
     ModelFailed,
     ModelResponded,
     StepStarted,
@@ -28,11 +30,13 @@ from contracts.events import (
     ToolCompleted,
     ToolRequested,
     dump_event,
+    parse_event,
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage
 from services.agent_view import has_todos
 from services.errors import BadEvent, UnknownTask
 from services.hooks import HookSet, hooks_for
+from services.loop import approvals
 from services.loop.hookrun import model_turn, start_step
 from services.loop.logic import WRITE_TODOS, after_model_results, join_order, step_limit_reason
 from services.runtime import Handler, Runtime
@@ -43,6 +47,7 @@ log = logging.getLogger("loopline.loop")
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
     names = rt.names
+    approvals.install()
 
     async def emit(task_id: str, snap: Snapshot, ai: AIMessage | None = None) -> None:
         if snap.status != "running":
@@ -156,6 +161,9 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         if isinstance(event, CancelRequested):
             await stop(event.task_id, f"cancelled: {event.reason}", "cancel")
             return
+        if isinstance(event, DecisionsSubmitted):
+            await on_decisions(event)
+            return
         if not isinstance(event, TaskSubmitted):
             raise BadEvent(f"{event.type} does not belong on the tasks stream")
         if not event.messages:
@@ -197,7 +205,31 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
 
     rt.background.append(DeadlineSweeper(rt, stop))
 
-    async def on_model_responded(event: ModelResponded) -> None:
+    async def wait_for_human(event: ModelResponded, request: Any) -> None:
+        asked = ApprovalRequested(
+            task_id=event.task_id, step=event.step, request=approvals.as_jsonable(request)
+        )
+        snap = await rt.store.interrupt(
+            event.task_id,
+            step=event.step,
+            cause=f"approval:{event.step}",
+            pending=dump_event(event),
+            approval_event=dump_event(asked),
+        )
+        if snap.cause == f"approval:{event.step}":
+            await rt.publish(names.approvals, asked)
+
+    async def on_decisions(event: DecisionsSubmitted) -> None:
+        phase, pending = await rt.store.pending_reply(event.task_id)
+        if phase != "approval" or pending is None:
+            raise BadEvent(f"task {event.task_id} is not waiting for a decision")
+        reply = parse_event(pending)
+        assert isinstance(reply, ModelResponded)
+        await on_model_responded(reply, event.decisions)
+
+    async def on_model_responded(
+        event: ModelResponded, decisions: list[dict[str, Any]] | None = None
+    ) -> None:
         spec = await rt.agent(event.agent_id)
         tid = event.task_id
         ai = event.message
@@ -215,7 +247,16 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             length = int(await rt.redis.llen(names.task_messages(tid)))
             transcript = await rt.transcript(tid, length, int(state or 0))
             try:
-                turn = await model_turn(hooks, transcript, ai, await rt.store.extra(tid))
+                with approvals.answering(decisions):
+                    turn = await model_turn(hooks, transcript, ai, await rt.store.extra(tid))
+            except approvals.Interrupted as asked:
+                await wait_for_human(event, asked.value)
+                return
+            except ValueError as exc:
+                if decisions is not None:  # decisions that do not fit: reject them, keep waiting
+                    raise BadEvent(f"decisions rejected: {exc}") from exc
+                await fail_now(tid, f"{type(exc).__name__}: {exc}")
+                return
             except Exception as exc:  # a hook that raises ends the task, with the reason
                 await fail_now(tid, f"{type(exc).__name__}: {exc}")
                 return

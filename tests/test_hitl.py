@@ -1,0 +1,149 @@
+"""Human in the loop on the bus: a gated call waits with nothing in flight, survives
+restarts of the loop and model services, and resumes from a CLI decision exactly as
+LangChain's HumanInTheLoopMiddleware resumes from ``Command(resume=...)``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent as lc_create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware as LcHITL
+from langchain_core.messages import HumanMessage as LcHumanMessage
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from contracts import ApprovalRequested, HumanMessage, TaskCompleted
+from contracts.streams import GROUPS, Names
+from loopline.agentfile import agent_from_dict
+from loopline.client import Client
+from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from tests import tooling
+from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TURNS = [
+    Reply(
+        tool_calls=(
+            ScriptedToolCall("add", {"a": 1, "b": 2}),
+            ScriptedToolCall("big_output", {"n": 3}),
+        )
+    ),
+    Reply(content="the sum is what the tool said"),
+]
+EDIT = {"name": "add", "args": {"a": 10, "b": 20}}
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
+    scripts = {"gated": TURNS}
+    with (
+        ScriptedOpenAIServer(responder=responder_by_prompt(scripts)) as lc_server,
+        ScriptedOpenAIServer(responder=responder_by_prompt(scripts)) as ll_server,
+    ):
+        yield lc_server, ll_server
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> Iterator[ServiceProcesses]:
+    env = {"OPENAI_BASE_URL": servers[1].url, "OPENAI_API_KEY": "test"}
+    with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
+        yield procs
+
+
+async def langchain_run(server: ScriptedOpenAIServer, prompt: str) -> dict[str, Any]:
+    agent = lc_create_agent(
+        ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test"),
+        tools=[tooling.add, tooling.big_output],
+        middleware=[LcHITL(interrupt_on={"add": True})],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    first = await agent.ainvoke({"messages": [LcHumanMessage(content=prompt)]}, config)
+    assert "__interrupt__" in first
+    resumed: dict[str, Any] = await agent.ainvoke(
+        Command(resume={"decisions": [{"type": "edit", "edited_action": EDIT}]}), config
+    )
+    return resumed
+
+
+def cli(stack: ServiceProcesses, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "REDIS_URL": stack.redis_url, "LOOPLINE_PREFIX": stack.prefix}
+    return subprocess.run(
+        [sys.executable, "-m", "loopline", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
+
+
+def restart(stack: ServiceProcesses, name: str) -> None:
+    for i, proc in enumerate(stack.procs[name]):
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        stack.procs[name][i] = stack._spawn(name, i + 100)
+    stack.wait_ready(90)
+
+
+async def test_gated_call_waits_survives_restarts_and_resumes_edited(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    prompt = f"gated {uuid.uuid4()}"
+    lc_result = await langchain_run(servers[0], prompt)
+
+    spec, _ = agent_from_dict(
+        {
+            "model": "gpt-4o-mini",
+            "tools": ["tests.tooling:add", "tests.tooling:big_output"],
+            "middleware": [{"type": "HumanInTheLoopMiddleware", "interrupt_on": {"add": True}}],
+        }
+    )
+    names = Names(stack.prefix)
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(spec, [HumanMessage(content=prompt)])
+        _, outcome = await client.outcome(task_id)
+        assert isinstance(outcome, ApprovalRequested)
+        actions = outcome.request["action_requests"]
+        assert [(a["name"], a["args"]) for a in actions] == [("add", {"a": 1, "b": 2})]
+
+        # waiting holds nothing: no entry pending anywhere, no tool ran
+        for service in ("loop", "context", "model", "tools", "todos"):
+            for stream in names.inputs_of(service):
+                pending: Any = await client.redis.xpending(stream, GROUPS[service])
+                assert pending["pending"] == 0
+        assert await client.messages(task_id) == (await client.messages(task_id))[:1]
+
+        restart(stack, "loop")
+        restart(stack, "model")
+
+        listed = cli(stack, "approvals", "--json")
+        assert task_id in listed.stdout, listed.stderr
+        decided = cli(stack, "decide", task_id, "--edit", json.dumps(EDIT["args"]))
+        assert decided.returncode == 0, decided.stderr
+        assert "the sum is what the tool said" in decided.stdout
+
+        done = await client.wait(task_id)
+        assert isinstance(done, TaskCompleted)
+        messages = await client.messages(task_id)
+
+    tool_results = {m.tool_call_id: m.text() for m in messages if m.type == "tool"}
+    lc_tools = {m.tool_call_id: m.content for m in lc_result["messages"] if m.type == "tool"}
+    assert tool_results == lc_tools
+    assert any("30" in text and "Executed instead" in text for text in tool_results.values())
+    # the model saw the same conversation after the decision as LangChain's did
+    lc_last = servers[0].chat_requests()[-1]["messages"]
+    ll_last = [r for r in servers[1].chat_requests() if prompt in str(r["messages"])][-1]
+    assert ll_last["messages"] == lc_last
