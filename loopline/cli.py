@@ -48,11 +48,14 @@ def _settings() -> Settings:
 
 async def _check_redis(url: str) -> None:
     import redis.asyncio as aioredis
+    from redis.exceptions import RedisClusterException
 
-    client = aioredis.Redis.from_url(url, socket_connect_timeout=3)
+    from services.redisconn import async_client
+
+    client = async_client(url, socket_connect_timeout=3)
     try:
         await client.ping()
-    except (aioredis.ConnectionError, aioredis.TimeoutError, OSError) as exc:
+    except (aioredis.ConnectionError, aioredis.TimeoutError, RedisClusterException, OSError) as exc:
         raise UsageError(
             f"cannot reach Redis at {url} ({exc}); start it, fix REDIS_URL, "
             "or unset REDIS_URL to use the embedded server"

@@ -24,6 +24,7 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
+from services.redisconn import async_client
 from services.settings import Settings
 
 TERMINAL = (TaskCompleted, TaskFailed)
@@ -60,7 +61,7 @@ class Client:
     def __init__(self, url: str, prefix: str = "loopline") -> None:
         self.url = url
         self.names = Names(prefix)
-        self.redis: aioredis.Redis = aioredis.Redis.from_url(url)
+        self.redis: aioredis.Redis = async_client(url)  # a server or a Redis Cluster
 
     async def close(self) -> None:
         await self.redis.aclose()

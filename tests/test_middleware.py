@@ -152,3 +152,52 @@ async def test_pii_redaction_of_input_matches_langchain(
     assert ll_request["messages"] == lc_request["messages"]
     assert "[REDACTED_EMAIL]" in str(ll_request["messages"])
     assert "ada@example.com" not in str(ll_request["messages"])
+
+
+async def test_rate_limit_holds_across_two_model_replicas(redis_url: str) -> None:
+    """Two model consumers share one limit: 4 requests per 2 s window, measured at the
+    scripted server while 12 tasks run at once."""
+    import time as clock
+
+    arrivals: list[float] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        arrivals.append(clock.monotonic())
+        return Reply(content="ok")
+
+    with ScriptedOpenAIServer(responder=respond) as server:
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "test"}
+        procs = ServiceProcesses(redis_url, unique_prefix(), env=env, replicas=1)
+        procs.services = ["loop", "context", "todos", "tools"]
+        with procs:
+            models = ServiceProcesses(
+                redis_url, procs.prefix, env=env, services=["model"], replicas=2
+            )
+            with models:
+                spec, _ = agent_from_dict(
+                    {
+                        "model": "gpt-4o-mini",
+                        "middleware": [
+                            {
+                                "type": "RateLimitMiddleware",
+                                "requests_per_minute": 4,
+                                "window_seconds": 2,
+                                "key": f"test-{uuid.uuid4()}",
+                            }
+                        ],
+                    }
+                )
+                async with Client(redis_url, procs.prefix) as client:
+                    ids = [
+                        await client.submit(spec, [HumanMessage(content=f"r{i}")])
+                        for i in range(12)
+                    ]
+                    for task_id in ids:
+                        assert isinstance(await client.wait(task_id), TaskCompleted)
+    assert len(arrivals) == 12
+    arrivals.sort()
+    # Admission is timed in Redis; arrival at the server adds a few ms of transit jitter.
+    for i, start in enumerate(arrivals):
+        in_window = [t for t in arrivals[i:] if t < start + 2.0 - 0.2]
+        assert len(in_window) <= 4, arrivals
+    assert arrivals[-1] - arrivals[0] >= 4.0  # 12 requests at 4 per 2 s need two waits

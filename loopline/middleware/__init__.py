@@ -40,18 +40,20 @@ from loopline.middleware.builtins import (
     params_of,
 )
 from loopline.middleware.context_editing import ClearToolUsesEdit, ContextEditingMiddleware
+from loopline.middleware.ratelimit import RateLimitMiddleware
 from loopline.middleware.todo import TodoListMiddleware
 
 BUILTIN: dict[str, Any] = {
     "TodoListMiddleware": TodoListMiddleware,
     "ContextEditingMiddleware": ContextEditingMiddleware,
+    "RateLimitMiddleware": RateLimitMiddleware,
     **BY_NAME,
 }
 
 
 def builtin_class(name: str) -> Any:
     """A factory for a built-in by name: ``factory(**params)`` builds it."""
-    if name in BY_NAME:
+    if name in BY_NAME or name == "RateLimitMiddleware":
         return _Factory(name)
     if name in BUILTIN:
         return BUILTIN[name]
@@ -141,6 +143,7 @@ __all__ = [
     "ModelResponse",
     "ModelRetryMiddleware",
     "PIIMiddleware",
+    "RateLimitMiddleware",
     "TodoListMiddleware",
     "ToolCallLimitMiddleware",
     "ToolRetryMiddleware",

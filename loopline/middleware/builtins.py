@@ -85,6 +85,10 @@ BY_NAME: dict[str, Any] = {
 
 
 def build_builtin(name: str, params: dict[str, Any]) -> Any:
+    if name == "RateLimitMiddleware":
+        from loopline.middleware.ratelimit import RateLimitMiddleware
+
+        return RateLimitMiddleware(**params)
     cls = BY_NAME[name]
     if name == "ModelFallbackMiddleware":
         args = [params.get("first_model"), *params.get("additional_models", [])]

@@ -7,6 +7,7 @@ from typing import Any
 
 from contracts.events import AnyEvent, ModelFailed, ModelRequested, ModelResponded
 from contracts.messages import AIMessage, from_langchain, to_langchain
+from loopline.middleware import ratelimit
 from services.agent_view import system_message
 from services.context.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
@@ -20,6 +21,7 @@ log = logging.getLogger("loopline.model")
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
     pool = ModelPool()
+    ratelimit.configure(rt.redis, rt.names.prefix)
 
     async def on_model_requested(event: AnyEvent) -> None:
         if not isinstance(event, ModelRequested):
