@@ -269,6 +269,38 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    import redis.asyncio as aioredis
+
+    from contracts.streams import Names
+    from loopline.stats import collect
+
+    url, prefix = _deployment()
+
+    async def main() -> dict[str, dict[str, object]]:
+        await _check_redis(url)
+        client = aioredis.Redis.from_url(url)
+        try:
+            return await collect(client, Names(prefix))
+        finally:
+            await client.aclose()
+
+    stats = asyncio.run(main())
+    if args.json:
+        print(json.dumps(stats))
+        return 0
+    for name, row in stats.items():
+        print(f"agent {name}")
+        for key, value in row.items():
+            if key != "latency_ms":
+                print(f"  {key:14} {value}")
+        for stage, p in dict(row["latency_ms"]).items():  # type: ignore[call-overload]
+            print(f"  latency {stage:6} p50 {p['p50']} ms  p90 {p['p90']} ms  p99 {p['p99']} ms")
+    if not stats:
+        print("no tasks found", file=sys.stderr)
+    return 0
+
+
 def cmd_approvals(args: argparse.Namespace) -> int:
     from loopline.client import Client
 
@@ -405,8 +437,22 @@ def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
     asyncio.run(_check_redis(url))
     app, _ = build_app(list(services), url=url, settings=settings)
     print(f"serving {', '.join(services)} on {url} (prefix {settings.prefix!r})", flush=True)
-    asyncio.run(app.run())
+    asyncio.run(_run_app(app))
     return 0
+
+
+async def _run_app(app: object) -> None:
+    """Run until SIGTERM/SIGINT; SIGUSR1 prints every asyncio task's stack to stderr (for
+    an operator asking what a stuck process waits on)."""
+    import signal
+
+    def dump() -> None:
+        for task in asyncio.all_tasks():
+            print(f"task {task.get_name()}: {task.get_coro()}", file=sys.stderr)
+            task.print_stack(limit=6, file=sys.stderr)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
+    await app.run()  # type: ignore[attr-defined]
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -420,6 +466,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     print(json.dumps(event_schemas(), indent=2))
     return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from loopline.status import render, status
+
+    url, prefix = _deployment()
+
+    async def main() -> dict[str, object]:
+        await _check_redis(url)
+        return await status(url, prefix, tasks=not args.no_tasks)
+
+    report = asyncio.run(main())
+    print(json.dumps(report) if args.json else render(report))
+    return 0
+
+
+def cmd_asyncapi(args: argparse.Namespace) -> int:
+    from loopline.asyncapi import run
+
+    return run(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -482,6 +548,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default="cancelled from the command line")
     p.set_defaults(func=cmd_cancel)
 
+    p = sub.add_parser("stats", help="per-agent counts and stage latencies from the task logs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stats)
+
     p = sub.add_parser("approvals", help="tasks waiting for a human decision")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_approvals)
@@ -509,6 +579,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", help="JSON Schema of every event")
     p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser(
+        "status", help="services and consumers, lag and pending, dead letters, tasks in flight"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--no-tasks", action="store_true", help="skip counting tasks (a SCAN of every key)"
+    )
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("asyncapi", help="the AsyncAPI document of every stream and event")
+    from loopline.asyncapi import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=cmd_asyncapi)
     return parser
 
 

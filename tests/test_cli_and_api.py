@@ -305,3 +305,20 @@ def test_names_are_prefixed_and_task_keys_share_a_hash_tag() -> None:
     keys = names.task_keys("abc")
     assert all(k.startswith("p:task:{abc}:") for k in keys)
     assert DATA_FIELD == "__data__"
+
+
+def test_stats_from_the_task_logs(up: dict[str, str], tmp_path: Path) -> None:
+    agent = tmp_path / "agent.yaml"
+    agent.write_text(AGENT_FILE.replace("model:", "name: stats-agent\nmodel:"))
+    for _ in range(2):
+        assert cli("run", "sum again", "--agent", str(agent), env=up).returncode == 0
+    done = cli("stats", "--json", env=up)
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)["stats-agent"]
+    assert row["tasks"] == row["completed"] == 2 and row["failed"] == 0
+    assert row["steps"] == row["model_calls"] == 6
+    assert row["tool_calls"] == 6 and row["tool_errors"] == 0
+    assert row["input_tokens"] > 0 and row["output_tokens"] > 0
+    assert set(row["latency_ms"]) == {"model", "tools", "task"}
+    assert row["latency_ms"]["model"]["count"] == 6
+    assert row["latency_ms"]["task"]["p50"] > 0
