@@ -69,6 +69,51 @@ ModelFallbackMiddleware: Any = _remembering(
     lc.ModelFallbackMiddleware, positional=("first_model", "additional_models")
 )
 
+
+def safe_cutoff_point(messages: list[Any], cutoff_index: int) -> int:
+    """Move a summarization cut so no kept tool result loses its tool call.
+
+    LangChain only looks at the message at the cut: when a tool batch only partly overlaps
+    the cut (results of one AI message on both sides, or a result kept after other
+    messages while its AI message is summarized), it leaves orphan tool results, which
+    providers reject. Here every kept ``ToolMessage`` whose AI message lies before the cut
+    pulls the cut back to that AI message, until none does (a fixed point; moving back only
+    keeps more). Results with no AI message at all constrain nothing.
+    """
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    owner: dict[str, int] = {}
+    for index, message in enumerate(messages):
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                call_id = call.get("id")
+                if call_id:
+                    owner[call_id] = index
+    cut = min(max(cutoff_index, 0), len(messages))
+    while True:
+        earliest = min(
+            (
+                owner[m.tool_call_id]
+                for m in messages[cut:]
+                if isinstance(m, ToolMessage) and owner.get(m.tool_call_id, cut) < cut
+            ),
+            default=cut,
+        )
+        if earliest >= cut:
+            return cut
+        cut = earliest
+
+
+class _SafeSummarization(lc.SummarizationMiddleware):
+    @staticmethod
+    def _find_safe_cutoff_point(messages: list[Any], cutoff_index: int) -> int:
+        return safe_cutoff_point(messages, cutoff_index)
+
+
+_SafeSummarization.__name__ = "SummarizationMiddleware"
+_SafeSummarization.__qualname__ = "SummarizationMiddleware"
+SummarizationMiddleware: Any = _remembering(_SafeSummarization)
+
 BY_NAME: dict[str, Any] = {
     cls.__name__: cls
     for cls in (
@@ -80,6 +125,7 @@ BY_NAME: dict[str, Any] = {
         LLMToolSelectorMiddleware,
         ModelFallbackMiddleware,
         HumanInTheLoopMiddleware,
+        SummarizationMiddleware,
     )
 }
 
