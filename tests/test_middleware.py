@@ -201,3 +201,34 @@ async def test_rate_limit_holds_across_two_model_replicas(redis_url: str) -> Non
         in_window = [t for t in arrivals[i:] if t < start + 2.0 - 0.2]
         assert len(in_window) <= 4, arrivals
     assert arrivals[-1] - arrivals[0] >= 4.0  # 12 requests at 4 per 2 s need two waits
+
+
+async def test_pii_is_also_redacted_in_tool_call_arguments(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """LangChain leaves PII in the arguments a tool receives; loopline redacts them too."""
+    prompt = "argspii please"
+    SCRIPTS["argspii"] = [
+        Reply(tool_calls=(ScriptedToolCall("add", {"a": 1, "b": 2, "note": "ada@example.com"}),)),
+        Reply(content="done"),
+    ]
+    lc = await run_langchain(
+        servers[0], prompt, [lcm.PIIMiddleware("email", strategy="redact", apply_to_output=True)]
+    )
+    _, messages = await run_loopline(
+        stack,
+        prompt,
+        [
+            {
+                "type": "PIIMiddleware",
+                "pii_type": "email",
+                "strategy": "redact",
+                "apply_to_output": True,
+            }
+        ],
+    )
+    lc_args = next(m for m in lc["messages"] if m.type == "ai" and m.tool_calls).tool_calls[0]
+    assert lc_args["args"]["note"] == "ada@example.com"  # LangChain's gap
+    ai = next(m for m in messages if m.type == "ai" and m.tool_calls)
+    assert ai.tool_calls[0].args["note"] == "[REDACTED_EMAIL]"
+    assert "ada@example.com" not in str([m.model_dump() for m in messages])

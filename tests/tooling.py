@@ -13,8 +13,8 @@ from langchain_core.tools import tool
 from services.toolbox import idempotent
 
 
-def add(a: int, b: int) -> int:
-    """Add two integers."""
+def add(a: int, b: int, note: str = "") -> int:
+    """Add two integers (a note may ride along)."""
     return a + b
 
 

@@ -60,7 +60,57 @@ ModelCallLimitMiddleware: Any = _remembering(lc.ModelCallLimitMiddleware)
 ToolCallLimitMiddleware: Any = _remembering(lc.ToolCallLimitMiddleware)
 ModelRetryMiddleware: Any = _remembering(lc.ModelRetryMiddleware)
 ToolRetryMiddleware: Any = _remembering(lc.ToolRetryMiddleware)
-PIIMiddleware: Any = _remembering(lc.PIIMiddleware, positional=("pii_type",))
+
+
+class _PIIWithToolArgs(lc.PIIMiddleware):
+    """LangChain's PIIMiddleware, plus the arguments of the model's tool calls: LangChain
+    checks the reply's text but lets PII through in the arguments a tool receives."""
+
+    def __init__(self, pii_type: Any, *, apply_to_tool_calls: bool = True, **kwargs: Any):
+        super().__init__(pii_type, **kwargs)
+        self.apply_to_tool_calls = apply_to_tool_calls
+
+    def _redact(self, value: Any) -> tuple[Any, bool]:
+        if isinstance(value, str):
+            new, changed = self._process_content(value)
+            return new, changed
+        if isinstance(value, dict):
+            pairs = {k: self._redact(v) for k, v in value.items()}
+            return {k: v for k, (v, _) in pairs.items()}, any(c for _, c in pairs.values())
+        if isinstance(value, list):
+            items = [self._redact(v) for v in value]
+            return [v for v, _ in items], any(c for _, c in items)
+        return value, False
+
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        from langchain_core.messages import AIMessage
+
+        update = super().after_model(state, runtime)
+        if not self.apply_to_tool_calls:
+            return update
+        messages = list((update or {}).get("messages") or state["messages"])
+        index = next(
+            (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)),
+            None,
+        )
+        if index is None or not messages[index].tool_calls:
+            return update
+        calls, changed = [], False
+        for call in messages[index].tool_calls:
+            args, redacted = self._redact(call["args"])
+            calls.append({**call, "args": args})
+            changed = changed or redacted
+        if not changed:
+            return update
+        messages[index] = messages[index].model_copy(update={"tool_calls": calls})
+        return {"messages": messages}
+
+    async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return self.after_model(state, runtime)
+
+
+_PIIWithToolArgs.__name__ = _PIIWithToolArgs.__qualname__ = "PIIMiddleware"
+PIIMiddleware: Any = _remembering(_PIIWithToolArgs, positional=("pii_type",))
 LLMToolSelectorMiddleware: Any = _remembering(lc.LLMToolSelectorMiddleware)
 HumanInTheLoopMiddleware: Any = _remembering(
     lc.HumanInTheLoopMiddleware, positional=("interrupt_on",)
