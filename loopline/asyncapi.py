@@ -200,7 +200,10 @@ def _describe(channel: Channel, stream: str) -> str:
         if channel.consumed_by
         else "Read outside the pipeline (XREAD from any offset)."
     )
-    return f"{channel.about}\n\nStream `{stream}`: {kinds}. Published by {channel.published_by}. {reader}"
+    return (
+        f"{channel.about}\n\nStream `{stream}`: {kinds}. "
+        f"Published by {channel.published_by}. {reader}"
+    )
 
 
 def build_broker(prefix: str = "loopline") -> Any:

@@ -274,12 +274,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     from contracts.streams import Names
     from loopline.stats import collect
+    from services.redisconn import async_client
 
     url, prefix = _deployment()
 
     async def main() -> dict[str, dict[str, object]]:
         await _check_redis(url)
-        client = aioredis.Redis.from_url(url)
+        client: aioredis.Redis = async_client(url)  # a server or a Redis Cluster
         try:
             return await collect(client, Names(prefix))
         finally:

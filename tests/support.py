@@ -141,8 +141,9 @@ class ServiceProcesses:
         import json
 
         from contracts.streams import Names
+        from services.redisconn import sync_client
 
-        client = redis.Redis.from_url(self.redis_url)
+        client = sync_client(self.redis_url)  # a server or a Redis Cluster
         key = Names(self.prefix).consumers
         deadline = time.monotonic() + timeout
         try:

@@ -1,0 +1,168 @@
+"""Which Redis a URL names: one server, or a Redis Cluster.
+
+A Redis Cluster is named by the scheme ``redis+cluster://`` (``rediss+cluster://`` with
+TLS) and one or more seed nodes; the client discovers the rest::
+
+    REDIS_URL=redis+cluster://[user:password@]host:port[,host:port...]
+
+or by a plain ``redis://`` URL of any node together with ``LOOPLINE_REDIS_CLUSTER=1``, for
+deployments where other tools read ``REDIS_URL`` too and know only the plain schemes.
+
+Everything loopline does works on a cluster: the multi-key scripts of a task take only
+that task's keys (one hash slot: the ``{task_id}`` hash tag), every stream read names one
+stream, and pipelines over several keys are non-transactional, which redis-py's cluster
+pipeline splits by node. The one MULTI/EXEC that spans slots (a handled entry's publishes
+with its ack, ``Runtime.commit``) becomes two steps on a cluster: the publishes, then the
+ack. A crash between them redelivers the entry, and the handlers are idempotent for
+redelivery, so the cluster path is at-least-once where a single server's is exactly-once
+per delivery.
+
+Both clients are typed as ``redis.asyncio.Redis`` / ``redis.Redis``: the commands loopline
+uses have the same signatures on ``RedisCluster``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import unquote
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import ClusterNode, RedisCluster
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+CLUSTER_FLAG = "LOOPLINE_REDIS_CLUSTER"
+
+
+def is_cluster(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (its scheme, or ``LOOPLINE_REDIS_CLUSTER``)."""
+    scheme = url.partition("://")[0].lower()
+    if scheme in CLUSTER_SCHEMES:
+        return True
+    return os.environ.get(CLUSTER_FLAG, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class ClusterAddress:
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None
+    ssl: bool
+
+    def options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"username": self.username, "password": self.password}
+        if self.ssl:
+            options["ssl"] = True
+        return options
+
+
+def parse_cluster_url(url: str) -> ClusterAddress:
+    """Seed nodes and credentials of a cluster URL (any of the schemes above)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"not a Redis URL: {url!r}")
+    ssl = scheme.lower().startswith("rediss")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    creds, _, hosts = netloc.rpartition("@")
+    user, _, password = creds.partition(":")
+    nodes = []
+    for item in hosts.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item.startswith("["):  # [IPv6]:port
+            host, _, port = item[1:].partition("]")
+            port = port.lstrip(":")
+        else:
+            host, _, port = item.partition(":")
+        nodes.append((host or "localhost", int(port or 6379)))
+    if not nodes:
+        raise ValueError(f"no cluster node in {url!r}")
+    return ClusterAddress(tuple(nodes), unquote(user) or None, unquote(password) or None, ssl)
+
+
+def node_url(url: str) -> str:
+    """A plain URL of the first seed node (for a client of one node, such as a broker)."""
+    if not is_cluster(url):
+        return url
+    address = parse_cluster_url(url)
+    host, port = address.nodes[0]
+    creds = url.partition("://")[2].split("/", 1)[0].rpartition("@")[0]
+    scheme = "rediss" if address.ssl else "redis"
+    return f"{scheme}://{creds + '@' if creds else ''}{host}:{port}"
+
+
+def async_client(url: str, **kwargs: Any) -> aioredis.Redis:
+    """``redis.asyncio.Redis`` for a server, ``RedisCluster`` for a cluster."""
+    if not is_cluster(url):
+        return aioredis.Redis.from_url(url, **kwargs)
+    address = parse_cluster_url(url)
+    nodes = [AsyncClusterNode(host, port) for host, port in address.nodes]
+    client = AsyncRedisCluster(startup_nodes=nodes, **address.options(), **kwargs)
+    return cast(aioredis.Redis, client)
+
+
+def sync_client(url: str, **kwargs: Any) -> redis.Redis:
+    """``redis.Redis`` for a server, ``redis.RedisCluster`` for a cluster."""
+    if not is_cluster(url):
+        return redis.Redis.from_url(url, **kwargs)
+    address = parse_cluster_url(url)
+    node = cast(Any, ClusterNode)  # untyped in redis-py
+    nodes = [node(host, port) for host, port in address.nodes]
+    return cast(redis.Redis, RedisCluster(startup_nodes=nodes, **address.options(), **kwargs))
+
+
+def make_broker(url: str, **kwargs: Any) -> Any:
+    """FastStream's broker for the URL: ``RedisClusterBroker`` (seeded with the first node;
+    it discovers the others) for a cluster, ``RedisBroker`` otherwise."""
+    from faststream.redis import RedisBroker, RedisClusterBroker
+
+    if is_cluster(url):
+        return RedisClusterBroker(node_url(url), **kwargs)
+    return RedisBroker(url, **kwargs)
+
+
+async def commit_in_steps(
+    client: aioredis.Redis,
+    outbox: list[tuple[str, bytes]],
+    *,
+    ack: tuple[str, str, str] | None,
+    error: tuple[str, str] | None,
+    errors_key: str,
+) -> None:
+    """A handled entry's publishes, then its ack or error, on a cluster (where MULTI/EXEC
+    cannot span slots). A failed publish raises before the ack: the entry stays pending
+    and is redelivered, so nothing is lost; what was published may be published again."""
+    from contracts.streams import DATA_FIELD  # here: the health check imports this module
+
+    if outbox:
+        async with client.pipeline(transaction=False) as pipe:
+            for stream, data in outbox:
+                pipe.xadd(stream, {DATA_FIELD: data})
+            await pipe.execute()
+    if ack is not None:
+        await client.xack(*ack)
+    if error is not None:
+        await client.hset(errors_key, *error)
+
+
+def healthy(url: str | None = None, timeout_s: float = 3.0) -> bool:
+    """The container health check: this process reaches the deployment's Redis (a server
+    or a cluster). True without a URL (an embedded server: nothing to reach)."""
+    url = url if url is not None else os.environ.get("REDIS_URL")
+    if not url:
+        return True
+    try:  # a cluster client connects as it is made
+        client = sync_client(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+    except Exception:
+        return False
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+    finally:
+        client.close()

@@ -1,0 +1,280 @@
+"""The pipeline on a real three-node Redis Cluster: the five services as processes with
+``REDIS_URL=redis+cluster://...``, a task with parallel tool calls end to end, the task's
+keys in one slot, the streams spread over the nodes, and ``status`` on the cluster."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as syncredis
+from redis.crc import key_slot
+
+from contracts import AIMessage, HumanMessage, TaskCompleted, ToolMessage
+from contracts.streams import SERVICES, Names
+from loopline.agentfile import agent_from_dict
+from loopline.client import Client
+from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from loopline.status import status
+from services.redisconn import sync_client
+from tests.support import ServiceProcesses, wait_for
+
+REDIS_SERVER = shutil.which("redis-server")
+needs_redis_server = pytest.mark.skipif(
+    REDIS_SERVER is None, reason="redis-server is not installed: no Redis Cluster to start"
+)
+
+RECORD = f"/tmp/loopline-cluster-echo-{uuid.uuid4().hex[:8]}.jsonl"
+TOOLS = ["tests.tooling:add", "tests.tooling:fail_always", "tests.tooling:slow_echo"]
+SCRIPTS = {
+    "parallel": [
+        Reply(
+            tool_calls=(
+                ScriptedToolCall("add", {"a": 2, "b": 3}),
+                ScriptedToolCall("fail_always", {"reason": "no network"}),
+                ScriptedToolCall("slow_echo", {"text": "left", "seconds": 0.6, "record": RECORD}),
+                ScriptedToolCall("slow_echo", {"text": "right", "seconds": 0.6, "record": RECORD}),
+            )
+        ),
+        Reply(content="2 + 3 = 5 on a cluster"),
+    ]
+}
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _ports(n: int) -> list[int]:
+    """n ports whose cluster bus ports (+10000) are free too."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = random.randrange(20000, 30000)
+        if port not in ports and _free(port) and _free(port + 10000):
+            ports.append(port)
+    return ports
+
+
+class RedisCluster3:
+    """Three redis-server processes made into a cluster (no replicas, no persistence)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.ports = _ports(3)
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.ports[0]}"
+
+    def start(self) -> RedisCluster3:
+        assert REDIS_SERVER is not None
+        for port in self.ports:
+            log = (self.dir / f"redis-{port}.log").open("wb")
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        REDIS_SERVER,
+                        "--port", str(port),
+                        "--bind", "127.0.0.1",
+                        "--cluster-enabled", "yes",
+                        "--cluster-config-file", f"nodes-{port}.conf",
+                        "--appendonly", "no",
+                        "--save", "",
+                        "--dir", str(self.dir),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )  # fmt: skip
+        for port in self.ports:
+            self._wait(lambda p=port: syncredis.Redis(port=p).ping(), f"node {port}")
+        self._create()
+        for port in self.ports:
+            self._wait(
+                lambda p=port: syncredis.Redis(port=p).cluster("info")["cluster_state"] == "ok",
+                f"cluster_state:ok on {port}",
+            )
+        return self
+
+    def _create(self) -> None:
+        cli = shutil.which("redis-cli")
+        nodes = [f"127.0.0.1:{p}" for p in self.ports]
+        if cli:
+            out = subprocess.run(
+                [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert out.returncode == 0, out.stdout + out.stderr
+            return
+        # no redis-cli: what `--cluster create` does, by hand
+        bounds = [0, 5461, 10923, 16384]
+        for i, port in enumerate(self.ports):
+            node = syncredis.Redis(port=port)
+            node.execute_command("CLUSTER ADDSLOTSRANGE", bounds[i], bounds[i + 1] - 1)
+            if i:
+                node.execute_command("CLUSTER MEET", "127.0.0.1", self.ports[0])
+
+    def _wait(self, check: object, what: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    logs = "\n".join(p.read_text()[-800:] for p in self.dir.glob("*.log"))
+                    raise RuntimeError(f"redis-server exited: {logs}")
+            try:
+                if check():  # type: ignore[operator]
+                    return
+            except (syncredis.ConnectionError, syncredis.ResponseError):
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"Redis Cluster: no {what} within {timeout}s")
+
+    def node_of(self) -> dict[int, int]:
+        """slot -> port of the primary that serves it."""
+        owner: dict[int, int] = {}
+        slots = syncredis.Redis(port=self.ports[0]).execute_command("CLUSTER SLOTS")
+        for start, end, primary, *_ in slots:
+            for slot in range(int(start), int(end) + 1):
+                owner[slot] = int(primary[1])
+        return owner
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster3]:
+    nodes = RedisCluster3(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        yield nodes.start()
+    finally:
+        nodes.stop()
+
+
+def spread_prefix(cluster: RedisCluster3) -> str:
+    """A prefix whose input streams live on every node of the cluster, so that the test
+    crosses nodes for real (which node a stream lands on depends on its name)."""
+    owner = cluster.node_of()
+    for _ in range(1000):
+        prefix = f"c{uuid.uuid4().hex[:8]}"
+        names = Names(prefix)
+        streams = [s for service in SERVICES for s in names.inputs_of(service)]
+        if {owner[key_slot(s.encode())] for s in streams} == set(cluster.ports):
+            return prefix
+    raise AssertionError("no prefix spreads the streams over every node")
+
+
+@needs_redis_server
+async def test_a_task_with_parallel_tool_calls_on_a_redis_cluster(cluster: RedisCluster3) -> None:
+    prefix = spread_prefix(cluster)
+    names = Names(prefix)
+    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "test"}
+        with ServiceProcesses(cluster.url, prefix, env=env) as stack:
+            spec = agent_from_dict({"model": "gpt-4o-mini", "tools": TOOLS})[0]
+            async with Client(cluster.url, prefix) as client:
+                task_id = await client.submit(
+                    spec, [HumanMessage(content=f"parallel {uuid.uuid4().hex}")]
+                )
+                done = await client.wait(task_id)
+                messages = await client.messages(task_id)
+                log = [event async for _, event in client.events(task_id, follow=False)]
+
+            async def settled() -> dict[str, Any] | None:
+                report = await status(cluster.url, prefix)
+                streams = [s for i in report["services"].values() for s in i["streams"]]
+                return report if all(s["pending"] == 0 for s in streams) else None
+
+            report = await wait_for(settled, timeout=30, interval=0.2)
+            for name in SERVICES:
+                assert stack.alive(name), stack.output(name)
+            assert "CROSSSLOT" not in stack.output(""), stack.output("")
+
+    assert isinstance(done, TaskCompleted) and done.answer == "2 + 3 = 5 on a cluster"
+    assert [m.type for m in messages] == ["human", "ai", "tool", "tool", "tool", "tool", "ai"]
+    ai = messages[1]
+    assert isinstance(ai, AIMessage)
+    results = [m for m in messages[2:6] if isinstance(m, ToolMessage)]
+    assert [r.tool_call_id for r in results] == [c.id for c in ai.tool_calls]  # call order
+    assert results[0].content == "5"
+    assert results[1].status == "error" and "no network" in str(results[1].content)
+    # the two slow calls overlapped: the step's calls ran in parallel
+    runs = [json.loads(line) for line in Path(RECORD).read_text().splitlines()]
+    first, second = sorted(runs, key=lambda r: r["start"])
+    assert second["start"] < first["end"]
+    kinds = [e.type for e in log]
+    assert kinds[0] == "TaskSubmitted" and kinds[-1] == "TaskCompleted"
+    assert kinds.count("ToolCompleted") == 4 and kinds.count("StepStarted") == 2
+
+    # the task's keys share one slot; the streams it went through span the nodes
+    client = sync_client(cluster.url)
+    try:
+        keys = [k.decode() for k in client.scan_iter(match=f"{prefix}:task:*", count=1000)]
+        assert names.task_state(task_id) in keys and names.task_log(task_id) in keys
+        assert len({key_slot(k.encode()) for k in keys}) == 1
+        owner = cluster.node_of()
+        used = [names.tasks, names.loop, names.context, names.model, names.tools]
+        assert len({owner[key_slot(s.encode())] for s in used}) >= 2
+        assert all(client.xlen(s) > 0 for s in used)
+    finally:
+        client.close()
+
+    # `loopline status` reads a cluster too
+    assert all(report["services"][s]["live"] == 1 for s in SERVICES)
+    assert report["dlq"]["length"] == 0
+    assert report["tasks"]["kept"] == {"completed": 1}
+    for info in report["services"].values():
+        for stream in info["streams"]:
+            assert stream["lag"] == 0, stream
+
+
+def test_cluster_urls() -> None:
+    from faststream.redis import RedisBroker, RedisClusterBroker
+
+    from services.redisconn import is_cluster, make_broker, node_url, parse_cluster_url
+
+    url = "redis+cluster://user:p%40ss@10.0.0.1:7000,10.0.0.2:7001/0"
+    assert is_cluster(url) and not is_cluster("redis://h:6379/0")
+    address = parse_cluster_url(url)
+    assert address.nodes == (("10.0.0.1", 7000), ("10.0.0.2", 7001))
+    assert (address.username, address.password, address.ssl) == ("user", "p@ss", False)
+    assert parse_cluster_url("rediss+cluster://h").ssl
+    assert parse_cluster_url("rediss+cluster://h").nodes == (("h", 6379),)
+    assert node_url(url) == "redis://user:p%40ss@10.0.0.1:7000"
+    assert isinstance(make_broker(url), RedisClusterBroker)
+    broker = make_broker("redis://h:6379/0")
+    assert isinstance(broker, RedisBroker) and not isinstance(broker, RedisClusterBroker)
+
+
+def test_the_cluster_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.redisconn import is_cluster
+
+    monkeypatch.setenv("LOOPLINE_REDIS_CLUSTER", "1")
+    assert is_cluster("redis://h:6379")
+    monkeypatch.setenv("LOOPLINE_REDIS_CLUSTER", "0")
+    assert not is_cluster("redis://h:6379")

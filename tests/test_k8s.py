@@ -1,0 +1,165 @@
+"""deploy/k8s: every manifest parses and the essentials hold. No cluster is needed (none
+is available to the tests): this checks structure and references, not a rollout."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from contracts.streams import SERVICES
+from tests.support import REPO_ROOT
+
+K8S = REPO_ROOT / "deploy" / "k8s"
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+@pytest.fixture(scope="module")
+def manifests() -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    docs: list[dict[str, Any]] = []
+    for name in kustomization["resources"]:
+        docs.extend(load(K8S / name))
+    return docs
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def test_every_manifest_parses_and_the_kustomization_lists_them_all() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert kustomization["kind"] == "Kustomization"
+    files = sorted(p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(kustomization["resources"]) == files
+    for path in K8S.glob("*.yaml"):
+        for doc in load(path):
+            assert doc.get("apiVersion") and doc.get("kind"), path
+            if doc["kind"] != "Kustomization":
+                assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", doc["metadata"]["name"])
+    assert {i["name"] for i in kustomization["images"]} == {"loopline"}
+
+
+def test_kinds(manifests: list[dict[str, Any]]) -> None:
+    kinds = sorted(d["kind"] for d in manifests)
+    assert kinds.count("Deployment") == len(SERVICES)
+    assert kinds.count("StatefulSet") == 1
+    assert {"Namespace", "ConfigMap", "Secret", "Service"} <= set(kinds)
+
+
+def test_one_deployment_per_service_runs_loopline_serve_name(
+    manifests: list[dict[str, Any]],
+) -> None:
+    deployments = by_kind(manifests, "Deployment")
+    assert set(deployments) == {f"loopline-{s}" for s in SERVICES}
+    images = set()
+    for service in SERVICES:
+        deployment = deployments[f"loopline-{service}"]
+        spec = deployment["spec"]
+        template = spec["template"]
+        labels = template["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in spec["selector"]["matchLabels"].items())
+        pod = template["spec"]
+        assert pod["terminationGracePeriodSeconds"] >= 40
+        (container,) = pod["containers"]
+        assert container["command"] == ["loopline", "serve", service]
+        images.add(container["image"])
+        requests = container["resources"]["requests"]
+        assert requests["cpu"] and requests["memory"]
+        assert container["resources"]["limits"]["memory"]
+        probe = container["livenessProbe"]
+        assert "services.redisconn import healthy" in " ".join(probe["exec"]["command"])
+        assert probe["periodSeconds"] <= 30 and probe["timeoutSeconds"] >= 3
+        assert pod["securityContext"]["runAsNonRoot"] is True
+    assert len(images) == 1  # one image for every service
+
+
+def test_env_refs_resolve_to_the_configmap_and_secret(manifests: list[dict[str, Any]]) -> None:
+    configmaps = by_kind(manifests, "ConfigMap")
+    secrets = by_kind(manifests, "Secret")
+
+    def keys(kind: str, name: str) -> set[str]:
+        source = configmaps if kind == "configMap" else secrets
+        assert name in source, f"{kind} {name} is not in the manifests"
+        doc = source[name]
+        return set(doc.get("data", {})) | set(doc.get("stringData", {}))
+
+    seen: dict[str, set[str]] = {}
+    for name, deployment in by_kind(manifests, "Deployment").items():
+        env: set[str] = set()
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            for source in container.get("envFrom", []):
+                for kind in ("configMap", "secret"):
+                    ref = source.get(f"{kind}Ref")
+                    if ref:
+                        env |= keys(kind, ref["name"])
+            for var in container.get("env", []):
+                value_from = var.get("valueFrom", {})
+                for kind in ("configMap", "secret"):
+                    ref = value_from.get(f"{kind}KeyRef")
+                    if ref:
+                        assert ref["key"] in keys(kind, ref["name"]), (name, var)
+                env.add(var["name"])
+        seen[name] = env
+    for name, env in seen.items():
+        assert {"REDIS_URL", "LOOPLINE_PREFIX"} <= env, name
+    assert {"OPENAI_BASE_URL", "OPENAI_API_KEY"} <= seen["loopline-model"]
+    # REDIS_URL names the in-cluster Redis Service
+    url = configmaps["loopline-config"]["data"]["REDIS_URL"]
+    host = url.split("://", 1)[1].split("/", 1)[0].split(":")[0]
+    assert host in by_kind(manifests, "Service")
+
+
+def test_redis_statefulset_with_aof_a_volume_and_a_service(
+    manifests: list[dict[str, Any]],
+) -> None:
+    (redis,) = by_kind(manifests, "StatefulSet").values()
+    services = by_kind(manifests, "Service")
+    spec = redis["spec"]
+    assert spec["serviceName"] in services
+    assert services[spec["serviceName"]]["spec"].get("clusterIP") == "None"
+    (container,) = spec["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    data_dir = args[args.index("--dir") + 1]
+    (claim,) = spec["volumeClaimTemplates"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts[claim["metadata"]["name"]] == data_dir
+    assert claim["spec"]["resources"]["requests"]["storage"]
+    labels = spec["template"]["metadata"]["labels"]
+    for service in services.values():
+        assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+        assert service["spec"]["ports"][0]["port"] == 6379
+    assert container["resources"]["requests"]
+
+
+def test_kustomize_builds_when_kubectl_is_here() -> None:
+    """`kubectl kustomize` renders offline (no cluster): the kustomization is valid and
+    every object lands in the namespace with the image kustomize sets."""
+    import shutil
+    import subprocess
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: the kustomize build is not checked")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert all(
+        d["metadata"].get("namespace") == "loopline" for d in docs if d["kind"] != "Namespace"
+    )
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert len(deployments) == len(SERVICES)
+    for d in deployments:
+        (container,) = d["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == "loopline:local"
+        assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "loopline"
