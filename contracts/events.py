@@ -31,6 +31,8 @@ class Event(BaseModel):
     version: int = SCHEMA_VERSION
     task_id: str
     at: float = Field(default_factory=time.time)
+    trace: str | None = None
+    """W3C traceparent of the span that published the event (when tracing is on)."""
 
 
 class TaskSubmitted(Event):
