@@ -48,7 +48,7 @@ SCRIPTS = {
     "kill-effect": slow("slow_effect", "kill-effect", 4.0),
     "kill-idem": slow("slow_idempotent", "kill-idem", 4.0),
     "graceful": slow("slow_effect", "graceful", 2.0),
-    "cancel": slow("slow_effect", "cancel", 3.0),
+    "cancel": slow("slow_effect", "cancel", 8.0),
     "huge": one_call("big_output", {"n": 50_000}),
     "quick": one_call("add", {"a": 1, "b": 2}),
 }
@@ -155,7 +155,8 @@ async def test_cancel_from_the_cli_stops_a_running_task(stack: ServiceProcesses)
         )
         assert done.returncode == 0, done.stderr
         assert "cancelled: user changed mind" in done.stdout
-        await asyncio.sleep(3.5)  # the tool finishes; its late result must change nothing
+        await wait_for(lambda: len(marks("cancel")) == 2, timeout=30)  # the tool finishes late
+        await asyncio.sleep(1.0)  # ... and its result must change nothing
         log = [e async for _, e in client.events(task_id, follow=False)]
         assert await client.status(task_id) == "failed"
     terminal = [e for e in log if isinstance(e, TaskCompleted | TaskFailed)]
