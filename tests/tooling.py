@@ -63,3 +63,15 @@ def slow_idempotent(tag: str, seconds: float, record: str) -> str:
     time.sleep(seconds)
     _mark(record, tag, "end")
     return f"idempotent {tag} done"
+
+
+def flaky(key: str, failures: int) -> str:
+    """Fail the first ``failures`` calls for ``key`` (counted in Redis), then succeed."""
+    import redis
+
+    client = redis.Redis.from_url(os.environ.get("RECORD_REDIS_URL", "redis://127.0.0.1:6379"))
+    attempt = int(client.incr(f"flaky:{key}"))
+    client.close()
+    if attempt <= failures:
+        raise RuntimeError(f"attempt {attempt} failed")
+    return f"succeeded on attempt {attempt}"
