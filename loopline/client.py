@@ -62,6 +62,7 @@ class Client:
         self.url = url
         self.names = Names(prefix)
         self.redis: aioredis.Redis = async_client(url)  # a server or a Redis Cluster
+        self._max_event_bytes: int | None = None
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -86,7 +87,9 @@ class Client:
             fields["task_id"] = task_id
         event = TaskSubmitted(max_steps=max_steps, deadline_s=deadline_s, **fields)
         data = event.model_dump_json()
-        limit = Settings().max_event_bytes
+        if self._max_event_bytes is None:  # reading the settings costs milliseconds
+            self._max_event_bytes = Settings().max_event_bytes
+        limit = self._max_event_bytes
         if len(data) > limit:
             raise ValueError(
                 f"the task is {len(data)} bytes, over the event limit of {limit} bytes "
@@ -182,21 +185,12 @@ class Client:
         """The task's log from entry ``after`` on, as (entry id, event). Resume after a
         disconnect by passing the last entry id seen: no gaps, no duplicates. With
         ``follow`` it waits for new events and ends after the task's terminal event."""
-        key = self.names.task_log(task_id)
-        last = after
-        while True:
-            entries = await read_stream(
-                self.redis, key, last, block_ms=block_ms if follow else None
-            )
-            if not entries:
-                if follow:
-                    continue
+        async for entry_id, event in self._follow(
+            self.names.task_log(task_id), after, follow=follow, block_ms=block_ms
+        ):
+            yield entry_id, event
+            if follow and isinstance(event, TERMINAL):
                 return
-            for last, raw in entries:
-                event = parse_event(raw)
-                yield last, event
-                if follow and isinstance(event, TERMINAL):
-                    return
 
     async def wait(self, task_id: str) -> TaskCompleted:
         async for _, event in self.events(task_id):
@@ -217,7 +211,8 @@ class Client:
     async def subscribe(
         self, stream: str, *, from_start: bool = False, follow: bool = True, block_ms: int = 1000
     ) -> AsyncIterator[tuple[str, AnyEvent]]:
-        """A public stream (``todos``, ``edits``, ``dlq``) as (entry id, event)."""
+        """A public stream (``todos``, ``edits``, ``approvals``, ``dlq``) as (entry id,
+        event)."""
         key = {
             "todos": self.names.todos,
             "edits": self.names.edits,
@@ -229,6 +224,14 @@ class Client:
             # Resolve "$" to a concrete id now, so events between calls are not skipped.
             info = await self.redis.xinfo_stream(key) if await self.redis.exists(key) else None
             last = info["last-generated-id"].decode() if info else "0"
+        async for item in self._follow(key, last, follow=follow, block_ms=block_ms):
+            yield item
+
+    async def _follow(
+        self, key: str, after: str, *, follow: bool, block_ms: int
+    ) -> AsyncIterator[tuple[str, AnyEvent]]:
+        """A stream's events after ``after``; with ``follow``, waiting for more forever."""
+        last = after
         while True:
             entries = await read_stream(
                 self.redis, key, last, block_ms=block_ms if follow else None

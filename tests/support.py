@@ -222,3 +222,18 @@ def wait_until_acked(r: Any, names: Any, services: Sequence[str], timeout: float
         if time.monotonic() > deadline:
             raise AssertionError(f"entries still pending: {pending}")
         time.sleep(0.05)
+
+
+def run_cli(
+    procs: ServiceProcesses, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``loopline ARGS`` as a user runs it against the deployment of ``procs``."""
+    env = {**os.environ, "REDIS_URL": procs.redis_url, "LOOPLINE_PREFIX": procs.prefix}
+    return subprocess.run(
+        [sys.executable, "-m", "loopline", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )

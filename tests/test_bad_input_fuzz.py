@@ -5,9 +5,7 @@ dead-letter round trip: list, replay after a fix, drop."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +21,14 @@ from contracts import AgentSpec, HumanMessage, TaskCompleted
 from contracts.streams import DATA_FIELD, Names
 from loopline.client import Client
 from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
-from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix, wait_for, wait_until_acked
+from tests.support import (
+    REPO_ROOT,
+    ServiceProcesses,
+    run_cli,
+    unique_prefix,
+    wait_for,
+    wait_until_acked,
+)
 
 FIX_DIR = Path(f"/tmp/loopline-fix-{uuid.uuid4().hex[:8]}")
 FIX_MODULE = f"fixme_{uuid.uuid4().hex[:8]}"
@@ -166,15 +171,7 @@ def test_fuzzed_events_all_land_in_the_dlq_and_no_consumer_stops(
 
 
 def cli(stack: ServiceProcesses, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "REDIS_URL": stack.redis_url, "LOOPLINE_PREFIX": stack.prefix}
-    return subprocess.run(
-        [sys.executable, "-m", "loopline", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-    )
+    return run_cli(stack, *args)
 
 
 async def test_dead_letter_round_trip_list_replay_after_a_fix_and_drop(

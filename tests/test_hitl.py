@@ -5,10 +5,8 @@ LangChain's HumanInTheLoopMiddleware resumes from ``Command(resume=...)``."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +25,7 @@ from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
 from tests import tooling
-from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix
+from tests.support import ServiceProcesses, run_cli, unique_prefix
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -79,15 +77,7 @@ async def langchain_run(server: ScriptedOpenAIServer, prompt: str) -> dict[str, 
 
 
 def cli(stack: ServiceProcesses, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "REDIS_URL": stack.redis_url, "LOOPLINE_PREFIX": stack.prefix}
-    return subprocess.run(
-        [sys.executable, "-m", "loopline", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-    )
+    return run_cli(stack, *args)
 
 
 def restart(stack: ServiceProcesses, name: str) -> None:
