@@ -173,8 +173,10 @@ class Reclaimer:
         start = "0-0"
         taken = 0
         while True:
+            # One at a time: an entry claimed in a batch would sit idle (no heartbeat) while
+            # the ones before it run, and another replica would claim it again.
             reply: Any = await self.redis.xautoclaim(
-                stream, self.group, self.consumer, self.claim_idle_ms, start_id=start, count=50
+                stream, self.group, self.consumer, self.claim_idle_ms, start_id=start, count=1
             )
             start, entries = _text(reply[0]), reply[1]
             for entry_id_raw, fields in entries:
@@ -191,7 +193,9 @@ class Reclaimer:
         info: Any = await self.redis.xpending_range(
             stream, self.group, min=entry_id, max=entry_id, count=1
         )
-        deliveries = int(info[0]["times_delivered"]) if info else 1
+        if not info:  # its owner finished it after all
+            return
+        deliveries = int(info[0]["times_delivered"])
         error_field = f"{stream}|{entry_id}"
         payload = entry_payload(fields)
         if deliveries > self.max_deliveries:
@@ -206,6 +210,9 @@ class Reclaimer:
             await self._finish(stream, entry_id, error_field)
             return
         log.info("reclaimed %s %s (delivery %d)", stream, entry_id, deliveries)
+        beat = Heartbeat(
+            self.redis, stream, self.group, self.consumer, entry_id, self.claim_idle_ms / 3000
+        ).start()
         try:
             await handler(payload)
         except (PermanentError, ValidationError) as exc:
@@ -216,6 +223,8 @@ class Reclaimer:
             await self.redis.hset(self.errors_key, error_field, f"{type(exc).__name__}: {exc}")
             log.warning("retry of %s %s failed: %r", stream, entry_id, exc)
             return
+        finally:
+            beat.stop()
         await self._finish(stream, entry_id, error_field)
 
     async def _finish(self, stream: str, entry_id: str, error_field: str) -> None:

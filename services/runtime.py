@@ -35,14 +35,15 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from faststream import FastStream
-from faststream.redis import RedisBroker
 from pydantic import ValidationError
 
 from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, DeadLettered, Event, dump_event, parse_event
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, GROUPS, Names
+from services import telemetry
 from services.errors import PayloadTooLarge, PermanentError, UnknownAgent
+from services.redisconn import async_client, commit_in_steps, is_cluster, make_broker
 from services.reliability import Reclaimer, decode_event, entry_payload
 from services.settings import Settings
 from services.store import TaskStore
@@ -70,6 +71,34 @@ def consumer_name(service: str) -> str:
     return f"{service}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+# KEYS: the streams to publish to, then the acked stream (or the errors hash).
+# ARGV: n, the n payloads, then "ack" group entry-id | "error" field text | nothing.
+_COMMIT = """
+local n = tonumber(ARGV[1])
+for i = 1, n do redis.call('XADD', KEYS[i], '*', '__DATA__', ARGV[i + 1]) end
+local mode = ARGV[n + 2]
+if mode == 'ack' then
+  redis.call('XACK', KEYS[n + 1], ARGV[n + 3], ARGV[n + 4])
+elseif mode == 'error' then
+  redis.call('HSET', KEYS[n + 1], ARGV[n + 3], ARGV[n + 4])
+end
+return n
+""".replace("__DATA__", DATA_FIELD)
+
+MAX_CONNECTIONS = 128
+"""Redis connections per process. Handlers beyond it wait for a free one (redis-py's
+default pool raises past 100, which a burst of model calls in flight reaches)."""
+
+
+def _single_server_client(url: str) -> aioredis.Redis:
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=MAX_CONNECTIONS, timeout=None
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # aclose() closes the pool too
+    return client
+
+
 class Runtime:
     """Process-wide resources of the services running in this process."""
 
@@ -77,8 +106,12 @@ class Runtime:
         self.url = url
         self.settings = settings
         self.names = Names(settings.prefix)
-        self.redis: aioredis.Redis = aioredis.Redis.from_url(url)
+        self.cluster = is_cluster(url)  # a Redis Cluster: see services.redisconn
+        self.redis: aioredis.Redis = (
+            async_client(url) if self.cluster else _single_server_client(url)
+        )
         self.store = TaskStore(self.redis, self.names)
+        self._commit_script = self.redis.register_script(_COMMIT)
         self._agents: dict[str, AgentSpec] = {}
         self.consumers: dict[str, str] = {}  # service -> this process's consumer name
         self.stream_services: dict[str, str] = {}  # input stream -> service consuming it
@@ -90,6 +123,8 @@ class Runtime:
         await self.redis.aclose()
 
     def encode(self, event: Event) -> bytes:
+        if telemetry.TRACING and event.trace is None:  # the task's trace rides along
+            event = event.model_copy(update={"trace": telemetry.traceparent()})
         data = dump_event(event)
         if len(data) > self.settings.max_event_bytes:
             raise PayloadTooLarge(
@@ -131,19 +166,26 @@ class Runtime:
         error: tuple[str, str] | None = None,
     ) -> None:
         """Send a handled entry's publishes, then its ack (stream, group, entry id) or its
-        error (field, text), in one MULTI/EXEC: all of it or nothing."""
+        error (field, text), atomically (one script: all of it or nothing)."""
         if not outbox and error is None:
             if ack is not None:
                 await self.redis.xack(*ack)
             return
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for stream, data in outbox:
-                pipe.xadd(stream, {DATA_FIELD: data})
-            if ack is not None:
-                pipe.xack(*ack)
-            if error is not None:
-                pipe.hset(self.names.errors, *error)
-            await pipe.execute()
+        if self.cluster:  # one script cannot span slots: publishes, then the ack
+            errors = self.names.errors
+            await commit_in_steps(self.redis, outbox, ack=ack, error=error, errors_key=errors)
+            return
+        # One EVALSHA costs about half the client CPU of the same commands in a MULTI/EXEC
+        # pipeline (measured: ~150 vs ~250 µs), and is just as atomic.
+        keys = [stream for stream, _ in outbox]
+        args: list[Any] = [len(outbox), *(data for _, data in outbox)]
+        if ack is not None:
+            keys.append(ack[0])
+            args += ["ack", ack[1], ack[2]]
+        elif error is not None:
+            keys.append(self.names.errors)
+            args += ["error", *error]
+        await self._commit_script(keys=keys, args=args)
 
     async def save_agent(self, spec: AgentSpec) -> str:
         agent_id = spec.agent_id
@@ -243,6 +285,7 @@ class StreamConsumer:
         self._inflight: dict[bytes, tuple[asyncio.Task[None], float]] = {}
         self._room = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     def start(self) -> None:
         name = f"{self.service}:{self.stream}"
@@ -252,28 +295,33 @@ class StreamConsumer:
         ]
 
     async def stop_reading(self) -> None:
-        """Fetch nothing more. An entry Redis delivered to a read cancelled here stays
-        pending under this consumer, and ``Reclaimer.release`` hands it on."""
-        for task in self._tasks[:1]:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        """Fetch nothing more: the read loop ends after its current XREADGROUP (it blocks
+        ``poll_ms`` at most; what that read returns is handled). A read that does not end
+        in time is cancelled; what Redis delivered to it stays pending under this
+        consumer, and ``Reclaimer.release`` hands it on."""
+        self._stopping = True
+        self._room.set()  # a reader waiting for room looks at the flag again
+        reader = self._tasks[:1]
+        if reader and not (await asyncio.wait(reader, timeout=self.block_ms / 1000 + 2))[0]:
+            reader[0].cancel()
+            await asyncio.wait(reader, timeout=2)  # never wait on a cancelled read forever
 
     def in_flight(self) -> list[asyncio.Task[None]]:
         return [task for task, _ in self._inflight.values()]
 
     async def stop(self) -> None:
         await self.stop_reading()
-        for task in [*self.in_flight(), *self._tasks]:
+        tasks = [task for task in (*self.in_flight(), *self._tasks) if not task.done()]
+        for task in tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
 
     async def _read_loop(self) -> None:
         redis = self.rt.redis
         streams = {self.stream: ">"}
         backoff = 0.1
-        while True:
+        while not self._stopping:
             free = self.workers - len(self._inflight)
             if free <= 0:
                 self._room.clear()
@@ -313,6 +361,9 @@ class StreamConsumer:
                     task = asyncio.create_task(self._handle(entry_id, fields))
                     self._inflight[entry_id] = (task, now)
                     task.add_done_callback(functools.partial(self._finished, entry_id))
+            # Let the handlers send their first command before this loop sends its next
+            # XREADGROUP: a send costs a syscall, and the handler's is the critical path.
+            await asyncio.sleep(0)
 
     def _finished(self, entry_id: bytes, _task: asyncio.Task[None]) -> None:
         self._inflight.pop(entry_id, None)
@@ -327,7 +378,8 @@ class StreamConsumer:
         _OUTBOX.set(outbox)  # this task's own context
         try:
             event = decode_event(payload, self.max_bytes)
-            await self.handler(event)
+            with telemetry.consuming(self.service, self.stream, event):
+                await self.handler(event)
         except (PermanentError, ValidationError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             outbox.append(
@@ -425,12 +477,13 @@ def build_app(
     url = url or settings.redis_url
     if not url:
         raise RuntimeError("REDIS_URL is not set")
+    telemetry.configure("+".join(services))
     runtime = Runtime(url, settings)
     # FastStream logs every message at INFO; keep that at DEBUG so service logs stay useful.
     broker_log = logging.getLogger("loopline.broker")
     if broker_log.level == logging.NOTSET:
         broker_log.setLevel(logging.WARNING)
-    broker = RedisBroker(url, log_level=logging.DEBUG, logger=broker_log)
+    broker = make_broker(url, log_level=logging.DEBUG, logger=broker_log)
     consumers: list[StreamConsumer] = []
     for service in services:
         runtime.consumers.setdefault(service, consumer_name(service))
