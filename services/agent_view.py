@@ -40,12 +40,28 @@ def _content_blocks(message: SystemMessage) -> list[str | dict[str, Any]]:
     return [b if isinstance(b, dict) else {"type": "text", "text": b} for b in message.content]
 
 
+def middleware_tools(spec: AgentSpec) -> list[Any]:
+    """Tools that users' middleware add (their ``tools`` attribute), in middleware order."""
+    from services.hooks import NATIVE, build
+
+    found: list[Any] = []
+    for mw in spec.middleware:
+        if mw.type not in NATIVE:
+            found.extend(getattr(build(mw), "tools", None) or [])
+    return found
+
+
 def tool_schemas(spec: AgentSpec) -> list[dict[str, Any]]:
-    """Middleware tools first, then the agent's tools: LangChain's order."""
+    """Middleware tools first (in middleware order), then the agent's: LangChain's order."""
+    from services.hooks import NATIVE, build
+
     schemas: list[dict[str, Any]] = []
     for mw in spec.middleware:
         if mw.type == "TodoListMiddleware":
             schemas.append(TodoListMiddleware.from_spec(mw).tool_schema())
+        elif mw.type not in NATIVE:
+            for made in getattr(build(mw), "tools", None) or []:
+                schemas.append(toolbox.tool_schema(toolbox.as_tool(made)))
     if spec.tool_schemas is not None:
         schemas.extend(spec.tool_schemas)
     else:

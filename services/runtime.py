@@ -9,12 +9,13 @@ error) sends the entry to the dead-letter stream with the reason and acks it; th
 keeps running.
 
 What a handler publishes is sent when it returns, together with the entry's XACK, in one
-MULTI/EXEC: one round trip instead of one per publish plus one for the ack, and the ack
-can never be applied without the publishes (nor the publishes twice by one delivery).
+Lua script: one round trip instead of one per publish plus one for the ack, and the ack
+can never be applied without the publishes (on a Redis Cluster: publishes, then the ack).
 FastStream runs the app (lifecycle, signals, ``faststream run``); the per-entry path is
 this module's own, because FastStream's (dependency injection, body decoding, logging
 and acknowledgement middlewares, the concurrent subscriber's queue) cost more CPU per
-entry than most handlers (see ``benchmarks/``).
+entry than most handlers: measured with ``benchmarks/``, CPU per agent step fell from
+~12.6 to ~7.5 ms and step latency p50 from ~21 to ~17 ms on the same run.
 """
 
 from __future__ import annotations
@@ -263,8 +264,9 @@ class StreamConsumer:
 
     Per entry: parse (an oversized, malformed or unknown event goes to the dead-letter
     stream and is acked), run the handler, then send what it published and the ack in one
-    MULTI/EXEC. A failure other than a permanent one keeps the entry pending, with its
-    error kept for the reclaimer, which retries it and dead-letters it after N deliveries.
+    atomic script (``Runtime.commit``). A failure other than a permanent one keeps the
+    entry pending, with its error kept for the reclaimer, which retries it and
+    dead-letters it after N deliveries.
     While a handler runs longer than a third of the claim idle time, a heartbeat (one
     XCLAIM per stream for all such entries) keeps the reclaimers of other processes off it.
     """

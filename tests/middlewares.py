@@ -88,3 +88,18 @@ class StopAfter(AgentMiddleware):  # type: ignore[type-arg]
         if made >= self.calls:
             return {"jump_to": "end", "messages": [AIMessage(content=f"stopped after {made}")]}
         return None
+
+
+def _shout(text: str) -> str:
+    """Repeat the text in capitals."""
+    return text.upper()
+
+
+class Shouter(AgentMiddleware):
+    """A middleware that adds a tool, as LangChain middleware may."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from langchain_core.tools import tool
+
+        self.tools = [tool("shout")(_shout)]

@@ -232,3 +232,20 @@ async def test_pii_is_also_redacted_in_tool_call_arguments(
     ai = next(m for m in messages if m.type == "ai" and m.tool_calls)
     assert ai.tool_calls[0].args["note"] == "[REDACTED_EMAIL]"
     assert "ada@example.com" not in str([m.model_dump() for m in messages])
+
+
+async def test_tools_a_middleware_adds_reach_the_model_and_run(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    SCRIPTS["shouting"] = [
+        Reply(tool_calls=(ScriptedToolCall("shout", {"text": "hi"}),)),
+        Reply(content="shouted"),
+    ]
+    lc = await run_langchain(servers[0], "shouting", [middlewares.Shouter()])
+    _, messages = await run_loopline(stack, "shouting", [{"type": "tests.middlewares:Shouter"}])
+    assert [m.text() for m in messages if m.type == "tool"] == ["HI"]
+    assert [m.content for m in lc["messages"] if m.type == "tool"] == ["HI"]
+    lc_request = next(r for r in servers[0].chat_requests() if "shouting" in str(r["messages"]))
+    ll_request = next(r for r in servers[1].chat_requests() if "shouting" in str(r["messages"]))
+    assert ll_request["tools"] == lc_request["tools"]
+    assert [t["function"]["name"] for t in ll_request["tools"]] == ["shout", "add"]

@@ -11,6 +11,7 @@ from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, ToolCompleted, ToolRequested
 from contracts.messages import ToolMessage
 from services import toolbox
+from services.agent_view import middleware_tools
 from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, PermanentError
 from services.hooks import hooks_for
 from services.runtime import Handler, Runtime
@@ -27,6 +28,9 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         found = by_agent.get(agent_id)
         if found is None:
             found = {}
+            for extra in middleware_tools(spec):  # tools that middleware add
+                made = toolbox.as_tool(extra)
+                found[made.name] = made
             for ref in spec.tools:
                 made = toolbox.resolve(ref)
                 found[made.name] = made
