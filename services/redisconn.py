@@ -96,9 +96,19 @@ def node_url(url: str) -> str:
     return f"{scheme}://{creds + '@' if creds else ''}{host}:{port}"
 
 
+def retrying() -> Any:
+    """Retries for a command whose connection broke (a Redis restart): redis-py gives
+    clients built from a URL none, so every stale pooled connection would fail once."""
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialWithJitterBackoff
+
+    return Retry(ExponentialWithJitterBackoff(base=0.01, cap=1.0), 10)
+
+
 def async_client(url: str, **kwargs: Any) -> aioredis.Redis:
     """``redis.asyncio.Redis`` for a server, ``RedisCluster`` for a cluster."""
     if not is_cluster(url):
+        kwargs.setdefault("retry", retrying())
         return aioredis.Redis.from_url(url, **kwargs)
     address = parse_cluster_url(url)
     nodes = [AsyncClusterNode(host, port) for host, port in address.nodes]

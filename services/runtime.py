@@ -44,7 +44,7 @@ from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, GROUPS, Names
 from services import telemetry
 from services.errors import PayloadTooLarge, PermanentError, UnknownAgent
-from services.redisconn import async_client, commit_in_steps, is_cluster, make_broker
+from services.redisconn import async_client, commit_in_steps, is_cluster, make_broker, retrying
 from services.reliability import Reclaimer, decode_event, entry_payload
 from services.settings import Settings
 from services.store import TaskStore
@@ -93,7 +93,7 @@ default pool raises past 100, which a burst of model calls in flight reaches).""
 
 def _single_server_client(url: str) -> aioredis.Redis:
     pool = aioredis.BlockingConnectionPool.from_url(
-        url, max_connections=MAX_CONNECTIONS, timeout=None
+        url, max_connections=MAX_CONNECTIONS, timeout=None, retry=retrying()
     )
     client = aioredis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # aclose() closes the pool too

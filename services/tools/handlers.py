@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -16,6 +20,10 @@ from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, Perma
 from services.hooks import hooks_for
 from services.runtime import Handler, Runtime
 from services.tools.logic import refused, run_tool, run_wrapped, too_large, unknown_outcome
+
+
+class StillRunning(Exception):
+    """Retryable: another live worker runs this call right now."""
 
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
@@ -37,27 +45,53 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             by_agent[agent_id] = found
         return found
 
+    lease_s = rt.settings.claim_idle_ms / 1000
+
+    def marker() -> str:
+        until = time.time() + lease_s
+        return json.dumps(
+            {"state": "running", "consumer": rt.consumers.get("tools", ""), "until": until}
+        )
+
+    async def keep_lease(calls_key: str, call_id: str) -> None:
+        """While the tool runs, renew its lease, so a duplicate delivery of the same call
+        waits instead of taking the worker for dead."""
+        while True:
+            await asyncio.sleep(lease_s / 3)
+            await rt.redis.hset(calls_key, call_id, marker())
+
     async def run_once(event: ToolRequested, tool: BaseTool) -> ToolMessage:
         """Run the call at most once across deliveries: the result is recorded before the
         entry is acked, and a redelivery re-publishes it instead of running the tool."""
         calls_key = rt.names.task_calls(event.task_id)
         call = event.call
-        marker = json.dumps({"state": "running", "consumer": rt.consumers.get("tools", "")})
-        if not await rt.redis.hsetnx(calls_key, call.id, marker):
+        if not await rt.redis.hsetnx(calls_key, call.id, marker()):
             found: Any = await rt.redis.hget(calls_key, call.id)
             record = json.loads(found) if found else {}
             if record.get("state") == "done":
                 return ToolMessage.model_validate(record["message"])
-            # It was started by a delivery whose worker died mid-run.
+            if float(record.get("until", 0)) > time.time():
+                # A live worker runs it now: this duplicate stays pending and is retried
+                # (by then the result is recorded and gets re-published).
+                raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
+            # Its lease ran out: the worker that started it died mid-run.
             if not toolbox.is_idempotent(tool):
                 return await record_done(calls_key, unknown_outcome(call))
-        spec = await rt.agent(event.agent_id)
-        wrappers = [m for _, m in hooks_for(event.agent_id, spec).with_hook("wrap_tool_call")]
-        if wrappers:
-            extra = await rt.store.extra(event.task_id)
-            result = await run_wrapped(wrappers, tool, call, extra)
-        else:
-            result = await run_tool(tool, call)
+            await rt.redis.hset(calls_key, call.id, marker())
+        renew = asyncio.create_task(keep_lease(calls_key, call.id))
+        try:
+            spec = await rt.agent(event.agent_id)
+            hooks = hooks_for(event.agent_id, spec)
+            wrappers = [m for _, m in hooks.with_hook("wrap_tool_call")]
+            if wrappers:
+                extra = await rt.store.extra(event.task_id)
+                result = await run_wrapped(wrappers, tool, call, extra)
+            else:
+                result = await run_tool(tool, call)
+        finally:
+            renew.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renew
         return await record_done(calls_key, result)
 
     async def record_done(calls_key: str, message: ToolMessage) -> ToolMessage:
@@ -65,9 +99,16 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         await rt.redis.hset(calls_key, message.tool_call_id, json.dumps(record))
         return message
 
+    executor_set = False
+
     async def on_tool_requested(event: AnyEvent) -> None:
+        nonlocal executor_set
         if not isinstance(event, ToolRequested):
             raise BadEvent(f"{event.type} does not belong on the tools stream")
+        if not executor_set:  # sync tools run in threads: as many as calls may be in flight
+            workers = rt.settings.concurrency("tools")
+            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(workers))
+            executor_set = True
         spec = await rt.agent(event.agent_id)
         try:
             tools = tools_of(event.agent_id, spec)
