@@ -1,0 +1,389 @@
+"""The figures of one run as a Markdown table (``results/README.md``) and a PNG chart
+(``results/benchmarks.png``, only when matplotlib is importable)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).parent / "results"
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, int | float) and abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _met(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def summary_rows(fig: dict[str, Any]) -> list[list[str]]:
+    rows: list[list[str]] = []
+    step = fig.get("step")
+    if step:
+        ll, lc, floor = step["loopline"], step["langchain"], step["floor"]
+        ratio = ll["p50_ms"] / lc["p50_ms"]
+        rows.append(
+            [
+                "step latency p50",
+                f"{_f(ll['p50_ms'])} ms",
+                f"LangChain `create_agent` in-process: {_f(lc['p50_ms'])} ms",
+                f"{ratio:.2f}×",
+                "≤ 1.5×",
+                _met(ratio <= 1.5),
+            ]
+        )
+        rows.append(
+            [
+                "step latency p99",
+                f"{_f(ll['p99_ms'])} ms",
+                f"LangChain: {_f(lc['p99_ms'])} ms",
+                f"{ll['p99_ms'] / lc['p99_ms']:.2f}×",
+                "< 15 ms",
+                _met(ll["p99_ms"] < 15),
+            ]
+        )
+        rows.append(
+            [
+                "step latency p50 vs the floor",
+                f"{_f(ll['p50_ms'])} ms",
+                f"{floor['hops_per_step']} raw Redis hops: {_f(floor['p50_ms'])} ms",
+                f"{ll['p50_ms'] / floor['p50_ms']:.2f}×",
+                "—",
+                "—",
+            ]
+        )
+    thr = fig.get("throughput")
+    if thr:
+        ratio = thr["loopline_steps_s"] / thr["langchain_steps_s"]
+        rows.append(
+            [
+                f"throughput, {thr['tasks']} tasks × {thr['steps']} steps",
+                f"{_f(thr['loopline_steps_s'], 0)} steps/s",
+                f"LangChain `asyncio.gather`: {_f(thr['langchain_steps_s'], 0)} steps/s",
+                f"{ratio:.2f}×",
+                "≥ 1.0×",
+                _met(ratio >= 1.0),
+            ]
+        )
+    flat = fig.get("flat")
+    if flat:
+        first, last = flat["rows"][0], flat["rows"][-1]
+        k = last["step"]
+        ev = last["event_bytes"] / first["event_bytes"]
+        rows.append(
+            [
+                f"event bytes, step {k} vs step 1",
+                f"{last['event_bytes']:,} B",
+                f"step 1: {first['event_bytes']:,} B; LangChain state at step {k}: "
+                f"{last['langchain_state_bytes']:,} B",
+                f"{ev:.2f}×",
+                "≤ 1.2×",
+                _met(ev <= 1.2),
+            ]
+        )
+        if first["loopline_step_ms"] and last["loopline_step_ms"]:
+            lat = last["loopline_step_ms"] / first["loopline_step_ms"]
+            rows.append(
+                [
+                    f"per-step latency, step {k} vs step 1",
+                    f"{_f(last['loopline_step_ms'])} ms",
+                    f"step 1: {_f(first['loopline_step_ms'])} ms; LangChain "
+                    f"{_f(first['langchain_step_ms'])} → {_f(last['langchain_step_ms'])} ms",
+                    f"{lat:.2f}×",
+                    "≤ 1.2×",
+                    _met(lat <= 1.2),
+                ]
+            )
+    for conc in fig.get("concurrency", []):
+        if "loopline_s" not in conc:
+            rows.append(
+                [
+                    f"{conc['n']:,} concurrent tasks × {conc['steps']} steps, 1 s model",
+                    "did not finish",
+                    f"ideal {conc['ideal_s']:.1f} s",
+                    "—",
+                    "≤ 1.3×",
+                    f"**not met** ({conc.get('error', '')})",
+                ]
+            )
+            continue
+        ratio = conc["loopline_s"] / conc["ideal_s"]
+        base = f"ideal {conc['ideal_s']:.1f} s"
+        if conc.get("langchain_s"):
+            base += f"; LangChain in-process {conc['langchain_s']:.1f} s"
+        rows.append(
+            [
+                f"{conc['n']:,} concurrent tasks × {conc['steps']} steps, 1 s model",
+                f"{conc['loopline_s']:.1f} s",
+                base,
+                f"{ratio:.2f}×",
+                "≤ 1.3×",
+                _met(ratio <= 1.3),
+            ]
+        )
+    ce = fig.get("context_editing")
+    if ce:
+        rows.append(
+            [
+                "context editing, 1,000 tool results (steady state)",
+                f"{ce['loopline_s'] * 1000:.2f} ms",
+                f"LangChain `ClearToolUsesEdit`: {ce['langchain_s']:.2f} s",
+                f"{ce['speedup']:,.0f}× faster",
+                "—",
+                "—",
+            ]
+        )
+    rec = fig.get("recovery")
+    if rec and rec.get("summary"):
+        rows.append(
+            [
+                "recovery after SIGKILL",
+                rec["summary"],
+                "see `recovery.md`",
+                "—",
+                "see `recovery.md`",
+                "—",
+            ]
+        )
+    return rows
+
+
+def to_markdown(fig: dict[str, Any]) -> str:
+    env = fig.get("environment", {})
+    out = [
+        "# loopline benchmarks",
+        "",
+        f"`python -m benchmarks` on {env.get('when', '?')}: {env.get('machine', '')}. "
+        f"Redis: {env.get('redis', '?')}. Every ratio compares figures measured in this "
+        "same run; the machine is shared and noisy, so absolute numbers move between runs.",
+        "",
+        "Workload: the services as separate OS processes (one replica each, default "
+        "settings), the scripted `fake` chat model inside the model consumer (zero latency "
+        "unless stated), one no-op tool call per step. LangChain: `langchain.agents."
+        "create_agent` in-process with the same scripted model class and the same tools.",
+        "",
+        "| measurement | loopline | baseline (same run) | ratio | target | |",
+        "|---|---:|---|---:|---|---|",
+    ]
+    out += ["| " + " | ".join(r) + " |" for r in summary_rows(fig)]
+    step = fig.get("step")
+    if step:
+        out += [
+            "",
+            "## 1. Step latency",
+            "",
+            f"{step['tasks_per_side']} tasks of {step['steps_per_task']} model calls per "
+            "side, run one at a time, interleaved in rounds with the raw hop so each side "
+            "sees the same machine. A step is model call → tool → next model call: for "
+            "loopline the gap between consecutive `StepStarted` events of the task's log "
+            "(`at`, set by the loop), for LangChain the gap between consecutive model calls. "
+            "A raw hop is XADD → XREADGROUP → XACK between two processes (`redis.asyncio`, "
+            "~300-byte payload); the floor is the sum of "
+            f"{step['floor']['hops_per_step']} consecutive hops (the stream hops of one "
+            "step: loop → context → model → loop → tools → loop).",
+            "",
+            "| | p50 (ms) | p99 (ms) | mean (ms) | samples |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for key, label in (
+            ("loopline", "loopline step"),
+            ("langchain", "LangChain step"),
+            ("floor", "floor: 5 raw hops"),
+            ("hop", "one raw hop"),
+        ):
+            s = step[key]
+            out.append(
+                f"| {label} | {_f(s['p50_ms'])} | {_f(s['p99_ms'])} | "
+                f"{_f(s['mean_ms'])} | {s['n']} |"
+            )
+        cmds = step.get("commands_per_step")
+        if cmds:
+            out += [
+                "",
+                "Redis commands per step (`INFO commandstats` around one task of "
+                f"{2 * step['steps_per_task']} steps, divided by its steps; idle readers' polls, "
+                "the benchmark's own log reads and the commands Lua scripts run (counted "
+                "besides their `evalsha`) included): "
+                + ", ".join(f"{k} {v:g}" for k, v in cmds.items())
+                + f"; total {sum(cmds.values()):.1f}.",
+            ]
+    thr = fig.get("throughput")
+    if thr:
+        out += [
+            "",
+            "## 2. Throughput",
+            "",
+            f"{thr['tasks']} tasks × {thr['steps']} model calls submitted at once; steps/s = "
+            "steps / (last task's end − submit time). LangChain: `asyncio.gather` of as many "
+            "`ainvoke` on the same machine. Median of the rounds; every round: loopline "
+            + ", ".join(f"{x:.0f}" for x in thr["loopline_all"])
+            + "; LangChain "
+            + ", ".join(f"{x:.0f}" for x in thr["langchain_all"])
+            + ".",
+        ]
+    flat = fig.get("flat")
+    if flat:
+        out += [
+            "",
+            "## 3. Flat cost as the history grows",
+            "",
+            f"One task of {flat['steps']} model calls, each tool result {flat['tool_bytes']:,} "
+            "bytes. *Event bytes*: the JSON of every event of that step on the work streams "
+            "(ContextRequested, ModelRequested, ModelResponded, ToolRequested, "
+            "ToolCompleted); *log bytes*: that step's entries in the task's own log. *Redis "
+            "bytes in*: the server's `total_net_input_bytes` (INFO stats: every command "
+            "every client sent, the services' reads and Lua calls included) over steps "
+            f"k … k+{flat['window']}, divided by {flat['window']}"
+            + ("" if flat["private_server"] else " (a shared server: other clients count too)")
+            + ". *Per-step latency*: median over the same window. *LangChain "
+            "state*: the serialized message list the model gets at that step "
+            "(`messages_to_dict`), what shipping the whole history every step carries.",
+            "",
+            "| step | event bytes | log bytes | Redis bytes in / step | loopline step (ms) "
+            "| LangChain step (ms) | LangChain state bytes |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in flat["rows"]:
+            out.append(
+                f"| {r['step']} | {r['event_bytes']:,} | {r['log_bytes']:,} | "
+                f"{_f(r['redis_bytes_in_per_step'], 0)} | {_f(r['loopline_step_ms'])} | "
+                f"{_f(r['langchain_step_ms'])} | {r['langchain_state_bytes']:,} |"
+            )
+    concs = fig.get("concurrency", [])
+    if concs:
+        out += [
+            "",
+            "## 4. Many concurrent tasks, a model with 1 s latency",
+            "",
+            "All tasks submitted at once; one replica per service; the model service may "
+            "hold every call in flight (`LOOPLINE_CONCURRENCY_MODEL=N`; its default of 256 "
+            "would queue the rest behind the latency). Time = last task's end − submit "
+            "time; ideal = model calls per task × 1 s. Peak RSS: `VmHWM` of each service "
+            "process (/proc). LangChain: `asyncio.gather` of N `ainvoke` in-process.",
+            "",
+            "| N | loopline (s) | ideal (s) | ratio | median task (s) | LangChain (s) "
+            "| peak RSS (MB) |",
+            "|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for c in concs:
+            rss = ", ".join(f"{k} {v:.0f}" for k, v in c.get("peak_rss_mb", {}).items())
+            if "loopline_s" in c:
+                out.append(
+                    f"| {c['n']:,} | {c['loopline_s']:.1f} | {c['ideal_s']:.1f} | "
+                    f"{c['loopline_s'] / c['ideal_s']:.2f}× | {c['loopline_p50_task_s']:.1f} | "
+                    f"{_f(c.get('langchain_s'), 1)} | {rss} |"
+                )
+            else:
+                out.append(
+                    f"| {c['n']:,} | not finished: {c.get('error', '')} | "
+                    f"{c['ideal_s']:.1f} | — | — | — | {rss} |"
+                )
+        for note in fig.get("concurrency_notes", []):
+            out += ["", note]
+    ce = fig.get("context_editing")
+    if ce:
+        out += [
+            "",
+            "## 5. Context editing",
+            "",
+            "From `python -m benchmarks.context_editing` (also in `context_editing.md`):",
+            "",
+            ce["markdown"].split("\n", 2)[2].strip(),
+        ]
+    rec = fig.get("recovery")
+    out += ["", "## 6. Recovery", ""]
+    if rec and rec.get("markdown"):
+        out += [
+            "From `python -m benchmarks.recovery` (also in `recovery.md`):",
+            "",
+            rec["markdown"].split("\n", 2)[2].strip(),
+        ]
+    else:
+        out.append((rec or {}).get("note", "not run"))
+    if fig.get("chart"):
+        out += ["", f"![benchmarks]({fig['chart']})"]
+    return "\n".join(out) + "\n"
+
+
+def chart(fig: dict[str, Any], path: Path) -> bool:
+    """Write the PNG; False (with a note printed) when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(
+            "note: matplotlib is not installed, so no chart was drawn "
+            "(pip install matplotlib, then run again)"
+        )
+        return False
+    panels = [k for k in ("step", "throughput", "flat", "concurrency") if fig.get(k)]
+    if not panels:
+        return False
+    f, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8))
+    axes = list(axes) if len(panels) > 1 else [axes]
+    for ax, key in zip(axes, panels, strict=True):
+        if key == "step":
+            s = fig["step"]
+            labels = ["loopline", "LangChain", "5 raw hops"]
+            p50 = [s["loopline"]["p50_ms"], s["langchain"]["p50_ms"], s["floor"]["p50_ms"]]
+            p99 = [s["loopline"]["p99_ms"], s["langchain"]["p99_ms"], s["floor"]["p99_ms"]]
+            xs = range(len(labels))
+            ax.bar([x - 0.2 for x in xs], p50, 0.4, label="p50")
+            ax.bar([x + 0.2 for x in xs], p99, 0.4, label="p99")
+            ax.set_xticks(list(xs), labels)
+            ax.set_ylabel("ms per step")
+            ax.set_title("Step latency")
+            ax.legend()
+        elif key == "throughput":
+            t = fig["throughput"]
+            ax.bar(
+                ["loopline", "LangChain"],
+                [t["loopline_steps_s"], t["langchain_steps_s"]],
+                color=["tab:blue", "tab:orange"],
+            )
+            ax.set_ylabel("steps / s")
+            ax.set_title(f"Throughput ({t['tasks']} tasks)")
+        elif key == "flat":
+            rows = fig["flat"]["rows"]
+            steps = [r["step"] for r in rows]
+            ax.plot(steps, [r["event_bytes"] for r in rows], "o-", label="loopline event bytes")
+            ax.plot(
+                steps,
+                [r["langchain_state_bytes"] for r in rows],
+                "s-",
+                label="whole history (LangChain state)",
+            )
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("step")
+            ax.set_ylabel("bytes per step")
+            ax.set_title("Bytes as history grows")
+            ax.legend(fontsize=7)
+        elif key == "concurrency":
+            cs = [c for c in fig["concurrency"] if "loopline_s" in c]
+            labels = [f"N={c['n']:,}" for c in cs]
+            xs = range(len(cs))
+            ax.bar([x - 0.27 for x in xs], [c["loopline_s"] for c in cs], 0.27, label="loopline")
+            ax.bar(
+                list(xs),
+                [c.get("langchain_s") or 0 for c in cs],
+                0.27,
+                label="LangChain in-process",
+            )
+            ax.bar([x + 0.27 for x in xs], [c["ideal_s"] for c in cs], 0.27, label="ideal")
+            ax.set_xticks(list(xs), labels)
+            ax.set_ylabel("seconds to finish")
+            ax.set_title("Concurrent tasks, 1 s model")
+            ax.legend()
+    f.tight_layout()
+    f.savefig(path, dpi=110)
+    plt.close(f)
+    return True

@@ -1,0 +1,359 @@
+"""The measurements, each run side by side with its baseline in the same run.
+
+Every function returns a dict of figures (JSON-friendly); ``benchmarks.report`` turns them
+into the Markdown table and the chart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from benchmarks import langchain_side as lc
+from benchmarks import loopline_side as ll
+from benchmarks import rawhop
+from benchmarks.stack import Services, drop_prefix, fake_agent, new_prefix
+from contracts.streams import Names
+from loopline.client import Client
+
+HOPS_PER_STEP = 5
+"""Stream hops of one agent step with one tool call (see services/loop/handlers.py):
+loop -ContextRequested-> context -ModelRequested-> model -ModelResponded-> loop
+-ToolRequested-> tools -ToolCompleted-> loop. StepStarted, ModelResponded and ToolCompleted
+also go to the task's log, inside the loop's Lua transitions (no extra hop)."""
+
+
+@dataclass
+class Plan:
+    """Sizes of every measurement (``--quick`` shrinks them)."""
+
+    rounds: int = 5  # step latency: interleaved rounds of loopline / LangChain / raw hop
+    step_tasks: int = 4  # tasks per round and side
+    step_steps: int = 25  # model calls per task
+    hop_round_trips: int = 300  # per round
+    thr_tasks: int = 200
+    thr_steps: int = 10
+    thr_rounds: int = 3
+    flat_steps: int = 510  # model calls of the long task (the last one answers)
+    flat_checkpoints: tuple[int, ...] = (1, 10, 100, 500)
+    flat_window: int = 10
+    flat_tool_bytes: int = 5000
+    conc_n: int = 2000
+    conc_steps: int = 3
+    conc_latency_s: float = 1.0
+    conc_try_10k: bool = True
+    conc_timeout_s: float = 300.0
+
+
+def quick_plan() -> Plan:
+    return Plan(
+        rounds=2,
+        step_tasks=2,
+        step_steps=15,
+        hop_round_trips=100,
+        thr_tasks=50,
+        thr_rounds=1,
+        flat_steps=110,
+        flat_checkpoints=(1, 10, 100),
+        conc_n=200,
+        conc_try_10k=False,
+        conc_timeout_s=60.0,
+    )
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": pct(values, 50) * 1000,
+        "p99_ms": pct(values, 99) * 1000,
+        "mean_ms": statistics.fmean(values) * 1000,
+        "n": len(values),
+    }
+
+
+# -- 1. step latency ----------------------------------------------------------------------
+
+
+async def _loopline_task_steps(client: Client, steps: int, prompt: str) -> list[float]:
+    from contracts.messages import HumanMessage
+
+    tid = await client.submit(
+        fake_agent(steps), [HumanMessage(content=prompt)], max_steps=steps + 1
+    )
+    started: list[float] = []
+    async for _, event in client.events(tid, block_ms=5000):
+        if event.type == "StepStarted":
+            started.append(event.at)
+        elif event.type == "TaskFailed":
+            raise RuntimeError(f"benchmark task failed: {event}")
+    return [b - a for a, b in itertools.pairwise(started)]
+
+
+async def _langchain_task_steps(steps: int, prompt: str) -> list[float]:
+    agent, model = lc.make_agent(steps)
+    await agent.ainvoke({"messages": [{"role": "user", "content": prompt}]}, lc.run_config(steps))
+    times = model.call_times()[prompt]
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+async def _commands_per_step(client: Client, url: str, steps: int) -> dict[str, float]:
+    """Redis commands the services send per step (``INFO commandstats`` around one task;
+    the idle readers' polls and this client's reads are included, so a bit high)."""
+    redis = aioredis.Redis.from_url(url)
+    try:
+        before: Any = await redis.info("commandstats")
+        await _loopline_task_steps(client, steps, "count commands")
+        after: Any = await redis.info("commandstats")
+    finally:
+        await redis.aclose()
+    out: dict[str, float] = {}
+    for key, stats in after.items():
+        calls = stats["calls"] - before.get(key, {}).get("calls", 0)
+        name = key.removeprefix("cmdstat_")
+        if calls and name not in ("info",):
+            out[name] = round(calls / steps, 2)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+async def step_latency(url: str, plan: Plan) -> dict[str, Any]:
+    prefix = new_prefix()
+    ours: list[float] = []
+    theirs: list[float] = []
+    hops: list[float] = []
+    with Services(url, prefix):
+        client = Client(url, prefix)
+        try:
+            await _loopline_task_steps(client, 5, "warm-up")  # imports, caches, connections
+            await _langchain_task_steps(5, "warm-up")
+            for r in range(plan.rounds):
+                for t in range(plan.step_tasks):
+                    ours += await _loopline_task_steps(client, plan.step_steps, f"r{r} t{t}")
+                for t in range(plan.step_tasks):
+                    theirs += await _langchain_task_steps(plan.step_steps, f"r{r} t{t}")
+                hops += await rawhop.measure(url, f"{prefix}:raw{r}", plan.hop_round_trips)
+            commands = await _commands_per_step(client, url, plan.step_steps * 2)
+        finally:
+            await client.close()
+    drop_prefix(url, prefix)
+    floor = [
+        sum(hops[i : i + HOPS_PER_STEP])
+        for i in range(0, len(hops) - HOPS_PER_STEP + 1, HOPS_PER_STEP)
+    ]
+    return {
+        "loopline": _ms(ours),
+        "langchain": _ms(theirs),
+        "hop": _ms(hops),
+        "floor": {**_ms(floor), "hops_per_step": HOPS_PER_STEP},
+        "commands_per_step": commands,
+        "tasks_per_side": plan.rounds * plan.step_tasks,
+        "steps_per_task": plan.step_steps,
+    }
+
+
+# -- 2. throughput ------------------------------------------------------------------------
+
+
+async def _loopline_throughput(url: str, prefix: str, tasks: int, steps: int) -> float:
+    redis = aioredis.Redis.from_url(url)
+    names = Names(prefix)
+    try:
+        ids, started = await ll.submit_many(
+            redis, names, fake_agent(steps), tasks, max_steps=steps + 1, prompt=f"thr{time.time()}"
+        )
+        status = await ll.wait_done(redis, names, ids, timeout=600, interval=0.05)
+        failed = [t for t, s in status.items() if s != "completed"]
+        if failed:
+            raise RuntimeError(f"{len(failed)} throughput tasks failed")
+        ends = await ll.finish_times(redis, names, ids)
+        return tasks * steps / (max(ends) - started)
+    finally:
+        await redis.aclose()
+
+
+async def _langchain_throughput(tasks: int, steps: int) -> float:
+    agent, _ = lc.make_agent(steps)
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(
+            agent.ainvoke(
+                {"messages": [{"role": "user", "content": f"task {i}"}]}, lc.run_config(steps)
+            )
+            for i in range(tasks)
+        )
+    )
+    return tasks * steps / (time.perf_counter() - started)
+
+
+async def throughput(url: str, plan: Plan) -> dict[str, Any]:
+    prefix = new_prefix()
+    ours: list[float] = []
+    theirs: list[float] = []
+    with Services(url, prefix):
+        await _loopline_throughput(url, prefix, 20, 3)  # warm-up
+        for _ in range(plan.thr_rounds):
+            ours.append(await _loopline_throughput(url, prefix, plan.thr_tasks, plan.thr_steps))
+            gc.collect()
+            theirs.append(await _langchain_throughput(plan.thr_tasks, plan.thr_steps))
+            gc.collect()
+    drop_prefix(url, prefix)
+    return {
+        "tasks": plan.thr_tasks,
+        "steps": plan.thr_steps,
+        "loopline_steps_s": statistics.median(ours),
+        "langchain_steps_s": statistics.median(theirs),
+        "loopline_all": ours,
+        "langchain_all": theirs,
+    }
+
+
+# -- 3. flat cost as history grows ------------------------------------------------------------
+
+
+async def _bytes_in(redis: aioredis.Redis) -> int:
+    info: Any = await redis.info("stats")
+    return int(info["total_net_input_bytes"])
+
+
+async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, Any]:
+    steps = plan.flat_steps
+    args = {"n": plan.flat_tool_bytes}
+    prefix = new_prefix()
+    names = Names(prefix)
+    marks = sorted({c for k in plan.flat_checkpoints for c in (k, k + plan.flat_window)})
+    written: dict[int, int] = {}
+    with Services(url, prefix):
+        client = Client(url, prefix)
+        redis = aioredis.Redis.from_url(url)
+        try:
+            from contracts.messages import HumanMessage
+
+            await _loopline_task_steps(client, 3, "warm-up")
+            spec = fake_agent(steps, tool="blob", args=args)
+            tid = await client.submit(spec, [HumanMessage(content="grow")], max_steps=steps + 1)
+            # Server-wide bytes received, sampled as the task's log shows each mark's step
+            # starting: (bytes at step k+W - bytes at step k) / W is the traffic per step.
+            async for _, event in client.events(tid, block_ms=5000):
+                if event.type == "StepStarted" and event.step in marks:
+                    written[event.step] = await _bytes_in(redis)
+                elif event.type == "TaskFailed":
+                    raise RuntimeError(f"long task failed: {event}")
+            log = await ll.log_events(redis, names, tid)
+            bus: list[dict[str, Any]] = []
+            for stream in (names.context, names.model, names.loop, names.tools):
+                bus += [e for e in await ll.stream_events(redis, stream) if e.get("task_id") == tid]
+        finally:
+            await redis.aclose()
+            await client.close()
+    drop_prefix(url, prefix)
+
+    started = {e["step"]: e["at"] for e in log if e["type"] == "StepStarted"}
+    per_step_s = {k: started[k + 1] - started[k] for k in started if k + 1 in started}
+
+    # LangChain: the same long task in-process; per-step time and the state it carries.
+    agent, model = lc.make_agent(steps, tool="blob", args=args)
+    result = await agent.ainvoke(
+        {"messages": [{"role": "user", "content": "grow"}]}, lc.run_config(steps)
+    )
+    lc_times = model.call_times()["grow"]
+    lc_step_s = {k + 1: b - a for k, (a, b) in enumerate(itertools.pairwise(lc_times))}
+    messages = result["messages"]
+
+    rows = []
+    window = plan.flat_window
+    for k in plan.flat_checkpoints:
+        bus_bytes = sum(e["_bytes"] for e in bus if e.get("step") == k)
+        log_bytes = sum(e["_bytes"] for e in log if e.get("step") == k)
+        ours = [per_step_s[s] for s in range(k, k + window) if s in per_step_s]
+        theirs = [lc_step_s[s] for s in range(k, k + window) if s in lc_step_s]
+        rows.append(
+            {
+                "step": k,
+                "event_bytes": bus_bytes,
+                "log_bytes": log_bytes,
+                "redis_bytes_in_per_step": (written[k + window] - written[k]) / window
+                if k in written and k + window in written
+                else None,
+                "loopline_step_ms": statistics.median(ours) * 1000 if ours else None,
+                "langchain_step_ms": statistics.median(theirs) * 1000 if theirs else None,
+                # What the model is sent at step k (and what shipping history would carry):
+                # the human message and k-1 (AI tool call, tool result) pairs.
+                "langchain_state_bytes": lc.state_bytes(messages[: 1 + 2 * (k - 1)]),
+            }
+        )
+    return {
+        "steps": steps,
+        "tool_bytes": plan.flat_tool_bytes,
+        "window": window,
+        "private_server": private_server,
+        "rows": rows,
+    }
+
+
+# -- 4. many concurrent tasks against a slow model -------------------------------------------
+
+
+async def concurrency(url: str, n: int, plan: Plan, *, langchain: bool = True) -> dict[str, Any]:
+    steps, latency = plan.conc_steps, plan.conc_latency_s
+    prefix = new_prefix()
+    names = Names(prefix)
+    # One replica per service; the model service may hold every task's call in flight
+    # (its default, 256 calls in flight, would queue the rest behind the 1 s latency).
+    env = {"LOOPLINE_CONCURRENCY_MODEL": str(max(256, n))}
+    out: dict[str, Any] = {"n": n, "steps": steps, "latency_s": latency, "ideal_s": steps * latency}
+    services = Services(url, prefix, env=env)
+    with services:
+        redis = aioredis.Redis.from_url(url)
+        try:
+            spec = fake_agent(steps, latency=latency)
+            ids, started = await ll.submit_many(
+                redis, names, spec, n, max_steps=steps + 1, prompt="conc"
+            )
+            try:
+                status = await ll.wait_done(
+                    redis, names, ids, timeout=plan.conc_timeout_s, interval=0.5
+                )
+            except TimeoutError as exc:
+                out["error"] = str(exc)
+                out["peak_rss_mb"] = _mb(services.peak_rss_kb())
+                return out
+            ends = await ll.finish_times(redis, names, ids)
+            out["completed"] = sum(1 for s in status.values() if s == "completed")
+            out["loopline_s"] = max(ends) - started
+            out["loopline_p50_task_s"] = statistics.median(e - started for e in ends)
+            out["peak_rss_mb"] = _mb(services.peak_rss_kb())
+        finally:
+            await redis.aclose()
+    drop_prefix(url, prefix)
+    if langchain:
+        agent, _ = lc.make_agent(steps, latency=latency)
+        t0 = time.perf_counter()
+        await asyncio.gather(
+            *(
+                agent.ainvoke(
+                    {"messages": [{"role": "user", "content": f"task {i}"}]}, lc.run_config(steps)
+                )
+                for i in range(n)
+            )
+        )
+        out["langchain_s"] = time.perf_counter() - t0
+        gc.collect()
+    return out
+
+
+def _mb(kb: dict[str, int]) -> dict[str, float]:
+    return {k: round(v / 1024, 1) for k, v in kb.items()}
