@@ -322,3 +322,24 @@ def test_stats_from_the_task_logs(up: dict[str, str], tmp_path: Path) -> None:
     assert set(row["latency_ms"]) == {"model", "tools", "task"}
     assert row["latency_ms"]["model"]["count"] == 6
     assert row["latency_ms"]["task"]["p50"] > 0
+
+
+async def test_create_agent_against_a_deployment_streams_and_invokes(up: dict[str, str]) -> None:
+    """With a Redis URL, create_agent talks to the running services: astream yields the
+    task's events as they happen, ainvoke returns LangChain-shaped results."""
+    from loopline import create_agent
+    from services.settings import Settings
+
+    settings = Settings(redis_url=up["REDIS_URL"], prefix=up["LOOPLINE_PREFIX"])
+    agent = create_agent(
+        "gpt-4o-mini",
+        ["tests.tooling:add"],
+        middleware=[{"type": "TodoListMiddleware"}],
+        settings=settings,
+    )
+    kinds = [event.type async for event in agent.astream({"messages": "sum streamed"})]
+    assert kinds[0] == "TaskSubmitted" and kinds[-1] == "TaskCompleted"
+    assert kinds.count("TodosUpdated") == 2 and "ToolCompleted" in kinds
+    result = await agent.ainvoke({"messages": [{"role": "user", "content": "sum invoked"}]})
+    assert result["messages"][-1].content == "The sum is 42."
+    assert result["todos"] == [{"content": "add", "status": "completed"}]
