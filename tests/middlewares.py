@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NotRequired
 
 import redis
-from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
+from langchain.agents.middleware import AgentMiddleware, AgentState, dynamic_prompt, hook_config
 from langchain_core.messages import AIMessage
 
 _client: redis.Redis | None = None
@@ -103,3 +103,9 @@ class Shouter(AgentMiddleware):
         from langchain_core.tools import tool
 
         self.tools = [tool("shout")(_shout)]
+
+
+@dynamic_prompt
+def terse(request: Any) -> str:
+    """A dynamic system prompt (LangChain's decorator)."""
+    return "Be terse."

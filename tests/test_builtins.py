@@ -45,6 +45,8 @@ def respond(body: dict[str, Any]) -> Reply:
         key = "-".join(text.split()[1:])  # one counter per side
         call = ScriptedToolCall("flaky", {"key": key, "failures": 2})
         return Reply(tool_calls=(call,)) if turn == 0 else Reply(content="flaky done")
+    if "response_format" in body:  # LLMToolSelector's structured selection
+        return Reply(content='{"tools": ["add"]}')
     return Reply(content=f"answered by {body.get('model')}")
 
 
@@ -168,3 +170,38 @@ async def test_model_fallback(
         model="primary",
     )
     assert lc[-1].content == ours[-1].text() == "answered by gpt-4o-mini"
+
+
+async def test_llm_tool_selector_and_dynamic_prompt(
+    stack: ServiceProcesses, server: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The selector's own model call and the narrowed tool list match LangChain's; a
+    dynamic prompt reaches the model as the system message."""
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    server.reset()
+    from tests.middlewares import terse
+
+    lc, ours = await both(
+        stack,
+        server,
+        "select",
+        [lcm.LLMToolSelectorMiddleware(max_tools=1), terse],
+        [
+            {"type": "LLMToolSelectorMiddleware", "max_tools": 1},
+            {"type": "tests.middlewares:terse"},
+        ],
+    )
+    assert lc[-1].content == ours[-1].text()
+    requests = server.chat_requests()
+    selections = [r for r in requests if "response_format" in r]
+    answers = [r for r in requests if "response_format" not in r]
+    assert len(selections) == len(answers) == 2
+    assert [[t["function"]["name"] for t in r["tools"]] for r in answers] == [["add"], ["add"]]
+    assert all(r["messages"][0] == {"role": "system", "content": "Be terse."} for r in answers)
+    assert _strip(selections[0]) == _strip(selections[1])
+    assert _strip(answers[0]) == _strip(answers[1])
+
+
+def _strip(request: dict[str, Any]) -> str:
+    return str(request).replace(" lc", "").replace(" ll", "")

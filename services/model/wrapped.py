@@ -36,6 +36,25 @@ def chain_of(spec: AgentSpec, hooks: HookSet) -> list[Any]:
     return chain
 
 
+def schema_tool(schema: dict[str, Any]) -> Any:
+    """A tool object standing for a schema: middleware such as LLMToolSelector look at
+    ``BaseTool`` instances (they pass over plain dicts, as provider tools), and binding it
+    gives back exactly the schema (checked). The tools consumer runs the real tool."""
+    from langchain_core.tools import StructuredTool
+
+    function = schema["function"]
+
+    def elsewhere(**_: Any) -> Any:
+        raise RuntimeError("tools run in the tools consumer")
+
+    return StructuredTool(
+        name=function["name"],
+        description=function.get("description", ""),
+        args_schema=function.get("parameters", {"type": "object", "properties": {}}),
+        func=elsewhere,
+    )
+
+
 def _normalize(result: Any) -> Any:
     from langchain.agents.middleware import ModelResponse
     from langchain.agents.middleware.types import ExtendedModelResponse
@@ -57,7 +76,7 @@ async def call_with_middleware(
         model=build_chat_model(spec.model),
         messages=messages,
         system_message=LcSystemMessage(content=spec.system_prompt) if spec.system_prompt else None,
-        tools=list(tool_schemas(spec)),
+        tools=[schema_tool(schema) for schema in tool_schemas(spec)],
         state={"messages": messages, **extra},  # type: ignore[arg-type]
         runtime=lg_runtime(),
     )
