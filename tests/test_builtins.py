@@ -45,6 +45,11 @@ def respond(body: dict[str, Any]) -> Reply:
         key = "-".join(text.split()[1:])  # one counter per side
         call = ScriptedToolCall("flaky", {"key": key, "failures": 2})
         return Reply(tool_calls=(call,)) if turn == 0 else Reply(content="flaky done")
+    if text.startswith("summarize"):
+        if "Messages to summarize" in str(body["messages"]) or "summarize" not in text:
+            return Reply(content="SUMMARY: adding numbers")
+        calls = (ScriptedToolCall("add", {"a": turn, "b": 1}),)
+        return Reply(tool_calls=calls) if turn < 3 else Reply(content="summarized done")
     if "response_format" in body:  # LLMToolSelector's structured selection
         return Reply(content='{"tools": ["add"]}')
     return Reply(content=f"answered by {body.get('model')}")
@@ -205,3 +210,27 @@ async def test_llm_tool_selector_and_dynamic_prompt(
 
 def _strip(request: dict[str, Any]) -> str:
     return str(request).replace(" lc", "").replace(" ll", "")
+
+
+async def test_summarization_on_the_bus_matches_langchain(
+    stack: ServiceProcesses, server: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Old history is replaced by LangChain's summary message (a transcript rewrite in the
+    loop), and every later request carries the same messages as LangChain's."""
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    server.reset()
+    params = {"model": "openai:gpt-4o-mini", "trigger": ("messages", 4), "keep": ("messages", 2)}
+    lc, ours = await both(
+        stack,
+        server,
+        "summarize",
+        [lcm.SummarizationMiddleware(**params)],  # type: ignore[arg-type]
+        [{"type": "SummarizationMiddleware", **params}],
+    )
+    assert shape(ours) == shape(lc)
+    assert any("summary of the conversation" in m.text() for m in ours)
+    answers = [r for r in server.chat_requests() if "summarize" in str(r["messages"])]
+    lc_side = [_strip(r) for r in answers if " lc" in str(r["messages"])]
+    ll_side = [_strip(r) for r in answers if " ll" in str(r["messages"])]
+    assert lc_side == ll_side

@@ -190,6 +190,11 @@ def build_builtin(name: str, params: dict[str, Any]) -> Any:
         args = [params.get("first_model"), *params.get("additional_models", [])]
         rest = {k: v for k, v in params.items() if k not in ("first_model", "additional_models")}
         return cls(*args, **rest)
+    if name == "SummarizationMiddleware":
+        # JSON has no tuples: ("messages", 4) arrives as ["messages", 4].
+        params = {
+            k: _context_size(v) if k in ("trigger", "keep") else v for k, v in params.items()
+        }
     if name == "HumanInTheLoopMiddleware":
         rest = {k: v for k, v in params.items() if k != "interrupt_on"}
         return cls(params["interrupt_on"], **rest)
@@ -197,6 +202,14 @@ def build_builtin(name: str, params: dict[str, Any]) -> Any:
         rest = {k: v for k, v in params.items() if k != "pii_type"}
         return cls(params["pii_type"], **rest)
     return cls(**params)
+
+
+def _context_size(value: Any) -> Any:
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
+        return (value[0], value[1])
+    if isinstance(value, list):
+        return [_context_size(v) for v in value]
+    return value
 
 
 def params_of(instance: Any) -> dict[str, Any]:
