@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -270,11 +268,3 @@ class Reclaimer:
                     if name.encode() in announced or name in announced:
                         await self.redis.hdel(self.consumers_key, name)
         return removed
-
-
-def describe_stats(reclaimers: list[Reclaimer]) -> str:
-    return json.dumps({r.service: r.reclaimed for r in reclaimers})
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

@@ -9,7 +9,6 @@ as LangChain's ``create_agent`` makes them (``langchain_core.tools.tool``).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from typing import Any
 
 from langchain_core.tools import BaseTool, tool
@@ -112,6 +111,3 @@ def tool_schema(made: BaseTool) -> dict[str, Any]:
     from langchain_core.utils.function_calling import convert_to_openai_tool
 
     return convert_to_openai_tool(made)
-
-
-ToolFactory = Callable[[], BaseTool]
