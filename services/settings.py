@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LOOPLINE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="LOOPLINE_", extra="ignore", populate_by_name=True)
 
     redis_url: str | None = Field(
         default=None, validation_alias=AliasChoices("REDIS_URL", "LOOPLINE_REDIS_URL")

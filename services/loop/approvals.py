@@ -19,6 +19,8 @@ from typing import Any
 _decisions: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
     "loopline_hitl_decisions", default=None
 )
+_in_loop: contextvars.ContextVar[bool] = contextvars.ContextVar("loopline_in_loop", default=False)
+_original: Any = None
 
 
 class Interrupted(Exception):
@@ -30,6 +32,8 @@ class Interrupted(Exception):
 
 
 def _interrupt(value: Any, *args: Any, **kwargs: Any) -> Any:
+    if not _in_loop.get():  # a LangChain agent in the same process: LangGraph's own
+        return _original(value, *args, **kwargs)
     decisions = _decisions.get()
     if decisions is None:
         raise Interrupted(value)
@@ -38,17 +42,24 @@ def _interrupt(value: Any, *args: Any, **kwargs: Any) -> Any:
 
 def install() -> None:
     """Route LangChain's HITL ``interrupt`` calls to loopline (idempotent)."""
+    global _original
     from langchain.agents.middleware import human_in_the_loop
 
+    current = human_in_the_loop.interrupt  # type: ignore[attr-defined]
+    if current is _interrupt:
+        return
+    _original = current
     setattr(human_in_the_loop, "interrupt", _interrupt)  # noqa: B010 (patching a module global)
 
 
 @contextmanager
 def answering(decisions: list[dict[str, Any]] | None) -> Iterator[None]:
     token = _decisions.set(decisions)
+    active = _in_loop.set(True)
     try:
         yield
     finally:
+        _in_loop.reset(active)
         _decisions.reset(token)
 
 
