@@ -5,7 +5,8 @@ archive``) to a temporary directory, and runs, interleaved in rounds so that eve
 sees the same machine: single-task step latency (3 tasks of 25 model calls), throughput
 (200 tasks × 10 model calls) and the CPU time of the service processes and Redis per
 step (/proc). A path to a source tree works in place of a revision. LangChain in-process
-is measured in the same rounds for reference.
+is measured in the same rounds for reference. The table is printed and written to
+``benchmarks/results/ab.md``.
 """
 
 from __future__ import annotations
@@ -119,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="loopline-ab-") as tmp:
         trees: dict[str, Any] = {rev: export(rev, Path(tmp)) for rev in args.revs}
         trees["working tree"] = REPO_ROOT
-        print(table(asyncio.run(run(trees, args.rounds))))
+        text = table(asyncio.run(run(trees, args.rounds)))
+    print(text)
+    out = Path(__file__).parent / "results" / "ab.md"
+    out.write_text(f"# `python -m benchmarks.ab {' '.join(args.revs)}`\n\n{text}\n")
     return 0
 
 
