@@ -200,7 +200,7 @@ async def test_rate_limit_holds_across_two_model_replicas(redis_url: str) -> Non
     for i, start in enumerate(arrivals):
         in_window = [t for t in arrivals[i:] if t < start + 2.0 - 0.2]
         assert len(in_window) <= 4, arrivals
-    assert arrivals[-1] - arrivals[0] >= 4.0  # 12 requests at 4 per 2 s need two waits
+    assert arrivals[-1] - arrivals[0] >= 4.0 - 0.2  # 12 at 4 per 2 s wait twice (less jitter)
 
 
 async def test_pii_is_also_redacted_in_tool_call_arguments(
