@@ -100,11 +100,17 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             await fail_now(task_id, f"middleware cannot be loaded: {type(exc).__name__}: {exc}")
             return None
 
-    async def fail_now(task_id: str, reason: str) -> Snapshot:
+    async def fail_at_current_step(task_id: str, reason: str, cause: str | None) -> Snapshot:
+        """Fail a running task at whatever step it is on (one transition, applied once)."""
         state: Any = await rt.redis.hget(names.task_state(task_id), "step")
         step = int(state) if state else 0
-        cause = f"failed:{step}"
-        snap = await rt.store.fail(task_id, failed_event=failed(task_id, step, reason), cause=cause)
+        failed_event = failed(task_id, step, reason)
+        return await rt.store.fail(
+            task_id, failed_event=failed_event, cause=cause or f"failed:{step}"
+        )
+
+    async def fail_now(task_id: str, reason: str) -> Snapshot:
+        snap = await fail_at_current_step(task_id, reason, None)
         await emit(task_id, snap)
         return snap
 
@@ -193,9 +199,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
 
     async def stop(task_id: str, reason: str, cause: str) -> None:
         """Fail a running task now (cancel, deadline); later events for it are dropped."""
-        state = await rt.redis.hget(names.task_state(task_id), "step")
-        step = int(state) if state else 0
-        snap = await rt.store.fail(task_id, failed_event=failed(task_id, step, reason), cause=cause)
+        snap = await fail_at_current_step(task_id, reason, cause)
         if not snap.status:
             await rt.redis.zrem(names.deadlines, task_id)
             if cause == "cancel":
