@@ -24,8 +24,12 @@ _LUA_COMMON = """
 local function snapshot(applied)
   local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'cause', 'expected',
                       'agent', 'rev', 'bm_step')
+  -- The step's calls already answered: the caller publishes only the others.
+  local done = {}
+  if s[3] == 'tools' then done = redis.call('HKEYS', KEYS[4]) end
   return {applied, s[1] or '', s[2] or '0', s[3] or '', s[4] or '',
-          redis.call('LLEN', KEYS[2]), s[5] or '[]', s[6] or '', s[7] or '0', s[8] or '0'}
+          redis.call('LLEN', KEYS[2]), s[5] or '[]', s[6] or '', s[7] or '0', s[8] or '0',
+          done}
 end
 
 local function log(event)
@@ -206,6 +210,8 @@ class Snapshot:
     """Bumped when hooks rewrite the transcript (not a pure append): caches key on it."""
     hooks_step: int = 0
     """The step whose before_model hooks have been applied."""
+    done: frozenset[str] = frozenset()
+    """In the tools phase: the ids of the step's calls whose results are in."""
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> Snapshot:
@@ -223,6 +229,7 @@ class Snapshot:
             agent_id=text(reply[7]),
             rev=int(text(reply[8]) or 0),
             hooks_step=int(text(reply[9]) or 0),
+            done=frozenset(text(v) for v in reply[10]) if len(reply) > 10 else frozenset(),
         )
 
 
@@ -369,7 +376,3 @@ class TaskStore:
     async def last_message(self, task_id: str) -> bytes | None:
         value: Any = await self.redis.lindex(self.names.task_messages(task_id), -1)
         return value if isinstance(value, bytes) or value is None else str(value).encode()
-
-    async def results(self, task_id: str) -> set[str]:
-        keys: list[Any] = await self.redis.hkeys(self.names.task_results(task_id))
-        return {k.decode() if isinstance(k, bytes) else str(k) for k in keys}

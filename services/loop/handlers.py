@@ -19,7 +19,6 @@ from contracts.events import (
     AnyEvent,
     ApprovalRequested,
     CancelRequested,
-    ContextRequested,
     DecisionsSubmitted,
     ModelFailed,
     ModelResponded,
@@ -38,7 +37,13 @@ from services.errors import BadEvent, UnknownTask
 from services.hooks import HookSet, hooks_for
 from services.loop import approvals
 from services.loop.hookrun import model_turn, start_step
-from services.loop.logic import WRITE_TODOS, after_model_results, join_order, step_limit_reason
+from services.loop.logic import (
+    WRITE_TODOS,
+    after_model_results,
+    join_order,
+    model_request,
+    step_limit_reason,
+)
 from services.runtime import Handler, Runtime
 from services.store import Snapshot
 
@@ -55,16 +60,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             await rt.redis.zrem(names.deadlines, task_id)
             return
         if snap.phase == "model":
-            await rt.publish(
-                names.context,
-                ContextRequested(
-                    task_id=task_id,
-                    step=snap.step,
-                    agent_id=snap.agent_id,
-                    transcript_len=snap.transcript_len,
-                    rev=snap.rev,
-                ),
-            )
+            await rt.publish(*model_request(names, await rt.agent(snap.agent_id), task_id, snap))
             return
         if ai is None:
             raw = await rt.store.last_message(task_id)
@@ -72,10 +68,9 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             if not isinstance(last, AIMessage):
                 return
             ai = last
-        done = await rt.store.results(task_id)
         spec = await rt.agent(snap.agent_id)
         todos = has_todos(spec)
-        pending = [c for c in ai.tool_calls if c.id in snap.expected and c.id not in done]
+        pending = [c for c in ai.tool_calls if c.id in snap.expected and c.id not in snap.done]
         await rt.publish_many(
             [
                 (

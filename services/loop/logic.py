@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from contracts.agent import AgentSpec
+from contracts.events import ContextRequested, Event, ModelRequested
 from contracts.messages import AIMessage, ToolMessage
+from contracts.streams import Names
 from loopline.middleware.todo import PARALLEL_WRITE_TODOS_ERROR
 from services.agent_view import has_todos
+from services.store import Snapshot
 
 WRITE_TODOS = "write_todos"
 
@@ -25,6 +28,33 @@ def after_model_results(spec: AgentSpec, message: AIMessage) -> dict[str, ToolMe
         c.id: ToolMessage(content=PARALLEL_WRITE_TODOS_ERROR, tool_call_id=c.id, status="error")
         for c in calls
     }
+
+
+def edits_context(spec: AgentSpec) -> bool:
+    return any(m.type == "ContextEditingMiddleware" for m in spec.middleware)
+
+
+def model_request(names: Names, spec: AgentSpec, task_id: str, snap: Snapshot) -> tuple[str, Event]:
+    """Where a step that calls the model goes first: the context stage when the agent
+    edits its context, else straight to the model (one stream hop fewer per step: the
+    context stage would only pass the request on unchanged)."""
+    if edits_context(spec):
+        request: Event = ContextRequested(
+            task_id=task_id,
+            step=snap.step,
+            agent_id=snap.agent_id,
+            transcript_len=snap.transcript_len,
+            rev=snap.rev,
+        )
+        return names.context, request
+    request = ModelRequested(
+        task_id=task_id,
+        step=snap.step,
+        agent_id=snap.agent_id,
+        transcript_len=snap.transcript_len,
+        rev=snap.rev,
+    )
+    return names.model, request
 
 
 def join_order(message: AIMessage, decided: dict[str, ToolMessage]) -> list[str]:
