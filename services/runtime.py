@@ -144,6 +144,17 @@ class Runtime:
             return
         await self.redis.xadd(stream, {DATA_FIELD: data})
 
+    def outbox_mark(self) -> int:
+        """Where the current entry's outbox ends now (see ``outbox_rollback``)."""
+        outbox = _OUTBOX.get()
+        return len(outbox) if outbox is not None else 0
+
+    def outbox_rollback(self, mark: int) -> None:
+        """Drop what was queued for publishing since ``mark`` (an attempt that failed)."""
+        outbox = _OUTBOX.get()
+        if outbox is not None:
+            del outbox[mark:]
+
     async def publish_many(self, items: Sequence[tuple[str, Event]]) -> None:
         """Several events in one round trip (a step's parallel tool calls)."""
         encoded = [(stream, self.encode(event)) for stream, event in items]

@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     concurrency_tools: int = Field(default=64, ge=1)
     concurrency_todos: int = Field(default=8, ge=1)
 
+    inline_loop: bool = True
+    """The model and tools services apply the loop's transition for agents whose loop stage
+    has no hooks (two stream hops fewer per step); off: every result goes through the loop
+    service (``services.loop.inline``)."""
+
     transcript_cache_tasks: int = Field(default=4096, ge=1)
     """Tasks whose transcript a process keeps in memory (the history is append-only, so a
     cached prefix is valid forever and each step reads only the new messages)."""

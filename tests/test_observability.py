@@ -66,7 +66,8 @@ async def test_one_task_is_one_trace_across_every_service(traced: dict[str, obje
         {
             "model": "gpt-4o-mini",
             "tools": ["tests.tooling:add"],
-            "middleware": [{"type": "TodoListMiddleware"}],
+            # context editing, so the context stage takes part (an agent without it skips it)
+            "middleware": [{"type": "TodoListMiddleware"}, {"type": "ContextEditingMiddleware"}],
         }
     )
     async with Client(procs.redis_url, procs.prefix) as client:

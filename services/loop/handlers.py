@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from contracts.events import (
@@ -50,9 +51,29 @@ from services.store import Snapshot
 log = logging.getLogger("loopline.loop")
 
 
+@dataclass(frozen=True)
+class Transitions:
+    """The loop's handlers, built on one runtime. The loop service consumes its streams
+    with them; the model and tools services call ``model_responded`` and
+    ``tool_completed`` directly for agents whose loop stage has no hooks to run
+    (``services.loop.inline``)."""
+
+    on_task: Handler
+    on_loop_event: Handler
+    model_responded: Callable[[ModelResponded], Awaitable[None]]
+    tool_completed: Callable[[ToolCompleted], Awaitable[None]]
+    stop: Callable[[str, str, str], Awaitable[None]]
+
+
 def handlers(rt: Runtime) -> dict[str, Handler]:
-    names = rt.names
     approvals.install()
+    loop = transitions(rt)
+    rt.background.append(DeadlineSweeper(rt, loop.stop))
+    return {rt.names.tasks: loop.on_task, rt.names.loop: loop.on_loop_event}
+
+
+def transitions(rt: Runtime) -> Transitions:
+    names = rt.names
 
     async def emit(task_id: str, snap: Snapshot, ai: AIMessage | None = None) -> None:
         if snap.status != "running":
@@ -202,8 +223,6 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             return
         await emit(task_id, snap)
 
-    rt.background.append(DeadlineSweeper(rt, stop))
-
     async def wait_for_human(event: ModelResponded, request: Any) -> None:
         asked = ApprovalRequested(
             task_id=event.task_id, step=event.step, request=approvals.as_jsonable(request)
@@ -328,7 +347,16 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         else:
             raise BadEvent(f"{event.type} does not belong on the loop stream")
 
-    return {names.tasks: on_task, names.loop: on_loop_event}
+    async def model_responded(event: ModelResponded) -> None:
+        await on_model_responded(event)
+
+    return Transitions(
+        on_task=on_task,
+        on_loop_event=on_loop_event,
+        model_responded=model_responded,
+        tool_completed=on_tool_completed,
+        stop=stop,
+    )
 
 
 class DeadlineSweeper:

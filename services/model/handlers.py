@@ -12,6 +12,7 @@ from services.agent_view import system_message
 from services.context.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
 from services.hooks import hooks_for
+from services.loop.inline import LoopHandOver
 from services.model.chat import ModelPool
 from services.model.wrapped import call_with_middleware
 from services.runtime import Handler, Runtime
@@ -22,6 +23,7 @@ log = logging.getLogger("loopline.model")
 def handlers(rt: Runtime) -> dict[str, Handler]:
     pool = ModelPool()
     ratelimit.configure(rt.redis, rt.names.prefix)
+    hand_over = LoopHandOver(rt)  # replies of hook-free agents skip the loop stream
 
     async def on_model_requested(event: AnyEvent) -> None:
         if not isinstance(event, ModelRequested):
@@ -57,7 +59,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
         )
         try:
-            await rt.publish(rt.names.loop, responded)
+            await hand_over.model_responded(responded, spec)
         except PayloadTooLarge as exc:
             await rt.publish(
                 rt.names.loop,
