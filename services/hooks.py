@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,6 +165,8 @@ def merge_messages(current: list[Any], updates: Sequence[Any]) -> list[Any]:
 
     result = list(current)
     for message in convert_to_messages(list(updates)):
+        if not message.id:  # add_messages gives every new message an id
+            message = message.model_copy(update={"id": f"{STAND_IN_ID}{uuid.uuid4().hex}"})
         if isinstance(message, RemoveMessage):
             if message.id == REMOVE_ALL_MESSAGES:
                 result = []
@@ -186,7 +189,7 @@ async def run_state_hooks(
     chain = hooks.with_hook(hook)
     if hook.startswith("after"):
         chain = list(reversed(chain))
-    state_messages = list(messages)
+    state_messages = with_stand_in_ids(messages)
     state_extra = dict(extra)
     changed = False
     for _, instance in chain:
@@ -201,8 +204,30 @@ async def run_state_hooks(
             state_extra[key] = value
             changed = True
         if jump and can_jump(instance, hook, jump):
-            return StateResult(state_messages, state_extra, jump, True)
-    return StateResult(state_messages, state_extra, None, changed)
+            return StateResult(without_stand_in_ids(state_messages), state_extra, jump, True)
+    return StateResult(without_stand_in_ids(state_messages), state_extra, None, changed)
+
+
+STAND_IN_ID = "loopline-stand-in:"
+
+
+def with_stand_in_ids(messages: Sequence[Any]) -> list[Any]:
+    """In LangGraph every message in the state has an id (``add_messages`` gives one), so
+    a hook that returns the whole list, edited (PIIMiddleware does), replaces messages
+    rather than appending copies. Messages stored without one (tool results, say) get a
+    stand-in for the duration of the hooks, by position."""
+    return [
+        m if m.id else m.model_copy(update={"id": f"{STAND_IN_ID}{i}"})
+        for i, m in enumerate(messages)
+    ]
+
+
+def without_stand_in_ids(messages: Sequence[Any]) -> list[Any]:
+    """The messages as stored: the stand-in ids removed again."""
+    return [
+        m.model_copy(update={"id": None}) if (m.id or "").startswith(STAND_IN_ID) else m
+        for m in messages
+    ]
 
 
 # -- wrap hooks: composed outer-first around the real call ----------------------------

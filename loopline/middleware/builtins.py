@@ -8,7 +8,10 @@ another process. Existing agent code moves over by changing one import.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import re
+import sys
 from typing import Any
 
 from langchain.agents import middleware as lc
@@ -33,14 +36,67 @@ def _lc_name(cls: type) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    """Models given as objects travel as ``openai:NAME`` strings."""
+    """Models given as objects travel as ``openai:NAME`` strings; functions (a PII
+    detector, say) as ``{"callable": "package.module:name"}``, or a ``local:`` reference
+    to this process's object when they are not importable (embedded mode only)."""
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     if hasattr(value, "model_name") and hasattr(value, "invoke"):
         return f"openai:{value.model_name}"
+    if inspect.isfunction(value) or inspect.isbuiltin(value):
+        return {CALLABLE_KEY: _callable_ref(value)}
     return value
+
+
+CALLABLE_KEY = "callable"
+
+
+def _callable_ref(func: Any) -> str:
+    module = sys.modules.get(getattr(func, "__module__", None) or "")
+    qualname = getattr(func, "__qualname__", "")
+    target: Any = module
+    for part in qualname.split(".") if module is not None and "<" not in qualname else ():
+        target = getattr(target, part, None)
+    if module is not None and module.__name__ != "__main__" and target is func:
+        return f"{module.__name__}:{qualname}"
+    from services.hooks import register_local
+
+    return register_local(func)
+
+
+def _resolve_callables(value: Any) -> Any:
+    """The inverse of ``_jsonable`` for functions: ``{"callable": ref}`` -> the function."""
+    if isinstance(value, dict):
+        if set(value) == {CALLABLE_KEY} and isinstance(value[CALLABLE_KEY], str):
+            return _import_callable(value[CALLABLE_KEY])
+        return {k: _resolve_callables(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve_callables(v) for v in value]
+    return value
+
+
+def _import_callable(ref: str) -> Any:
+    from services.hooks import LOCAL_PREFIX, _local
+
+    if ref.startswith(LOCAL_PREFIX):
+        if ref not in _local:
+            raise ValueError(
+                f"{ref} is an in-process function of another process; give a module-level "
+                "function (package.module:name) when services run separately"
+            )
+        return _local[ref]
+    module_name, _, attr = ref.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"function {ref!r} cannot be imported: {exc}") from exc
+    if not callable(target):
+        raise ValueError(f"{ref} is not callable")
+    return target
 
 
 def _remembering(base: type, *, positional: tuple[str, ...] = ()) -> type:
@@ -86,8 +142,8 @@ class _PIIWithToolArgs(lc.PIIMiddleware):
         from langchain_core.messages import AIMessage
 
         update = super().after_model(state, runtime)
-        if not self.apply_to_tool_calls:
-            return update
+        if not (self.apply_to_tool_calls and self.apply_to_output):
+            return update  # tool calls are the model's output: checked only with it
         messages = list((update or {}).get("messages") or state["messages"])
         index = next(
             (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)),
@@ -186,6 +242,7 @@ def build_builtin(name: str, params: dict[str, Any]) -> Any:
 
         return RateLimitMiddleware(**params)
     cls = BY_NAME[name]
+    params = _resolve_callables(params)
     if name == "ModelFallbackMiddleware":
         args = [params.get("first_model"), *params.get("additional_models", [])]
         rest = {k: v for k, v in params.items() if k not in ("first_model", "additional_models")}
@@ -226,4 +283,27 @@ def params_of(instance: Any) -> dict[str, Any]:
             value = getattr(instance, name)
             if value != parameter.default:
                 params[name] = value
+    if "detector" in params and isinstance(instance, lc.PIIMiddleware):
+        detector = _given_detector(instance.pii_type, params.pop("detector"))
+        if detector is not None:
+            params["detector"] = detector
     return params
+
+
+def _given_detector(pii_type: str, resolved: Any) -> Any:
+    """The ``detector`` a LangChain PIIMiddleware was built with, from the function it
+    resolved it to: None for the built-in one, the pattern of a regex, the user's own
+    function (LangChain wraps it to normalize its matches)."""
+    from langchain.agents.middleware._redaction import BUILTIN_DETECTORS
+
+    if BUILTIN_DETECTORS.get(pii_type) is resolved:
+        return None
+    try:
+        captured = inspect.getclosurevars(resolved).nonlocals
+    except TypeError:
+        return resolved
+    if isinstance(captured.get("pattern"), re.Pattern):
+        return captured["pattern"].pattern
+    if callable(captured.get("raw_detector")):
+        return captured["raw_detector"]
+    return resolved
