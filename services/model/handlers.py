@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from contracts.events import AnyEvent, ModelFailed, ModelRequested, ModelResponded
-from contracts.messages import AIMessage, from_langchain, to_langchain
+from contracts.messages import AIMessage, from_langchain
 from loopline.middleware import ratelimit
 from services.agent_view import system_message
 from services.context.engine import apply_edits
@@ -14,6 +14,7 @@ from services.errors import BadEvent, PayloadTooLarge
 from services.hooks import hooks_for
 from services.loop.inline import LoopHandOver
 from services.model.chat import ModelPool
+from services.model.lcview import LangChainViews
 from services.model.wrapped import call_with_middleware
 from services.runtime import Handler, Runtime
 
@@ -24,6 +25,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     pool = ModelPool()
     ratelimit.configure(rt.redis, rt.names.prefix)
     hand_over = LoopHandOver(rt)  # replies of hook-free agents skip the loop stream
+    views = LangChainViews(rt.settings.transcript_cache_tasks)
 
     async def on_model_requested(event: AnyEvent) -> None:
         if not isinstance(event, ModelRequested):
@@ -37,8 +39,9 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 extra = await rt.store.extra(event.task_id)
                 message: Any = await call_with_middleware(spec, hooks, list(view), extra)
             else:
-                system = system_message(spec)
-                request = [to_langchain(m) for m in ([system] if system else []) + list(view)]
+                request = views.convert(
+                    event.task_id, event.rev, transcript, view, system_message(spec)
+                )
                 reply = await pool.bound(event.agent_id, spec).ainvoke(request)
                 message = from_langchain(reply)
             if not isinstance(message, AIMessage):
