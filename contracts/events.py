@@ -142,6 +142,34 @@ class ToolCompleted(Event):
     message: ToolMessage
 
 
+class ToolInterrupted(Event):
+    """Tools → loop: a call's ``wrap_tool_call`` chain asked for a human decision
+    (``HumanInTheLoopMiddleware(interrupt_mode="per_call")``); the call is parked, nothing
+    runs. ``request`` is LangChain's ToolApprovalRequest, ``response_schema`` the JSON
+    Schema of the decisions it accepts. With ``error`` set (and in the task's log) the
+    ``decision`` sent for it did not fit that schema: the call waits for another one."""
+
+    type: Literal["ToolInterrupted"] = "ToolInterrupted"
+    step: int
+    agent_id: str
+    call: ToolCall
+    request: dict[str, Any]
+    response_schema: dict[str, Any] | None = None
+    error: str | None = None
+    decision: dict[str, Any] | None = None
+
+
+class ToolResumed(Event):
+    """Loop → tools: run a parked call again with the human's ``decision`` (one LangChain
+    Decision: approve, edit, reject, respond), which its ``interrupt()`` now returns."""
+
+    type: Literal["ToolResumed"] = "ToolResumed"
+    step: int
+    agent_id: str
+    call: ToolCall
+    decision: dict[str, Any]
+
+
 class TodosUpdated(Event):
     """Todos → public ``todos`` stream and the task's log: an accepted todo list."""
 
@@ -210,6 +238,8 @@ AnyEvent = Annotated[
     | ModelFailed
     | ToolRequested
     | ToolCompleted
+    | ToolInterrupted
+    | ToolResumed
     | TodosUpdated
     | ContextEdited
     | StepStarted
@@ -230,6 +260,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ModelFailed,
     ToolRequested,
     ToolCompleted,
+    ToolInterrupted,
+    ToolResumed,
     TodosUpdated,
     ContextEdited,
     StepStarted,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from contracts.agent import AgentSpec, ModelSpec
-from contracts.events import AnyEvent, ApprovalRequested, TaskFailed
+from contracts.events import AnyEvent, ApprovalRequested, TaskFailed, ToolInterrupted
 from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
 from loopline.client import Client, TaskFailedError
 from loopline.middleware import to_spec
@@ -106,13 +106,28 @@ class Agent:
                 self.spec, messages, task_id=task_id, max_steps=self.max_steps
             )
 
-    async def aresult(self, task_id: str, *, after: str = "0") -> dict[str, Any]:
+    async def aresult(
+        self, task_id: str, *, after: str = "0", answered: Sequence[str] = ()
+    ) -> dict[str, Any]:
         """Wait for the task and return ``{"messages": [...], "todos": [...]}``; a task
-        waiting for a human returns with ``"__interrupt__"`` (LangChain's key) instead."""
+        waiting for a human returns with ``"__interrupt__"`` (LangChain's key) instead:
+        the HITLRequest (batched mode), or every open ToolApprovalRequest (per-call mode).
+        ``answered``: per-call decisions just sent for these calls (see ``aresume``)."""
         async with self.client() as client:
-            _, outcome = await client.outcome(task_id, after=after)
+            if answered:
+                _, outcome = await client.outcome_of_decisions(task_id, answered, after=after)
+            else:
+                _, outcome = await client.outcome(task_id, after=after)
             if isinstance(outcome, TaskFailed):
                 raise TaskFailedError(outcome)
+            if isinstance(outcome, ToolInterrupted):  # a decision the call's schema refused
+                raise ValueError(f"decision for call {outcome.call.id} refused: {outcome.error}")
+            open_calls = (
+                await client.waiting_calls(task_id)
+                if isinstance(outcome, ApprovalRequested)
+                and outcome.request.get("type") == "tool_approval"
+                else []
+            )
             messages = await client.messages(task_id)
             todos = await client.todos(task_id)
         result: dict[str, Any] = {
@@ -121,18 +136,25 @@ class Agent:
             "task_id": task_id,
         }
         if isinstance(outcome, ApprovalRequested):
-            result["__interrupt__"] = [outcome.request]
+            requests = [r.request for r in open_calls] or [outcome.request]
+            result["__interrupt__"] = requests
         return result
 
-    async def aresume(self, task_id: str, decisions: list[dict[str, Any]]) -> dict[str, Any]:
-        """Answer a waiting task with decisions and wait for its next outcome."""
+    async def aresume(
+        self, task_id: str, decisions: Sequence[dict[str, Any]] | Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Answer a waiting task with decisions and wait for its next outcome. Batched
+        mode: a list, one decision per gated call. Per-call mode: ``{tool_call_id:
+        decision}``, or one decision when one call waits (``Client.decide``)."""
         self._start_services()
         async with self.client() as client:
             after = await client.last_entry(task_id)
-            await client.decide(task_id, decisions)
-        return await self.aresult(task_id, after=after)
+            answered = await client.decide(task_id, decisions)
+        return await self.aresult(task_id, after=after, answered=answered)
 
-    def resume(self, task_id: str, decisions: list[dict[str, Any]]) -> dict[str, Any]:
+    def resume(
+        self, task_id: str, decisions: Sequence[dict[str, Any]] | Mapping[str, Any]
+    ) -> dict[str, Any]:
         return asyncio.run(self.aresume(task_id, decisions))
 
     async def acancel(self, task_id: str, reason: str = "cancelled by request") -> None:

@@ -49,7 +49,9 @@ from contracts.events import (
     TaskSubmitted,
     TodosUpdated,
     ToolCompleted,
+    ToolInterrupted,
     ToolRequested,
+    ToolResumed,
 )
 from contracts.streams import DATA_FIELD, GROUPS, Names
 
@@ -81,8 +83,8 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(
         "loop",
         lambda n: n.loop,
-        (ModelResponded, ModelFailed, ToolCompleted),
-        "model (replies, failures), tools and todos (tool results)",
+        (ModelResponded, ModelFailed, ToolCompleted, ToolInterrupted),
+        "model (replies, failures), tools and todos (tool results, per-call approvals)",
         "loop",
         "Results coming back to the loop, which applies each as one atomic transition of "
         "the task's state.",
@@ -106,10 +108,10 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(
         "tools",
         lambda n: n.tools,
-        (ToolRequested,),
+        (ToolRequested, ToolResumed),
         "loop (one event per tool call; the calls of a step run in parallel)",
         "tools",
-        "Run one of the agent's tool calls.",
+        "Run one of the agent's tool calls (ToolResumed: again, with a human's decision).",
     ),
     Channel(
         "todo-calls",
@@ -164,6 +166,7 @@ CHANNELS: tuple[Channel, ...] = (
             ApprovalRequested,
             TodosUpdated,
             ToolCompleted,
+            ToolInterrupted,
             TaskCompleted,
             TaskFailed,
         ),

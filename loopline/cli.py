@@ -10,7 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from contracts.agent import AgentSpec
 from contracts.events import (
@@ -24,12 +24,16 @@ from contracts.events import (
     TaskSubmitted,
     TodosUpdated,
     ToolCompleted,
+    ToolInterrupted,
     event_schemas,
 )
 from contracts.messages import HumanMessage
 from contracts.streams import SERVICES
 from services.errors import ConfigurationError
 from services.settings import Settings
+
+if TYPE_CHECKING:
+    from loopline.client import Client
 
 
 class UsageError(Exception):
@@ -95,6 +99,15 @@ def describe(event: AnyEvent) -> str | None:
             f"step {event.step}: context edit cleared {len(event.cleared_tool_call_ids)} "
             f"tool result(s), {event.tokens_before} -> {event.tokens_after} tokens"
         )
+    if isinstance(event, ApprovalRequested) and event.request.get("type") == "tool_approval":
+        req = event.request  # per-call mode: one ToolApprovalRequest
+        args = json.dumps(req.get("args"))[:60]
+        return (
+            f"step {event.step}: WAITING for approval of call {req.get('tool_call_id')}: "
+            f"{req.get('name')}({args})"
+        )
+    if isinstance(event, ToolInterrupted) and event.error:
+        return f"step {event.step}: decision for call {event.call.id} REFUSED: {event.error}"
     if isinstance(event, ApprovalRequested):
         actions = ", ".join(
             f"{a.get('name')}({json.dumps(a.get('args'))[:60]})"
@@ -350,6 +363,35 @@ def _decisions(args: argparse.Namespace, count: int) -> list[dict[str, object]]:
     return [one] * count
 
 
+def _call_decisions(
+    args: argparse.Namespace, open_calls: list[ApprovalRequested]
+) -> dict[str, Any] | list[Any]:
+    """Per-call mode: ``--decisions`` as ``{call id: decision}`` (or a list of decisions
+    with ``tool_call_id``), else one decision for ``--call`` (needed when several wait)."""
+    if args.decisions:
+        try:
+            parsed = json.loads(args.decisions)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--decisions is not JSON: {exc}") from exc
+        if not isinstance(parsed, dict | list):
+            raise UsageError("--decisions must be {call id: decision} or a list of decisions")
+        return parsed
+    ids = [str(r.request.get("tool_call_id")) for r in open_calls]
+    target = args.call
+    if target is None:
+        if len(ids) != 1:
+            raise UsageError(f"{len(ids)} calls wait: name one with --call ({', '.join(ids)})")
+        target = ids[0]
+    if target not in ids:
+        raise UsageError(f"call {target} is not waiting for a decision ({', '.join(ids)})")
+    one = _decisions(args, 1)[0]
+    action = one.get("edited_action")
+    if isinstance(action, dict) and "name" not in action:  # --edit with the args only
+        name = open_calls[ids.index(target)].request.get("name")
+        one = {"type": "edit", "edited_action": {"name": name, "args": action}}
+    return {target: one}
+
+
 def cmd_decide(args: argparse.Namespace) -> int:
     from loopline.client import Client
 
@@ -361,6 +403,10 @@ def cmd_decide(args: argparse.Namespace) -> int:
             request = await client.waiting(args.task_id)
             if request is None:
                 raise UsageError(f"task {args.task_id} is not waiting for a decision")
+            if request.request.get("type") == "tool_approval":
+                return await decide_calls(client)
+            if args.call is not None:
+                raise UsageError("--call is for per-call approvals (interrupt_mode='per_call')")
             count = len(request.request.get("action_requests", []))
             decisions = _decisions(args, count)
             if args.edit is not None and count == 1:
@@ -375,6 +421,20 @@ def cmd_decide(args: argparse.Namespace) -> int:
         if isinstance(outcome, TaskCompleted):
             print(outcome.answer)
         return 0 if not isinstance(outcome, TaskFailed) else 1
+
+    async def decide_calls(client: Client) -> int:
+        open_calls = await client.waiting_calls(args.task_id)
+        decisions = _call_decisions(args, open_calls)
+        after = await client.last_entry(args.task_id)
+        try:
+            answered = await client.decide(args.task_id, decisions)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        _, outcome = await client.outcome_of_decisions(args.task_id, answered, after=after)
+        print(describe(outcome))
+        if isinstance(outcome, TaskCompleted):
+            print(outcome.answer)
+        return 1 if isinstance(outcome, TaskFailed | ToolInterrupted) else 0
 
     return asyncio.run(main())
 
@@ -578,7 +638,14 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--reject", nargs="?", const="", metavar="MESSAGE")
     group.add_argument("--respond", metavar="MESSAGE")
     group.add_argument("--edit", metavar="JSON", help='new args, or {"name": ..., "args": {...}}')
-    group.add_argument("--decisions", metavar="JSON", help="LangChain decisions, in order")
+    group.add_argument(
+        "--decisions",
+        metavar="JSON",
+        help="LangChain decisions, in order (per-call mode: {call id: decision})",
+    )
+    p.add_argument(
+        "--call", metavar="ID", help="per-call mode: the waiting call to answer (its tool call id)"
+    )
     p.set_defaults(func=cmd_decide)
 
     p = sub.add_parser("dlq", help="dead letters: list, show, replay or drop")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -20,6 +20,8 @@ from contracts.events import (
     TaskCompleted,
     TaskFailed,
     TaskSubmitted,
+    ToolCompleted,
+    ToolInterrupted,
     parse_event,
 )
 from contracts.messages import MESSAGE_ADAPTER, Message
@@ -102,14 +104,96 @@ class Client:
         event = CancelRequested(task_id=task_id, reason=reason)
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
 
-    async def decide(self, task_id: str, decisions: list[dict[str, Any]]) -> None:
-        """Answer a task waiting for approval (LangChain's decision shapes, in order)."""
-        event = DecisionsSubmitted(task_id=task_id, decisions=decisions)
+    async def decide(
+        self,
+        task_id: str,
+        decisions: Sequence[dict[str, Any]] | Mapping[str, Any],
+    ) -> list[str]:
+        """Answer a task waiting for approval, with LangChain's decision shapes.
+
+        Batched mode (``HITLRequest``): a list, one decision per gated call, in order.
+        ``interrupt_mode="per_call"`` (one ``ToolApprovalRequest`` per call): a mapping
+        ``{tool_call_id: decision}`` (as LangChain resumes per-call interrupts by id), a
+        list of decisions that each carry ``"tool_call_id"``, or one decision (or a list of
+        one) for the one call that waits. Returns the ids of the calls answered (per-call
+        mode; empty in batched mode)."""
+        if isinstance(decisions, Mapping):
+            if "type" in decisions:  # one decision
+                wire = [dict(decisions)]
+            else:
+                wire = [{**dict(d), "tool_call_id": k} for k, d in decisions.items()]
+        else:
+            wire = [dict(d) for d in decisions]
+        open_calls = await self.waiting_calls(task_id)
+        if open_calls:
+            open_ids = [str(r.request.get("tool_call_id")) for r in open_calls]
+            unnamed = [d for d in wire if "tool_call_id" not in d]
+            if unnamed and len(open_ids) != 1:
+                raise ValueError(
+                    f"task {task_id} has {len(open_ids)} calls waiting for a decision "
+                    f"({', '.join(open_ids)}): name the call (tool_call_id)"
+                )
+            for d in unnamed:
+                d["tool_call_id"] = open_ids[0]
+            unknown = [d["tool_call_id"] for d in wire if d["tool_call_id"] not in open_ids]
+            if unknown:
+                raise ValueError(
+                    f"task {task_id}: no call {unknown[0]!r} waits for a decision "
+                    f"(waiting: {', '.join(open_ids)})"
+                )
+        event = DecisionsSubmitted(task_id=task_id, decisions=wire)
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        return [str(d["tool_call_id"]) for d in wire if "tool_call_id" in d]
+
+    async def waiting_calls(self, task_id: str) -> list[ApprovalRequested]:
+        """The open per-call approval requests of a task (``interrupt_mode="per_call"``):
+        one per gated call of the current step that has no decision yet, oldest first.
+        Each ``request`` is LangChain's ToolApprovalRequest (``tool_call_id``, ``name``,
+        ``args``, ``description``)."""
+        from services.store import waiting_calls
+
+        step, calls = await waiting_calls(self.redis, self.names, task_id)
+        found = []
+        for call in calls:
+            if call.decision is not None:
+                continue
+            parked = parse_event(call.interrupted)
+            if isinstance(parked, ToolInterrupted):
+                found.append(
+                    ApprovalRequested(
+                        task_id=task_id, step=step, request=parked.request, at=parked.at
+                    )
+                )
+        return found
+
+    async def outcome_of_decisions(
+        self, task_id: str, call_ids: Sequence[str], *, after: str = "0"
+    ) -> tuple[str, TaskCompleted | TaskFailed | ApprovalRequested | ToolInterrupted]:
+        """What answering per-call approvals led to: like ``outcome``, and also a decision
+        that did not fit its call (``ToolInterrupted`` with ``error``; the call still
+        waits), or, once every answered call has its result while other calls of the step
+        still wait, the first of those (the task cannot go on without them)."""
+        pending = set(call_ids)
+        async for entry_id, event in self.events(task_id, after=after):
+            if isinstance(event, TaskCompleted | TaskFailed | ApprovalRequested):
+                return entry_id, event
+            if isinstance(event, ToolInterrupted) and event.error and event.call.id in pending:
+                return entry_id, event
+            if isinstance(event, ToolCompleted) and event.message.tool_call_id in pending:
+                pending.discard(event.message.tool_call_id)
+                if not pending:
+                    still = await self.waiting_calls(task_id)
+                    if still:
+                        return entry_id, still[0]
+        raise RuntimeError("task log ended without an outcome")  # pragma: no cover
 
     async def waiting(self, task_id: str) -> ApprovalRequested | None:
-        """The open approval request of a task, if it is waiting for one."""
+        """The open approval request of a task, if it is waiting for one (per-call mode:
+        the oldest call without a decision; ``waiting_calls`` lists them all)."""
         state: Any = await self.redis.hmget(self.names.task_state(task_id), "phase", "step")
+        if (state[0] or b"").decode() == "tools":
+            open_calls = await self.waiting_calls(task_id)
+            return open_calls[0] if open_calls else None
         if (state[0] or b"").decode() != "approval":
             return None
         step = int(state[1] or 0)
@@ -126,7 +210,10 @@ class Client:
             if isinstance(event, ApprovalRequested):
                 found[event.task_id] = event
         waiting = []
-        for task_id in found:
+        for task_id, event in found.items():
+            if event.request.get("type") == "tool_approval":  # per call: every open one
+                waiting.extend(await self.waiting_calls(task_id))
+                continue
             open_request = await self.waiting(task_id)
             if open_request is not None:
                 waiting.append(open_request)

@@ -376,3 +376,141 @@ class TaskStore:
     async def last_message(self, task_id: str) -> bytes | None:
         value: Any = await self.redis.lindex(self.names.task_messages(task_id), -1)
         return value if isinstance(value, bytes) or value is None else str(value).encode()
+
+
+# -- per-call human approvals (HumanInTheLoopMiddleware, interrupt_mode="per_call") ------
+#
+# A gated call of the tools phase waits in the task's state hash, step-qualified so a
+# later step never sees an earlier one's: ``wait:<step>:<call id>`` holds the tools
+# consumer's ToolInterrupted (the call and its ToolApprovalRequest), ``decided:<step>:<call
+# id>`` the decision accepted for it. Other calls of the step go on and join as usual.
+
+# KEYS: every task key. ARGV: step, call_id, interrupted_event, approval_event,
+# refused_decision ("" when the call asks for the first time). Records the waiting call
+# once and logs its ApprovalRequested; with refused_decision (the decision the tool's
+# schema refused, if it is still the accepted one) the call waits again: the refusal and a
+# new ApprovalRequested are logged.
+_CALL_PARKED = (
+    _LUA_COMMON
+    + """
+local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'expected')
+if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'tools' then return snapshot(0) end
+local known = false
+for _, id in ipairs(cjson.decode(s[4])) do if id == ARGV[2] then known = true end end
+if not known or redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then return snapshot(0) end
+local wait = 'wait:' .. ARGV[1] .. ':' .. ARGV[2]
+local decided = 'decided:' .. ARGV[1] .. ':' .. ARGV[2]
+if ARGV[5] == '' then
+  if redis.call('HSETNX', KEYS[1], wait, ARGV[3]) == 0 then return snapshot(0) end
+  log(ARGV[4])
+  return snapshot(1)
+end
+if redis.call('HGET', KEYS[1], decided) ~= ARGV[5] then return snapshot(0) end
+redis.call('HDEL', KEYS[1], decided)
+log(ARGV[3])
+log(ARGV[4])
+return snapshot(1)
+"""
+)
+
+# KEYS: state, messages, log, results. ARGV: step, call_id, decision (JSON). Accepts one
+# decision per waiting call. Returns {outcome, the accepted decision}: "decided" (this
+# one), "taken" (one was accepted before), "done" (the call has its result),
+# "not-waiting".
+_CALL_DECIDED = """
+local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase')
+if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'tools' then return {'not-waiting', ''} end
+if redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then return {'done', ''} end
+local wait = 'wait:' .. ARGV[1] .. ':' .. ARGV[2]
+local decided = 'decided:' .. ARGV[1] .. ':' .. ARGV[2]
+if redis.call('HEXISTS', KEYS[1], wait) == 0 then return {'not-waiting', ''} end
+if redis.call('HSETNX', KEYS[1], decided, ARGV[3]) == 1 then return {'decided', ARGV[3]} end
+return {'taken', redis.call('HGET', KEYS[1], decided)}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingCall:
+    """A gated call of the task's current step: what it asked, and the decision accepted
+    for it (None: a human has yet to answer)."""
+
+    call_id: str
+    interrupted: bytes
+    decision: str | None
+
+
+def decision_key(decision: dict[str, Any]) -> str:
+    """A decision as stored and compared (the same decision gives the same text)."""
+    return json.dumps(decision, sort_keys=True, separators=(",", ":"))
+
+
+async def waiting_calls(
+    redis: aioredis.Redis, names: Names, task_id: str
+) -> tuple[int, list[WaitingCall]]:
+    """The current step and its gated calls without a result yet, oldest first (also read
+    by clients: ``loopline approvals`` / ``decide``)."""
+    state: Any = await redis.hgetall(names.task_state(task_id))
+    answered: Any = await redis.hkeys(names.task_results(task_id))
+
+    def text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    fields = {text(k): v for k, v in dict(state or {}).items()}
+    if text(fields.get("phase", b"")) != "tools":
+        return 0, []
+    step = int(text(fields.get("step", b"0")))
+    done = {text(k) for k in answered or []}
+    prefix = f"wait:{step}:"
+    found = []
+    for name, value in fields.items():
+        if not name.startswith(prefix):
+            continue
+        call_id = name[len(prefix) :]
+        if call_id in done:
+            continue
+        decided = fields.get(f"decided:{step}:{call_id}")
+        raw = value if isinstance(value, bytes) else str(value).encode()
+        found.append(WaitingCall(call_id, raw, None if decided is None else text(decided)))
+    found.sort(key=lambda w: json.loads(w.interrupted).get("at", 0))
+    return step, found
+
+
+class CallWaits:
+    """The per-call approval transitions (the loop is their only caller)."""
+
+    def __init__(self, redis: aioredis.Redis, names: Names) -> None:
+        self.redis = redis
+        self.names = names
+        self._parked = redis.register_script(_CALL_PARKED)
+        self._decided = redis.register_script(_CALL_DECIDED)
+
+    async def parked(
+        self,
+        task_id: str,
+        *,
+        step: int,
+        call_id: str,
+        interrupted_event: bytes,
+        approval_event: bytes,
+        refused_decision: str = "",
+    ) -> Snapshot:
+        args: list[Any] = [
+            step,
+            call_id,
+            interrupted_event,
+            approval_event,
+            refused_decision,
+        ]
+        reply = await self._parked(keys=self.names.task_keys(task_id), args=args)
+        return Snapshot.from_reply(reply)
+
+    async def decided(
+        self, task_id: str, *, step: int, call_id: str, decision: str
+    ) -> tuple[str, str]:
+        keys = self.names.task_keys(task_id)[:4]
+        outcome, accepted = await self._decided(keys=keys, args=[step, call_id, decision])
+
+        def text(value: Any) -> str:
+            return value.decode() if isinstance(value, bytes) else str(value or "")
+
+        return text(outcome), text(accepted)

@@ -1,4 +1,11 @@
-"""Tools handler: check the call against the agent's tools, run it, report the result."""
+"""Tools handler: check the call against the agent's tools, run it, report the result.
+
+A call whose ``wrap_tool_call`` chain asks a human (``HumanInTheLoopMiddleware`` with
+``interrupt_mode="per_call"``) is parked: its record says ``waiting``, the loop is told
+(``ToolInterrupted``) and the entry is acked, so nothing is pending and no thread waits.
+The loop sends ``ToolResumed`` with the decision; the chain runs again from the start and
+LangChain's own code acts on the decision.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +14,26 @@ import contextlib
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool
 
 from contracts.agent import AgentSpec
-from contracts.events import AnyEvent, ToolCompleted, ToolRequested
+from contracts.events import (
+    AnyEvent,
+    ToolCompleted,
+    ToolInterrupted,
+    ToolRequested,
+    ToolResumed,
+)
 from contracts.messages import ToolMessage
 from services import toolbox
 from services.agent_view import middleware_tools
 from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, PermanentError
 from services.hooks import hooks_for
+from services.loop import approvals
+from services.loop.inline import LoopHandOver
 from services.runtime import Handler, Runtime
 from services.tools.logic import refused, run_tool, run_wrapped, too_large, unknown_outcome
 
@@ -26,8 +42,41 @@ class StillRunning(Exception):
     """Retryable: another live worker runs this call right now."""
 
 
+@dataclass(frozen=True)
+class Parked:
+    """A call waiting for a human decision (what its interrupt asked, and why it asks
+    again when a decision did not fit)."""
+
+    request: dict[str, Any]
+    response_schema: dict[str, Any] | None = None
+    error: str | None = None
+    decision: dict[str, Any] | None = None
+
+
+# KEYS: the task's calls hash. ARGV: call id, running marker. Takes a parked call for its
+# resume: only one delivery of the decision gets to run it. Returns {taken, record}.
+_TAKE_PARKED = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then return {0, ''} end
+local ok, record = pcall(cjson.decode, current)
+if ok and type(record) == 'table' and record['state'] == 'waiting' then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  return {1, current}
+end
+return {0, current}
+"""
+
+
+def parked_field(call_id: str) -> str:
+    """Where a parked call's request is kept (next to its record), for asking again."""
+    return f"{call_id}:parked"
+
+
 def handlers(rt: Runtime) -> dict[str, Handler]:
     by_agent: dict[str, dict[str, BaseTool]] = {}
+    approvals.install()  # per-call human approvals interrupt in this consumer
+    take_parked = rt.redis.register_script(_TAKE_PARKED)
+    hand_over = LoopHandOver(rt)  # results of hook-free agents skip the loop stream
 
     for module in rt.settings.tool_modules:  # import errors show at start, not mid-task
         __import__(module)
@@ -60,7 +109,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             await asyncio.sleep(lease_s / 3)
             await rt.redis.hset(calls_key, call_id, marker())
 
-    async def run_once(event: ToolRequested, tool: BaseTool) -> ToolMessage:
+    async def run_once(event: ToolRequested, tool: BaseTool) -> ToolMessage | Parked:
         """Run the call at most once across deliveries: the result is recorded before the
         entry is acked, and a redelivery re-publishes it instead of running the tool."""
         calls_key = rt.names.task_calls(event.task_id)
@@ -70,6 +119,9 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             record = json.loads(found) if found else {}
             if record.get("state") == "done":
                 return ToolMessage.model_validate(record["message"])
+            if record.get("state") == "waiting":
+                # Parked for a human: tell the loop again (it asks only once).
+                return await parked_request(calls_key, call.id)
             if float(record.get("until", 0)) > time.time():
                 # A live worker runs it now: this duplicate stays pending and is retried
                 # (by then the result is recorded and gets re-published).
@@ -78,21 +130,82 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             if not toolbox.is_idempotent(tool):
                 return await record_done(calls_key, unknown_outcome(call))
             await rt.redis.hset(calls_key, call.id, marker())
+        return await run_leased(event.task_id, event.agent_id, tool, call, None)
+
+    async def resume_once(event: ToolResumed, tool: BaseTool) -> ToolMessage | Parked | None:
+        """Run a parked call with its decision, once: the delivery that takes the parked
+        record runs it; a duplicate waits for it or re-publishes its result."""
+        calls_key = rt.names.task_calls(event.task_id)
+        call = event.call
+        taken, found = await take_parked(keys=[calls_key], args=[call.id, marker()])
+        if int(taken) == 1:
+            return await run_leased(event.task_id, event.agent_id, tool, call, event.decision)
+        if not found:  # the task's keys are gone (it ended long ago): nothing to answer
+            return None
+        record = json.loads(found)
+        if record.get("state") == "done":
+            return ToolMessage.model_validate(record["message"])
+        if record.get("state") == "waiting":  # not reachable: the script took it
+            raise StillRunning(f"tool call {call.id} could not be taken")
+        if float(record.get("until", 0)) > time.time():
+            raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
+        if not toolbox.is_idempotent(tool):  # died while running the decided call
+            return await record_done(calls_key, unknown_outcome(call))
+        await rt.redis.hset(calls_key, call.id, marker())
+        return await run_leased(event.task_id, event.agent_id, tool, call, event.decision)
+
+    async def run_leased(
+        task_id: str,
+        agent_id: str,
+        tool: BaseTool,
+        call: Any,
+        decision: dict[str, Any] | None,
+    ) -> ToolMessage | Parked:
+        """Run a call whose lease this worker holds; record its outcome."""
+        calls_key = rt.names.task_calls(task_id)
         renew = asyncio.create_task(keep_lease(calls_key, call.id))
+        parked: Parked | None = None
         try:
-            spec = await rt.agent(event.agent_id)
-            hooks = hooks_for(event.agent_id, spec)
+            spec = await rt.agent(agent_id)
+            hooks = hooks_for(agent_id, spec)
             wrappers = [m for _, m in hooks.with_hook("wrap_tool_call")]
             if wrappers:
-                extra = await rt.store.extra(event.task_id)
-                result = await run_wrapped(wrappers, tool, call, extra)
+                extra = await rt.store.extra(task_id)
+                result = await run_wrapped(wrappers, tool, call, extra, decision)
             else:
                 result = await run_tool(tool, call)
+        except approvals.Interrupted as asked:
+            parked = Parked(approvals.as_jsonable(asked.value), asked.response_schema)
+        except approvals.DecisionRefused as refused_decision:
+            asked_before = await parked_request(calls_key, call.id)
+            parked = Parked(
+                asked_before.request,
+                asked_before.response_schema,
+                error=f"the decision does not fit this call: {refused_decision}",
+                decision=decision,
+            )
         finally:
             renew.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renew
+        if parked is not None:  # after the lease stopped, so nothing overwrites "waiting"
+            return await park(calls_key, call.id, parked)
         return await record_done(calls_key, result)
+
+    async def park(calls_key: str, call_id: str, parked: Parked) -> Parked:
+        """Wait for a human with nothing held: only the record says the call waits."""
+        kept = {"request": parked.request, "response_schema": parked.response_schema}
+        mapping: dict[Any, Any] = {
+            parked_field(call_id): json.dumps(kept),
+            call_id: json.dumps({"state": "waiting"}),
+        }
+        await rt.redis.hset(calls_key, mapping=mapping)  # one command: both or neither
+        return parked
+
+    async def parked_request(calls_key: str, call_id: str) -> Parked:
+        found: Any = await rt.redis.hget(calls_key, parked_field(call_id))
+        kept = json.loads(found) if found else {}
+        return Parked(kept.get("request") or {}, kept.get("response_schema"))
 
     async def record_done(calls_key: str, message: ToolMessage) -> ToolMessage:
         record = {"state": "done", "message": message.model_dump(mode="json")}
@@ -103,7 +216,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
 
     async def on_tool_requested(event: AnyEvent) -> None:
         nonlocal executor_set
-        if not isinstance(event, ToolRequested):
+        if not isinstance(event, ToolRequested | ToolResumed):
             raise BadEvent(f"{event.type} does not belong on the tools stream")
         if not executor_set:  # sync tools run in threads: as many as calls may be in flight
             workers = rt.settings.concurrency("tools")
@@ -115,12 +228,35 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         except ConfigurationError as exc:  # a tool path that does not import here
             raise PermanentError(str(exc)) from exc
         tool = tools.get(event.call.name)
-        message = refused(event.call, list(tools)) if tool is None else await run_once(event, tool)
+        outcome: ToolMessage | Parked | None
+        if tool is None:
+            outcome = refused(event.call, list(tools))
+        elif isinstance(event, ToolResumed):
+            outcome = await resume_once(event, tool)
+        else:
+            outcome = await run_once(event, tool)
+        if outcome is None:
+            return
+        if isinstance(outcome, Parked):
+            await rt.publish(
+                rt.names.loop,
+                ToolInterrupted(
+                    task_id=event.task_id,
+                    step=event.step,
+                    agent_id=event.agent_id,
+                    call=event.call,
+                    request=outcome.request,
+                    response_schema=outcome.response_schema,
+                    error=outcome.error,
+                    decision=outcome.decision,
+                ),
+            )
+            return
         completed = ToolCompleted(
-            task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
+            task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=outcome
         )
         try:
-            await rt.publish(rt.names.loop, completed)
+            await hand_over.tool_completed(completed, spec)
         except PayloadTooLarge:
             size = len(completed.model_dump_json())
             limit = rt.settings.max_event_bytes

@@ -102,16 +102,25 @@ async def run_tool(tool: BaseTool, call: ToolCall, *, raise_errors: bool = False
 
 
 async def run_wrapped(
-    wrappers: list[Any], tool: BaseTool, call: ToolCall, extra: dict[str, Any]
+    wrappers: list[Any],
+    tool: BaseTool,
+    call: ToolCall,
+    extra: dict[str, Any],
+    decision: dict[str, Any] | None = None,
 ) -> ToolMessage:
     """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
     middleware outermost, as LangChain composes it. The state a wrapper sees holds the
-    task's middleware fields; the transcript is not shipped to the tools consumer."""
+    task's middleware fields; the transcript is not shipped to the tools consumer.
+
+    A per-call human approval inside the chain raises ``approvals.Interrupted`` (no
+    ``decision`` yet: the caller parks the call) or gets ``decision`` from ``interrupt()``;
+    a decision that does not fit raises ``approvals.DecisionRefused``."""
     from langchain_core.messages import ToolMessage as LcToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
     from contracts.messages import to_langchain
     from services.hooks import call_wrapped
+    from services.loop import approvals
 
     request = ToolCallRequest(
         tool_call={"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"},
@@ -131,7 +140,10 @@ async def run_wrapped(
         return to_langchain(answer)
 
     try:
-        result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r)
+        with approvals.answering_call(decision):
+            result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r)
+    except (approvals.Interrupted, approvals.DecisionRefused):
+        raise  # not the call's outcome: it waits for a (valid) human decision
     except Exception as exc:  # what no wrapper handled: an error answer, as without them
         return failure_message(call, exc)
     if not isinstance(result, LcToolMessage):
