@@ -186,7 +186,9 @@ def to_markdown(fig: dict[str, Any]) -> str:
             "A raw hop is XADD → XREADGROUP → XACK between two processes (`redis.asyncio`, "
             "~300-byte payload); the floor is the sum of "
             f"{step['floor']['hops_per_step']} consecutive hops (the stream hops of one "
-            "step: loop → context → model → loop → tools → loop).",
+            "step of this hook-free agent: model → tools → model; the model and tools "
+            "services apply the loop's transitions themselves, see "
+            "`services/loop/inline.py`).",
             "",
             "| | p50 (ms) | p99 (ms) | mean (ms) | samples |",
             "|---|---:|---:|---:|---:|",
@@ -194,7 +196,7 @@ def to_markdown(fig: dict[str, Any]) -> str:
         for key, label in (
             ("loopline", "loopline step"),
             ("langchain", "LangChain step"),
-            ("floor", "floor: 5 raw hops"),
+            ("floor", f"floor: {step['floor']['hops_per_step']} raw hops"),
             ("hop", "one raw hop"),
         ):
             s = step[key]
@@ -233,15 +235,19 @@ def to_markdown(fig: dict[str, Any]) -> str:
             "",
             "## 3. Flat cost as the history grows",
             "",
-            f"One task of {flat['steps']} model calls, each tool result {flat['tool_bytes']:,} "
-            "bytes. *Event bytes*: the JSON of every event of that step on the work streams "
-            "(ContextRequested, ModelRequested, ModelResponded, ToolRequested, "
-            "ToolCompleted); *log bytes*: that step's entries in the task's own log. *Redis "
+            f"{flat.get('tasks', 1)} tasks of {flat['steps']} model calls per side (loopline "
+            "and LangChain alternating), each tool result "
+            f"{flat['tool_bytes']:,} bytes. *Event bytes*: the JSON of every event of that "
+            "step on the work streams (for this hook-free agent ModelRequested and "
+            "ToolRequested; ModelResponded and ToolCompleted are applied where they are "
+            "produced and only written to the task's log); *log bytes*: that step's "
+            "entries in the task's own log. *Redis "
             "bytes in*: the server's `total_net_input_bytes` (INFO stats: every command "
             "every client sent, the services' reads and Lua calls included) over steps "
             f"k … k+{flat['window']}, divided by {flat['window']}"
             + ("" if flat["private_server"] else " (a shared server: other clients count too)")
-            + ". *Per-step latency*: median over the same window. *LangChain "
+            + " (first task). *Per-step latency*: median of the window's steps over all "
+            "tasks. *LangChain "
             "state*: the serialized message list the model gets at that step "
             "(`messages_to_dict`), what shipping the whole history every step carries.",
             "",
@@ -332,7 +338,7 @@ def chart(fig: dict[str, Any], path: Path) -> bool:
     for ax, key in zip(axes, panels, strict=True):
         if key == "step":
             s = fig["step"]
-            labels = ["loopline", "LangChain", "5 raw hops"]
+            labels = ["loopline", "LangChain", f"{s['floor']['hops_per_step']} raw hops"]
             p50 = [s["loopline"]["p50_ms"], s["langchain"]["p50_ms"], s["floor"]["p50_ms"]]
             p99 = [s["loopline"]["p99_ms"], s["langchain"]["p99_ms"], s["floor"]["p99_ms"]]
             xs = range(len(labels))

@@ -23,11 +23,13 @@ from benchmarks.stack import Services, drop_prefix, fake_agent, new_prefix
 from contracts.streams import Names
 from loopline.client import Client
 
-HOPS_PER_STEP = 5
-"""Stream hops of one agent step with one tool call (see services/loop/handlers.py):
-loop -ContextRequested-> context -ModelRequested-> model -ModelResponded-> loop
--ToolRequested-> tools -ToolCompleted-> loop. StepStarted, ModelResponded and ToolCompleted
-also go to the task's log, inside the loop's Lua transitions (no extra hop)."""
+HOPS_PER_STEP = 2
+"""Stream hops of one agent step with one tool call, for an agent without loop-stage hooks
+(services/loop/inline.py): model -ToolRequested-> tools -ModelRequested-> model. The model
+and tools services apply the loop's transitions themselves (StepStarted, ModelResponded
+and ToolCompleted go to the task's log inside those Lua transitions, no extra hop); the
+context stage is skipped for an agent without context editing. With hooks the step is 4
+hops (model -> loop -> tools -> loop -> model), 5 with context editing."""
 
 
 @dataclass
@@ -41,9 +43,10 @@ class Plan:
     thr_tasks: int = 200
     thr_steps: int = 10
     thr_rounds: int = 3
-    flat_steps: int = 510  # model calls of the long task (the last one answers)
+    flat_steps: int = 525  # model calls of each long task (the last one answers)
+    flat_tasks: int = 3  # long tasks per side: the windows' medians pool their steps
     flat_checkpoints: tuple[int, ...] = (1, 10, 100, 500)
-    flat_window: int = 10
+    flat_window: int = 20
     flat_tool_bytes: int = 5000
     conc_n: int = 2000
     conc_steps: int = 3
@@ -60,7 +63,8 @@ def quick_plan() -> Plan:
         hop_round_trips=100,
         thr_tasks=50,
         thr_rounds=1,
-        flat_steps=110,
+        flat_steps=125,
+        flat_tasks=1,
         flat_checkpoints=(1, 10, 100),
         conc_n=200,
         conc_try_10k=False,
@@ -230,12 +234,21 @@ async def _bytes_in(redis: aioredis.Redis) -> int:
 
 
 async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, Any]:
+    """``plan.flat_tasks`` long tasks per side, alternating loopline and LangChain so both
+    see the same machine; a window's latency is the median of its steps over all tasks
+    (one task's 10-step windows moved by 2x between runs on this noisy machine)."""
     steps = plan.flat_steps
     args = {"n": plan.flat_tool_bytes}
     prefix = new_prefix()
     names = Names(prefix)
-    marks = sorted({c for k in plan.flat_checkpoints for c in (k, k + plan.flat_window)})
+    window = plan.flat_window
+    marks = sorted({c for k in plan.flat_checkpoints for c in (k, k + window)})
     written: dict[int, int] = {}
+    ours: dict[int, list[float]] = {}  # step -> its duration in each loopline task
+    theirs: dict[int, list[float]] = {}
+    log: list[dict[str, Any]] = []
+    bus: list[dict[str, Any]] = []
+    messages: list[Any] = []
     with Services(url, prefix):
         client = Client(url, prefix)
         redis = aioredis.Redis.from_url(url)
@@ -244,42 +257,48 @@ async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, 
 
             await _loopline_task_steps(client, 3, "warm-up")
             spec = fake_agent(steps, tool="blob", args=args)
-            tid = await client.submit(spec, [HumanMessage(content="grow")], max_steps=steps + 1)
-            # Server-wide bytes received, sampled as the task's log shows each mark's step
-            # starting: (bytes at step k+W - bytes at step k) / W is the traffic per step.
-            async for _, event in client.events(tid, block_ms=5000):
-                if event.type == "StepStarted" and event.step in marks:
-                    written[event.step] = await _bytes_in(redis)
-                elif event.type == "TaskFailed":
-                    raise RuntimeError(f"long task failed: {event}")
-            log = await ll.log_events(redis, names, tid)
-            bus: list[dict[str, Any]] = []
-            for stream in (names.context, names.model, names.loop, names.tools):
-                bus += [e for e in await ll.stream_events(redis, stream) if e.get("task_id") == tid]
+            for run in range(plan.flat_tasks):
+                tid = await client.submit(
+                    spec, [HumanMessage(content=f"grow {run}")], max_steps=steps + 1
+                )
+                # Server-wide bytes received, sampled (first task) as the task's log shows
+                # each mark's step starting: (bytes at k+W - bytes at k) / W per step.
+                async for _, event in client.events(tid, block_ms=5000):
+                    if event.type == "StepStarted" and event.step in marks and run == 0:
+                        written[event.step] = await _bytes_in(redis)
+                    elif event.type == "TaskFailed":
+                        raise RuntimeError(f"long task failed: {event}")
+                task_log = await ll.log_events(redis, names, tid)
+                started = {e["step"]: e["at"] for e in task_log if e["type"] == "StepStarted"}
+                for k in started:
+                    if k + 1 in started:
+                        ours.setdefault(k, []).append(started[k + 1] - started[k])
+                if run == 0:
+                    log = task_log
+                    for stream in (names.context, names.model, names.loop, names.tools):
+                        found = await ll.stream_events(redis, stream)
+                        bus += [e for e in found if e.get("task_id") == tid]
+                # LangChain: the same long task in-process; step times and the state it carries.
+                agent, model = lc.make_agent(steps, tool="blob", args=args)
+                result = await agent.ainvoke(
+                    {"messages": [{"role": "user", "content": f"grow {run}"}]},
+                    lc.run_config(steps),
+                )
+                lc_times = model.call_times()[f"grow {run}"]
+                for k, (a, b) in enumerate(itertools.pairwise(lc_times)):
+                    theirs.setdefault(k + 1, []).append(b - a)
+                messages = result["messages"]
         finally:
             await redis.aclose()
             await client.close()
     drop_prefix(url, prefix)
 
-    started = {e["step"]: e["at"] for e in log if e["type"] == "StepStarted"}
-    per_step_s = {k: started[k + 1] - started[k] for k in started if k + 1 in started}
-
-    # LangChain: the same long task in-process; per-step time and the state it carries.
-    agent, model = lc.make_agent(steps, tool="blob", args=args)
-    result = await agent.ainvoke(
-        {"messages": [{"role": "user", "content": "grow"}]}, lc.run_config(steps)
-    )
-    lc_times = model.call_times()["grow"]
-    lc_step_s = {k + 1: b - a for k, (a, b) in enumerate(itertools.pairwise(lc_times))}
-    messages = result["messages"]
-
     rows = []
-    window = plan.flat_window
     for k in plan.flat_checkpoints:
         bus_bytes = sum(e["_bytes"] for e in bus if e.get("step") == k)
         log_bytes = sum(e["_bytes"] for e in log if e.get("step") == k)
-        ours = [per_step_s[s] for s in range(k, k + window) if s in per_step_s]
-        theirs = [lc_step_s[s] for s in range(k, k + window) if s in lc_step_s]
+        mine = [d for s in range(k, k + window) for d in ours.get(s, [])]
+        lcs = [d for s in range(k, k + window) for d in theirs.get(s, [])]
         rows.append(
             {
                 "step": k,
@@ -288,8 +307,8 @@ async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, 
                 "redis_bytes_in_per_step": (written[k + window] - written[k]) / window
                 if k in written and k + window in written
                 else None,
-                "loopline_step_ms": statistics.median(ours) * 1000 if ours else None,
-                "langchain_step_ms": statistics.median(theirs) * 1000 if theirs else None,
+                "loopline_step_ms": statistics.median(mine) * 1000 if mine else None,
+                "langchain_step_ms": statistics.median(lcs) * 1000 if lcs else None,
                 # What the model is sent at step k (and what shipping history would carry):
                 # the human message and k-1 (AI tool call, tool result) pairs.
                 "langchain_state_bytes": lc.state_bytes(messages[: 1 + 2 * (k - 1)]),
@@ -299,6 +318,7 @@ async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, 
         "steps": steps,
         "tool_bytes": plan.flat_tool_bytes,
         "window": window,
+        "tasks": plan.flat_tasks,
         "private_server": private_server,
         "rows": rows,
     }
