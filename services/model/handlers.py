@@ -37,7 +37,11 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             hooks = hooks_for(event.agent_id, spec)
             if hooks.with_hook("wrap_model_call"):
                 extra = await rt.store.extra(event.task_id)
-                message: Any = await call_with_middleware(spec, hooks, list(view), extra)
+                # unedited: the chain edits at ContextEditingMiddleware's place, so the
+                # middleware outside it see what LangChain's would
+                message: Any = await call_with_middleware(
+                    spec, hooks, list(transcript), extra, event.edits
+                )
             else:
                 request = views.convert(
                     event.task_id, event.rev, transcript, view, system_message(spec)

@@ -1,27 +1,110 @@
 """The model call inside the ``wrap_model_call`` chain, for agents whose middleware wrap
 it (retry, fallback, tool selection, dynamic prompts, users' own). The chain is the
-middleware list in order, the todo middleware at its place: LangChain's composition."""
+middleware list in order, the todo and context-editing middleware at their places:
+LangChain's composition. So middleware listed before ``ContextEditingMiddleware`` see the
+transcript unedited, and those after it the edited view, as in LangChain."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage as LcAIMessage
 from langchain_core.messages import SystemMessage as LcSystemMessage
 
-from contracts.agent import AgentSpec
+from contracts.agent import AgentSpec, MiddlewareSpec
+from contracts.events import AppliedEdit
 from contracts.messages import AIMessage, Message, from_langchain, to_langchain
-from services.agent_view import tool_schemas
+from services.agent_view import system_message, tool_schemas
 from services.hooks import HookSet, call_wrapped, lg_runtime
 from services.model.chat import build_chat_model
 
 
-def chain_of(spec: AgentSpec, hooks: HookSet) -> list[Any]:
+class EditsAtPosition:
+    """``ContextEditingMiddleware`` at its place in the chain: hands the middleware inside
+    it the edited view, as LangChain's does (those outside keep the unedited messages).
+
+    The context consumer already decided the edits for the transcript (``AppliedEdit``s
+    on the ``ModelRequested``); replaying them costs no token counting. That decision
+    holds only for what the context consumer saw: this one editor, the unedited
+    transcript, and (counting tokens by model) the system message and model it assumed.
+    When an outer middleware changed any of those, the edits are computed again on what
+    reaches this position, which is what LangChain's middleware would edit."""
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        position: int,
+        mw_spec: MiddlewareSpec,
+        transcript: Sequence[Message],
+        unedited: list[Any],
+        edits: Sequence[AppliedEdit] | None,
+    ) -> None:
+        from loopline.middleware.context_editing import ContextEditingMiddleware
+
+        self.middleware = ContextEditingMiddleware.from_spec(mw_spec)
+        self.spec = spec
+        self.position = position
+        self.transcript = transcript
+        self.unedited = unedited
+        self.edits = edits  # None: the stored edits are not this editor's alone
+
+    def _decided_for(self, request: Any) -> bool:
+        if self.edits is None:
+            return False
+        if request.messages is not self.unedited and list(request.messages) != self.unedited:
+            return False
+        if self.middleware.token_count_method == "approximate":
+            return True  # LangChain's approximate count leaves the system message out
+        assumed = system_message(self.spec, before=self.position)
+        given = request.system_message
+        if (assumed is None) != (given is None):
+            return False
+        if given is not None and from_langchain(given) != assumed:
+            return False
+        return _model_name(request.model, self.spec) == self.spec.model.model_name
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        from services.context.engine import apply_edits
+
+        if not request.messages:  # as LangChain's: nothing to edit
+            return await handler(request)
+        if self._decided_for(request):
+            assert self.edits is not None
+            if not self.edits:
+                return await handler(request)
+            view = apply_edits(self.transcript, self.edits)
+            # only what an edit changed is converted again (LangChain hands equal copies)
+            edited = [
+                lc if ours is kept else to_langchain(ours)
+                for lc, ours, kept in zip(self.unedited, view, self.transcript, strict=True)
+            ]
+        else:
+            edited = self.middleware.edit(
+                list(request.messages),
+                system_message=request.system_message,
+                model=_model_name(request.model, self.spec),
+            )
+        return await handler(request.override(messages=edited))
+
+
+def _model_name(model: Any, spec: AgentSpec) -> str:
+    return str(getattr(model, "model_name", None) or spec.model.model_name)
+
+
+def chain_of(
+    spec: AgentSpec,
+    hooks: HookSet,
+    transcript: Sequence[Message] = (),
+    unedited: list[Any] | None = None,
+    edits: Sequence[AppliedEdit] = (),
+) -> list[Any]:
     from langchain.agents.middleware import TodoListMiddleware as LcTodoListMiddleware
 
     from loopline.middleware.todo import TodoListMiddleware
 
     wrappers = dict(hooks.with_hook("wrap_model_call"))
+    editors = sum(1 for mw in spec.middleware if mw.type == "ContextEditingMiddleware")
     chain: list[Any] = []
     for index, mw in enumerate(spec.middleware):
         if mw.type == "TodoListMiddleware":
@@ -29,6 +112,19 @@ def chain_of(spec: AgentSpec, hooks: HookSet) -> list[Any]:
             chain.append(
                 LcTodoListMiddleware(
                     system_prompt=ours.system_prompt, tool_description=ours.tool_description
+                )
+            )
+        elif mw.type == "ContextEditingMiddleware":
+            chain.append(
+                EditsAtPosition(
+                    spec,
+                    index,
+                    mw,
+                    transcript,
+                    unedited if unedited is not None else [to_langchain(m) for m in transcript],
+                    # the event's edits are all editors' together: one editor's alone only
+                    # when it is the only one
+                    list(edits) if editors == 1 else None,
                 )
             )
         elif index in wrappers:
@@ -67,11 +163,18 @@ def _normalize(result: Any) -> Any:
 
 
 async def call_with_middleware(
-    spec: AgentSpec, hooks: HookSet, view: list[Message], extra: dict[str, Any]
+    spec: AgentSpec,
+    hooks: HookSet,
+    transcript: list[Message],
+    extra: dict[str, Any],
+    edits: Sequence[AppliedEdit] = (),
 ) -> AIMessage:
+    """``transcript`` unedited: the chain applies ``edits`` (the context consumer's, for
+    this transcript) at ``ContextEditingMiddleware``'s place, and the agent state holds
+    the unedited messages, as LangChain's."""
     from langchain.agents.middleware import ModelRequest, ModelResponse
 
-    messages = [to_langchain(m) for m in view]
+    messages = [to_langchain(m) for m in transcript]
     request = ModelRequest(
         model=build_chat_model(spec.model),
         messages=messages,
@@ -93,9 +196,8 @@ async def call_with_middleware(
         reply = await bound.ainvoke([*system, *req.messages])
         return ModelResponse(result=[reply])
 
-    response = await call_wrapped(
-        chain_of(spec, hooks), "wrap_model_call", request, call_model, _normalize
-    )
+    chain = chain_of(spec, hooks, transcript, messages, edits)
+    response = await call_wrapped(chain, "wrap_model_call", request, call_model, _normalize)
     replies = [from_langchain(m) for m in response.result if isinstance(m, LcAIMessage)]
     if not replies or not isinstance(replies[-1], AIMessage):
         raise TypeError("the wrap_model_call chain returned no AI message")

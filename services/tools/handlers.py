@@ -27,7 +27,7 @@ from contracts.events import (
     ToolRequested,
     ToolResumed,
 )
-from contracts.messages import ToolMessage
+from contracts.messages import MESSAGE_ADAPTER, Message, ToolMessage
 from services import toolbox
 from services.agent_view import middleware_tools
 from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, PermanentError
@@ -67,6 +67,13 @@ return {0, current}
 """
 
 
+# KEYS: the task's state hash, its messages list. What a wrap_tool_call middleware's
+# state holds (middleware fields and transcript), read at one instant, in one round trip.
+_AGENT_STATE = """
+return {redis.call('HGET', KEYS[1], 'extra') or '', redis.call('LRANGE', KEYS[2], 0, -1)}
+"""
+
+
 def parked_field(call_id: str) -> str:
     """Where a parked call's request is kept (next to its record), for asking again."""
     return f"{call_id}:parked"
@@ -76,6 +83,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     by_agent: dict[str, dict[str, BaseTool]] = {}
     approvals.install()  # per-call human approvals interrupt in this consumer
     take_parked = rt.redis.register_script(_TAKE_PARKED)
+    read_agent_state = rt.redis.register_script(_AGENT_STATE)
     hand_over = LoopHandOver(rt)  # results of hook-free agents skip the loop stream
 
     for module in rt.settings.tool_modules:  # import errors show at start, not mid-task
@@ -93,6 +101,19 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 found[made.name] = made
             by_agent[agent_id] = found
         return found
+
+    async def agent_state(task_id: str) -> tuple[dict[str, Any], list[Message]]:
+        """The middleware fields and the transcript at tool time (up to the AI message
+        with the calls: the loop appends a step's results only once all are in). Only for
+        agents with wrap_tool_call middleware, whose state LangChain fills this way.
+
+        Read whole, not through ``Runtime.transcript``'s per-task cache: a step's
+        parallel calls run here concurrently, and that cache is filled by whichever
+        coroutine reads first (two filling it at once append the same messages twice)."""
+        state_key, messages_key = rt.names.task_state(task_id), rt.names.task_messages(task_id)
+        raw, stored = await read_agent_state(keys=[state_key, messages_key])
+        extra = json.loads(raw) if raw else {}
+        return extra, [MESSAGE_ADAPTER.validate_json(item) for item in stored]
 
     lease_s = rt.settings.claim_idle_ms / 1000
 
@@ -170,8 +191,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             hooks = hooks_for(agent_id, spec)
             wrappers = [m for _, m in hooks.with_hook("wrap_tool_call")]
             if wrappers:
-                extra = await rt.store.extra(task_id)
-                result = await run_wrapped(wrappers, tool, call, extra, decision)
+                extra, messages = await agent_state(task_id)
+                result = await run_wrapped(wrappers, tool, call, extra, decision, messages)
             else:
                 result = await run_tool(tool, call)
         except approvals.Interrupted as asked:

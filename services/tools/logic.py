@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
-from contracts.messages import ToolCall, ToolMessage, from_langchain
+from contracts.messages import Message, ToolCall, ToolMessage, from_langchain
 
 # LangChain's (langgraph ToolNode) texts, so the model reads the same errors.
 INVALID_TOOL_NAME_ERROR_TEMPLATE = (
@@ -107,10 +108,13 @@ async def run_wrapped(
     call: ToolCall,
     extra: dict[str, Any],
     decision: dict[str, Any] | None = None,
+    messages: Sequence[Message] = (),
 ) -> ToolMessage:
     """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
-    middleware outermost, as LangChain composes it. The state a wrapper sees holds the
-    task's middleware fields; the transcript is not shipped to the tools consumer.
+    middleware outermost, as LangChain composes it. The state a wrapper sees is
+    LangChain's at tool time: ``messages``, the transcript up to and including the AI
+    message with the calls (the step's other results are not in it yet, as in LangChain,
+    where a step's calls run in parallel), plus the task's middleware fields.
 
     A per-call human approval inside the chain raises ``approvals.Interrupted`` (no
     ``decision`` yet: the caller parks the call) or gets ``decision`` from ``interrupt()``;
@@ -125,7 +129,7 @@ async def run_wrapped(
     request = ToolCallRequest(
         tool_call={"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"},
         tool=tool,
-        state={"messages": [], **extra},
+        state={"messages": [to_langchain(m) for m in messages], **extra},
         runtime=None,  # type: ignore[arg-type]
     )
 
