@@ -113,6 +113,8 @@ class ModelResponded(Event):
     step: int
     agent_id: str
     message: AIMessage
+    transcript_len: int | None = Field(default=None, ge=0)
+    """How many transcript messages the reply answers (the request's ``transcript_len``)."""
 
 
 class ModelFailed(Event):
@@ -131,6 +133,9 @@ class ToolRequested(Event):
     step: int
     agent_id: str
     call: ToolCall
+    join_len: int | None = Field(default=None, ge=0)
+    """The transcript's length once all of the step's results are in: the service that
+    completes the step can publish the next model request in the same commit."""
 
 
 class ToolCompleted(Event):

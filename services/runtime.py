@@ -31,7 +31,6 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -43,6 +42,7 @@ from contracts.events import AnyEvent, DeadLettered, Event, dump_event, parse_ev
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, GROUPS, Names
 from services import telemetry
+from services.entry import COMMIT_SCRIPT, CURRENT, Fused, PendingCommit, commit_parts
 from services.errors import PayloadTooLarge, PermanentError, UnknownAgent
 from services.redisconn import async_client, commit_in_steps, is_cluster, make_broker, retrying
 from services.reliability import Reclaimer, decode_event, entry_payload
@@ -53,9 +53,6 @@ log = logging.getLogger("loopline")
 
 Handler = Callable[[AnyEvent], Awaitable[None]]
 
-Outbox = list[tuple[str, bytes]]
-_OUTBOX: ContextVar[Outbox | None] = ContextVar("loopline_outbox", default=None)
-"""The publishes of the entry being handled in this task, sent with its ack."""
 
 
 class Background(Protocol):
@@ -71,20 +68,6 @@ def consumer_name(service: str) -> str:
     entries would be indistinguishable), also under ``faststream run --workers``."""
     return f"{service}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
-
-# KEYS: the streams to publish to, then the acked stream (or the errors hash).
-# ARGV: n, the n payloads, then "ack" group entry-id | "error" field text | nothing.
-_COMMIT = """
-local n = tonumber(ARGV[1])
-for i = 1, n do redis.call('XADD', KEYS[i], '*', '__DATA__', ARGV[i + 1]) end
-local mode = ARGV[n + 2]
-if mode == 'ack' then
-  redis.call('XACK', KEYS[n + 1], ARGV[n + 3], ARGV[n + 4])
-elseif mode == 'error' then
-  redis.call('HSET', KEYS[n + 1], ARGV[n + 3], ARGV[n + 4])
-end
-return n
-""".replace("__DATA__", DATA_FIELD)
 
 MAX_CONNECTIONS = 128
 """Redis connections per process. Handlers beyond it wait for a free one (redis-py's
@@ -112,7 +95,7 @@ class Runtime:
             async_client(url) if self.cluster else _single_server_client(url)
         )
         self.store = TaskStore(self.redis, self.names)
-        self._commit_script = self.redis.register_script(_COMMIT)
+        self._commit_script = self.redis.register_script(COMMIT_SCRIPT)
         self._agents: dict[str, AgentSpec] = {}
         self.consumers: dict[str, str] = {}  # service -> this process's consumer name
         self.stream_services: dict[str, str] = {}  # input stream -> service consuming it
@@ -138,29 +121,70 @@ class Runtime:
         """Publish an event. Inside a consumer's handler it is sent when the handler
         returns, with the entry's ack (encoding, and so the size check, happens now)."""
         data = self.encode(event)
-        outbox = _OUTBOX.get()
-        if outbox is not None:
-            outbox.append((stream, data))
+        entry = _open_entry()
+        if entry is not None:
+            entry.outbox.append((stream, data))
             return
         await self.redis.xadd(stream, {DATA_FIELD: data})
 
-    def outbox_mark(self) -> int:
-        """Where the current entry's outbox ends now (see ``outbox_rollback``)."""
-        outbox = _OUTBOX.get()
-        return len(outbox) if outbox is not None else 0
+    async def write(self, key: str, field: str, value: str | bytes) -> None:
+        """A hash write; inside a consumer's handler it is applied with the entry's ack
+        (a tool call's recorded outcome, say), else now."""
+        entry = _open_entry()
+        if entry is not None:
+            entry.writes.append((key, field, value))
+            return
+        await self.redis.hset(key, field, value)
 
-    def outbox_rollback(self, mark: int) -> None:
-        """Drop what was queued for publishing since ``mark`` (an attempt that failed)."""
-        outbox = _OUTBOX.get()
-        if outbox is not None:
-            del outbox[mark:]
+    def outbox_mark(self) -> tuple[int, int]:
+        """Where the current entry's publishes and writes end now (``outbox_rollback``)."""
+        entry = CURRENT.get()
+        return (len(entry.outbox), len(entry.writes)) if entry is not None else (0, 0)
+
+    def outbox_rollback(self, mark: tuple[int, int]) -> None:
+        """Drop what was queued since ``mark`` (an attempt that failed)."""
+        entry = CURRENT.get()
+        if entry is not None:
+            del entry.outbox[mark[0] :]
+            del entry.writes[mark[1] :]
+
+    def fuse(
+        self,
+        task_id: str,
+        phases: tuple[str, ...],
+        publish_phase: str = "",
+        outputs: Sequence[tuple[str, Event]] = (),
+        expect_len: int | None = None,
+    ) -> Fused | None:
+        """Let a transition commit the entry being handled (see ``services.entry``); None
+        where it cannot: outside a consumer's handler, or on a Redis Cluster (one script
+        cannot span the slots of the task's keys and the streams)."""
+        entry = _open_entry()
+        if entry is None or self.cluster:
+            return None
+        return Fused(
+            entry=entry,
+            phases=phases,
+            publish_phase=publish_phase,
+            outputs=[(stream, self.encode(event)) for stream, event in outputs],
+            deadlines_key=self.names.deadlines,
+            task_id=task_id,
+            expect_len=expect_len,
+        )
+
+    @staticmethod
+    def fused_committed() -> None:
+        """A fused transition committed the entry: its handler must publish nothing more."""
+        entry = CURRENT.get()
+        if entry is not None:
+            entry.committed = True
 
     async def publish_many(self, items: Sequence[tuple[str, Event]]) -> None:
         """Several events in one round trip (a step's parallel tool calls)."""
         encoded = [(stream, self.encode(event)) for stream, event in items]
-        outbox = _OUTBOX.get()
-        if outbox is not None:
-            outbox.extend(encoded)
+        entry = _open_entry()
+        if entry is not None:
+            entry.outbox.extend(encoded)
             return
         if len(encoded) == 1:
             await self.redis.xadd(encoded[0][0], {DATA_FIELD: encoded[0][1]})
@@ -172,31 +196,38 @@ class Runtime:
 
     async def commit(
         self,
-        outbox: Outbox,
+        entry: PendingCommit,
         *,
-        ack: tuple[str, str, str] | None = None,
+        ack: bool = True,
         error: tuple[str, str] | None = None,
     ) -> None:
-        """Send a handled entry's publishes, then its ack (stream, group, entry id) or its
-        error (field, text), atomically (one script: all of it or nothing)."""
-        if not outbox and error is None:
-            if ack is not None:
-                await self.redis.xack(*ack)
+        """Send a handled entry's publishes and writes, then its ack or its error (field,
+        text), atomically (one script: all of it or nothing)."""
+        outbox, writes = entry.outbox, entry.writes
+        if not outbox and not writes and error is None:
+            if ack:
+                await self.redis.xack(*entry.ack)
             return
-        if self.cluster:  # one script cannot span slots: publishes, then the ack
+        if self.cluster:  # one script cannot span slots: writes, publishes, then the ack
             errors = self.names.errors
-            await commit_in_steps(self.redis, outbox, ack=ack, error=error, errors_key=errors)
+            for key, name, value in writes:
+                await self.redis.hset(key, name, value)
+            await commit_in_steps(
+                self.redis,
+                outbox,
+                ack=entry.ack if ack else None,
+                error=error,
+                errors_key=errors,
+            )
             return
         # One EVALSHA costs about half the client CPU of the same commands in a MULTI/EXEC
         # pipeline (measured: ~150 vs ~250 µs), and is just as atomic.
-        keys = [stream for stream, _ in outbox]
-        args: list[Any] = [len(outbox), *(data for _, data in outbox)]
-        if ack is not None:
-            keys.append(ack[0])
-            args += ["ack", ack[1], ack[2]]
-        elif error is not None:
-            keys.append(self.names.errors)
-            args += ["error", *error]
+        keys, args = commit_parts(
+            outbox,
+            writes,
+            ack=entry.ack if ack and error is None else None,
+            error=(self.names.errors, *error) if error is not None else None,
+        )
         await self._commit_script(keys=keys, args=args)
 
     async def save_agent(self, spec: AgentSpec) -> str:
@@ -230,10 +261,12 @@ class Runtime:
         else:
             self._transcripts.move_to_end(key)
         if len(cached) < length:
-            raw = await self.redis.lrange(
-                self.names.task_messages(task_id), len(cached), length - 1
-            )
-            cached.extend(MESSAGE_ADAPTER.validate_json(item) for item in raw)
+            start = len(cached)
+            raw = await self.redis.lrange(self.names.task_messages(task_id), start, length - 1)
+            # Another coroutine may have filled the same cache while this one awaited
+            # (parallel calls of one step, a redelivery): add only what is still missing.
+            fresh = raw[len(cached) - start :]
+            cached.extend(MESSAGE_ADAPTER.validate_json(item) for item in fresh)
         return cached[:length]
 
     def forget(self, task_id: str, rev: int = 0) -> None:
@@ -387,31 +420,39 @@ class StreamConsumer:
         rt = self.rt
         entry_id = _text(raw_id)
         payload = entry_payload(fields)
-        outbox: Outbox = []
-        _OUTBOX.set(outbox)  # this task's own context
+        entry = PendingCommit(self.stream, self.group, entry_id)
+        CURRENT.set(entry)  # this task's own context
+        outbox = entry.outbox
         try:
             event = decode_event(payload, self.max_bytes)
             with telemetry.consuming(self.service, self.stream, event):
                 await self.handler(event)
         except (PermanentError, ValidationError) as exc:
+            if entry.committed:  # a failure after its transition committed it: a bug
+                log.error("%s %s failed after its commit: %r", self.stream, entry_id, exc)
+                return
             reason = f"{type(exc).__name__}: {exc}"
             outbox.append(
                 (rt.names.dlq, rt.dead_letter_data(self.stream, entry_id, payload, reason))
             )
             try:
-                await rt.commit(outbox, ack=(self.stream, self.group, entry_id))
+                await rt.commit(entry)
             except Exception:
                 log.exception("dead-lettering %s %s failed", self.stream, entry_id)
                 return
             log.warning("dead-lettered %s %s: %s", self.stream, entry_id, reason)
         except Exception as exc:
             log.error("handling %s %s failed: %r", self.stream, entry_id, exc, exc_info=exc)
+            if entry.committed:
+                return
             error = (f"{self.stream}|{entry_id}", f"{type(exc).__name__}: {exc}")
             with contextlib.suppress(Exception):
-                await rt.commit(outbox, error=error)
+                await rt.commit(entry, ack=False, error=error)
         else:
+            if entry.committed:  # a fused transition sent it all, with the ack
+                return
             try:
-                await rt.commit(outbox, ack=(self.stream, self.group, entry_id))
+                await rt.commit(entry)
             except Exception as exc:  # stays pending: the reclaimer redelivers it
                 log.error("committing %s %s failed: %r", self.stream, entry_id, exc)
 
@@ -427,6 +468,13 @@ class StreamConsumer:
                     await self.rt.redis.xclaim(
                         self.stream, self.group, self.consumer, 0, ids, justid=True
                     )
+
+
+def _open_entry() -> PendingCommit | None:
+    entry = CURRENT.get()
+    if entry is not None and entry.committed:
+        raise RuntimeError("the entry was committed by its transition: nothing can follow")
+    return entry
 
 
 def _text(value: Any) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 
 from contracts.streams import DATA_FIELD, Names
+from services.entry import Fused, fused_script
 
 Phase = Literal["model", "tools", "done"]
 
@@ -83,9 +84,7 @@ return snapshot(1)
 # expected (JSON list of call ids), pre_results (JSON object id -> tool message),
 # completed_event, step_event, failed_event, after_ai (JSON list of messages the
 # after_model hooks added), extra (JSON state fields, or "")
-_MODEL_RESPONDED = (
-    _LUA_COMMON
-    + """
+_MODEL_RESPONDED_BODY = """
 local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase')
 if s[1] ~= 'running' or s[2] ~= ARGV[1] then return snapshot(0) end
 if s[3] ~= 'model' and s[3] ~= 'approval' then return snapshot(0) end
@@ -112,13 +111,11 @@ end
 if n >= #expected then advance(step, expected, ARGV[8], ARGV[9]) end
 return snapshot(1)
 """
-)
+_MODEL_RESPONDED = _LUA_COMMON + _MODEL_RESPONDED_BODY
 
 # KEYS: state, messages, log, results. ARGV: step, cause, call_id, tool_message,
 # tool_event (ToolCompleted for the log), step_event, failed_event
-_TOOL_COMPLETED = (
-    _LUA_COMMON
-    + """
+_TOOL_COMPLETED_BODY = """
 local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'expected')
 if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'tools' then return snapshot(0) end
 local expected = cjson.decode(s[4])
@@ -133,7 +130,11 @@ if redis.call('HLEN', KEYS[4]) >= #expected then
 end
 return snapshot(1)
 """
-)
+_TOOL_COMPLETED = _LUA_COMMON + _TOOL_COMPLETED_BODY
+
+TASK_KEYS = 8  # Names.task_keys: the scripts' KEYS before what a fused commit adds
+_MODEL_RESPONDED_FUSED = fused_script(_LUA_COMMON, _MODEL_RESPONDED_BODY, TASK_KEYS, 11)
+_TOOL_COMPLETED_FUSED = fused_script(_LUA_COMMON, _TOOL_COMPLETED_BODY, TASK_KEYS, 7)
 
 # KEYS: every task key. ARGV: step, cause, append (JSON list of messages), rewrite (JSON
 # list: the whole new transcript, or ""), extra (JSON or ""), end ("1": finish now),
@@ -212,6 +213,8 @@ class Snapshot:
     """The step whose before_model hooks have been applied."""
     done: frozenset[str] = frozenset()
     """In the tools phase: the ids of the step's calls whose results are in."""
+    committed: bool = False
+    """A fused transition (``services.entry.Fused``) also committed the entry."""
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> Snapshot:
@@ -230,6 +233,7 @@ class Snapshot:
             rev=int(text(reply[8]) or 0),
             hooks_step=int(text(reply[9]) or 0),
             done=frozenset(text(v) for v in reply[10]) if len(reply) > 10 else frozenset(),
+            committed=len(reply) > 11 and int(reply[11]) == 1,
         )
 
 
@@ -242,6 +246,8 @@ class TaskStore:
         self._start = redis.register_script(_START)
         self._model_responded = redis.register_script(_MODEL_RESPONDED)
         self._tool_completed = redis.register_script(_TOOL_COMPLETED)
+        self._model_responded_fused = redis.register_script(_MODEL_RESPONDED_FUSED)
+        self._tool_completed_fused = redis.register_script(_TOOL_COMPLETED_FUSED)
         self._fail = redis.register_script(_FAIL)
         self._apply_hooks = redis.register_script(_APPLY_HOOKS)
         self._interrupt = redis.register_script(_INTERRUPT)
@@ -281,6 +287,7 @@ class TaskStore:
         failed_event: bytes,
         after_ai: list[str] | None = None,
         extra: str = "",
+        fuse: Fused | None = None,
     ) -> Snapshot:
         args: list[Any] = [
             step,
@@ -295,7 +302,12 @@ class TaskStore:
             json.dumps(after_ai or []),
             extra,
         ]
-        reply = await self._model_responded(keys=self._keys(task_id), args=args)
+        keys = self._keys(task_id)
+        if fuse is None:
+            reply = await self._model_responded(keys=keys, args=args)
+        else:
+            more_keys, more_args = fuse.parts()
+            reply = await self._model_responded_fused(keys=keys + more_keys, args=args + more_args)
         return Snapshot.from_reply(reply)
 
     async def tool_completed(
@@ -309,6 +321,7 @@ class TaskStore:
         tool_event: bytes,
         step_event: bytes,
         failed_event: bytes,
+        fuse: Fused | None = None,
     ) -> Snapshot:
         args: list[Any] = [
             step,
@@ -319,7 +332,12 @@ class TaskStore:
             step_event,
             failed_event,
         ]
-        reply = await self._tool_completed(keys=self._keys(task_id), args=args)
+        keys = self._keys(task_id)
+        if fuse is None:
+            reply = await self._tool_completed(keys=keys, args=args)
+        else:
+            more_keys, more_args = fuse.parts()
+            reply = await self._tool_completed_fused(keys=keys + more_keys, args=args + more_args)
         return Snapshot.from_reply(reply)
 
     async def apply_hooks(

@@ -195,7 +195,8 @@ async def test_event_size_stays_flat_as_the_conversation_grows(
     for kind in ("ModelRequested", "ModelResponded", "ToolRequested", "ToolCompleted"):
         assert 1 in sizes[kind] and 29 in sizes[kind], kind
         # a step's event differs from step 1's only by its numbers and ids, not by history
-        assert sizes[kind][29] - sizes[kind][1] <= 16, (kind, sizes[kind][1], sizes[kind][29])
+        # (the digits of steps, lengths, timestamps, token counts and ids: a few bytes each)
+        assert sizes[kind][29] - sizes[kind][1] <= 32, (kind, sizes[kind][1], sizes[kind][29])
     transcript_bytes = sum(
         len(m)
         for m in syncredis.Redis.from_url(redis_url).lrange(names.task_messages(task_id), 0, -1)

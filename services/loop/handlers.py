@@ -35,17 +35,16 @@ from contracts.events import (
     parse_event,
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage
-from services.agent_view import has_todos
 from services.errors import BadEvent, UnknownTask
 from services.hooks import HookSet, hooks_for
 from services.loop import approvals
 from services.loop.hookrun import model_turn, start_step
 from services.loop.logic import (
-    WRITE_TODOS,
     after_model_results,
     join_order,
     model_request,
     step_limit_reason,
+    tool_stream,
 )
 from services.runtime import Handler, Runtime
 from services.store import CallWaits, Snapshot, decision_key, waiting_calls
@@ -63,7 +62,7 @@ class Transitions:
     on_task: Handler
     on_loop_event: Handler
     model_responded: Callable[[ModelResponded], Awaitable[None]]
-    tool_completed: Callable[[ToolCompleted], Awaitable[None]]
+    tool_completed: Callable[[ToolCompleted, int | None], Awaitable[None]]
     stop: Callable[[str, str, str], Awaitable[None]]
 
 
@@ -83,7 +82,16 @@ def transitions(rt: Runtime) -> Transitions:
             await rt.redis.zrem(names.deadlines, task_id)
             return
         if snap.phase == "model":
-            await rt.publish(*model_request(names, await rt.agent(snap.agent_id), task_id, snap))
+            request = model_request(
+                names,
+                await rt.agent(snap.agent_id),
+                task_id=task_id,
+                agent_id=snap.agent_id,
+                step=snap.step,
+                transcript_len=snap.transcript_len,
+                rev=snap.rev,
+            )
+            await rt.publish(*request)
             return
         if ai is None:
             raw = await rt.store.last_message(task_id)
@@ -92,19 +100,33 @@ def transitions(rt: Runtime) -> Transitions:
                 return
             ai = last
         spec = await rt.agent(snap.agent_id)
-        todos = has_todos(spec)
         pending = [c for c in ai.tool_calls if c.id in snap.expected and c.id not in snap.done]
+        join_len = snap.transcript_len + len(snap.expected)  # results join only when all are in
         await rt.publish_many(
             [
                 (
-                    names.todo_calls if todos and call.name == WRITE_TODOS else names.tools,
+                    tool_stream(names, spec, call),
                     ToolRequested(
-                        task_id=task_id, step=snap.step, agent_id=snap.agent_id, call=call
+                        task_id=task_id,
+                        step=snap.step,
+                        agent_id=snap.agent_id,
+                        call=call,
+                        join_len=join_len,
                     ),
                 )
                 for call in pending
             ]
         )
+
+    def fused_done(task_id: str, snap: Snapshot) -> bool:
+        """Whether the transition also committed the entry (``services.entry.Fused``):
+        then everything the new state asks for is published already."""
+        if not snap.committed:
+            return False
+        rt.fused_committed()
+        if snap.status != "running":
+            rt.forget(task_id)
+        return True
 
     def failed(task_id: str, step: int, reason: str) -> bytes:
         return dump_event(TaskFailed(task_id=task_id, step=step, reason=reason))
@@ -288,6 +310,27 @@ def transitions(rt: Runtime) -> Transitions:
             extra = json.dumps(turn.extra) if turn.extra is not None else ""
         answer = next((m.text() for m in reversed([ai, *after_ai]) if isinstance(m, AIMessage)), "")
         cause = f"model:{event.step}"
+        fuse = None
+        if decisions is None and event.transcript_len is not None and not hooks.has_state_hooks:
+            # No hooks ran: the new state is predictable, so the transition can publish
+            # the step's tool calls and ack the entry itself (one round trip, not two).
+            expected = [] if finishing else join_order(ai, decided)
+            join_len = event.transcript_len + 1 + len(expected)
+            outputs = [
+                (
+                    tool_stream(names, spec, call),
+                    ToolRequested(
+                        task_id=tid,
+                        step=event.step,
+                        agent_id=event.agent_id,
+                        call=call,
+                        join_len=join_len,
+                    ),
+                )
+                for call in ai.tool_calls
+                if call.id not in decided
+            ]
+            fuse = rt.fuse(tid, ("tools", "done"), "tools", outputs, event.transcript_len + 1)
         snap = known(
             await rt.store.model_responded(
                 tid,
@@ -304,17 +347,39 @@ def transitions(rt: Runtime) -> Transitions:
                 failed_event=failed(tid, event.step, step_limit_reason(event.step)),
                 after_ai=[m.model_dump_json() for m in after_ai],
                 extra=extra,
+                fuse=fuse,
             ),
             tid,
         )
+        if fused_done(tid, snap):
+            return
         if snap.step == event.step and snap.cause == cause:
             await emit(tid, snap, ai)
         elif resumes(snap, cause, event.step):
             await advance(tid, snap)
 
-    async def on_tool_completed(event: ToolCompleted) -> None:
+    async def on_tool_completed(event: ToolCompleted, join_len: int | None = None) -> None:
+        """``join_len``: from the call's ToolRequested, when the caller has it."""
         tid = event.task_id
         cause = f"tool:{event.step}:{event.message.tool_call_id}"
+        fuse = None
+        if join_len is not None:
+            spec = await rt.agent(event.agent_id)
+            hooks = hooks_for(event.agent_id, spec)
+            if not hooks.has_state_hooks:
+                # No before_model hooks to run: when this result completes the step, the
+                # transition publishes the next model request and acks, in one script
+                # (the transcript revision only moves when hooks rewrite it).
+                request = model_request(
+                    names,
+                    spec,
+                    task_id=tid,
+                    agent_id=event.agent_id,
+                    step=event.step + 1,
+                    transcript_len=join_len,
+                    rev=0,
+                )
+                fuse = rt.fuse(tid, ("model", "tools", "done"), "model", [request], join_len)
         snap = known(
             await rt.store.tool_completed(
                 tid,
@@ -325,9 +390,12 @@ def transitions(rt: Runtime) -> Transitions:
                 tool_event=dump_event(event),
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
                 failed_event=failed(tid, event.step, step_limit_reason(event.step)),
+                fuse=fuse,
             ),
             tid,
         )
+        if fused_done(tid, snap):
+            return
         if resumes(snap, cause, event.step):
             await advance(tid, snap)
 

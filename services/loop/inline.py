@@ -51,8 +51,11 @@ class LoopHandOver:
     async def model_responded(self, event: ModelResponded, spec: AgentSpec) -> None:
         await self._hand(event, spec, lambda: self._transitions().model_responded(event))
 
-    async def tool_completed(self, event: ToolCompleted, spec: AgentSpec) -> None:
-        await self._hand(event, spec, lambda: self._transitions().tool_completed(event))
+    async def tool_completed(
+        self, event: ToolCompleted, spec: AgentSpec, join_len: int | None = None
+    ) -> None:
+        """``join_len``: from the call's ToolRequested (see ``contracts.events``)."""
+        await self._hand(event, spec, lambda: self._transitions().tool_completed(event, join_len))
 
     async def _hand(
         self,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from contracts.agent import AgentSpec
 from contracts.events import ContextRequested, Event, ModelRequested
-from contracts.messages import AIMessage, ToolMessage
+from contracts.messages import AIMessage, ToolCall, ToolMessage
 from contracts.streams import Names
 from loopline.middleware.todo import PARALLEL_WRITE_TODOS_ERROR
 from services.agent_view import has_todos
-from services.store import Snapshot
 
 WRITE_TODOS = "write_todos"
 
@@ -34,27 +33,41 @@ def edits_context(spec: AgentSpec) -> bool:
     return any(m.type == "ContextEditingMiddleware" for m in spec.middleware)
 
 
-def model_request(names: Names, spec: AgentSpec, task_id: str, snap: Snapshot) -> tuple[str, Event]:
+def model_request(
+    names: Names,
+    spec: AgentSpec,
+    *,
+    task_id: str,
+    agent_id: str,
+    step: int,
+    transcript_len: int,
+    rev: int,
+) -> tuple[str, Event]:
     """Where a step that calls the model goes first: the context stage when the agent
     edits its context, else straight to the model (one stream hop fewer per step: the
     context stage would only pass the request on unchanged)."""
     if edits_context(spec):
         request: Event = ContextRequested(
             task_id=task_id,
-            step=snap.step,
-            agent_id=snap.agent_id,
-            transcript_len=snap.transcript_len,
-            rev=snap.rev,
+            step=step,
+            agent_id=agent_id,
+            transcript_len=transcript_len,
+            rev=rev,
         )
         return names.context, request
     request = ModelRequested(
         task_id=task_id,
-        step=snap.step,
-        agent_id=snap.agent_id,
-        transcript_len=snap.transcript_len,
-        rev=snap.rev,
+        step=step,
+        agent_id=agent_id,
+        transcript_len=transcript_len,
+        rev=rev,
     )
     return names.model, request
+
+
+def tool_stream(names: Names, spec: AgentSpec, call: ToolCall) -> str:
+    """``write_todos`` calls of a TodoListMiddleware agent go to the todos service."""
+    return names.todo_calls if call.name == WRITE_TODOS and has_todos(spec) else names.tools
 
 
 def join_order(message: AIMessage, decided: dict[str, ToolMessage]) -> list[str]:

@@ -63,7 +63,11 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             )
             return
         responded = ModelResponded(
-            task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
+            task_id=event.task_id,
+            step=event.step,
+            agent_id=event.agent_id,
+            message=message,
+            transcript_len=event.transcript_len,
         )
         try:
             await hand_over.model_responded(responded, spec)

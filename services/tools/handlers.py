@@ -229,8 +229,10 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         return Parked(kept.get("request") or {}, kept.get("response_schema"))
 
     async def record_done(calls_key: str, message: ToolMessage) -> ToolMessage:
+        """Recorded with the entry's ack and the result's publication (one script), so a
+        redelivery after the commit finds it and re-publishes instead of running again."""
         record = {"state": "done", "message": message.model_dump(mode="json")}
-        await rt.redis.hset(calls_key, message.tool_call_id, json.dumps(record))
+        await rt.write(calls_key, message.tool_call_id, json.dumps(record))
         return message
 
     executor_set = False
@@ -277,7 +279,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=outcome
         )
         try:
-            await hand_over.tool_completed(completed, spec)
+            join_len = event.join_len if isinstance(event, ToolRequested) else None
+            await hand_over.tool_completed(completed, spec, join_len)
         except PayloadTooLarge:
             size = len(completed.model_dump_json())
             limit = rt.settings.max_event_bytes
