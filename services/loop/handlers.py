@@ -3,15 +3,18 @@
 A transition's outputs are published by whichever delivery of the event applied it, or by
 a redelivery of that same event (the state remembers its ``cause``), so a crash between
 the transition and the publish loses nothing, and a duplicate publishes nothing new.
+
+For an agent without loop-stage hooks the new state is predictable, so a transition is
+fused with its outputs and the entry's ack (``services.entry.Fused``: one script), and
+the model and tools services apply these transitions themselves
+(``services.loop.inline``): the loop service then only starts, cancels and times out
+tasks and runs hooks and approvals.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +33,6 @@ from contracts.events import (
     ToolCompleted,
     ToolInterrupted,
     ToolRequested,
-    ToolResumed,
     dump_event,
     parse_event,
 )
@@ -38,6 +40,7 @@ from contracts.messages import MESSAGE_ADAPTER, AIMessage
 from services.errors import BadEvent, UnknownTask
 from services.hooks import HookSet, hooks_for
 from services.loop import approvals
+from services.loop.deadlines import DeadlineSweeper
 from services.loop.hookrun import model_turn, start_step
 from services.loop.logic import (
     after_model_results,
@@ -46,8 +49,9 @@ from services.loop.logic import (
     step_limit_reason,
     tool_stream,
 )
+from services.loop.per_call import PerCallApprovals
 from services.runtime import Handler, Runtime
-from services.store import CallWaits, Snapshot, decision_key, waiting_calls
+from services.store import Snapshot
 
 log = logging.getLogger("loopline.loop")
 
@@ -434,136 +438,3 @@ def transitions(rt: Runtime) -> Transitions:
         tool_completed=on_tool_completed,
         stop=stop,
     )
-
-
-class PerCallApprovals:
-    """``HumanInTheLoopMiddleware(interrupt_mode="per_call")``: a gated call waits on its
-    own in the tools phase, while the step's other calls run and report as usual.
-
-    ToolInterrupted (a call's interrupt, from the tools consumer) records the waiting call
-    once and asks: ApprovalRequested on the task's log (in the same script) and the public
-    approvals stream. DecisionsSubmitted accepts one decision per waiting call and sends
-    ToolResumed, so the tools consumer runs the call's wrap_tool_call chain again with
-    ``interrupt()`` returning it. The call's ToolCompleted then joins the step as any."""
-
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-        self.waits = CallWaits(rt.redis, rt.names)
-
-    async def interrupted(self, event: ToolInterrupted) -> None:
-        rt, tid, call_id = self.rt, event.task_id, event.call.id
-        asked = ApprovalRequested(task_id=tid, step=event.step, request=event.request)
-        refused = decision_key(event.decision or {}) if event.error else ""
-        data = dump_event(event)
-        snap = await self.waits.parked(
-            tid,
-            step=event.step,
-            call_id=call_id,
-            interrupted_event=data,
-            approval_event=dump_event(asked),
-            refused_decision=refused,
-        )
-        if not snap.status:
-            raise UnknownTask(f"no task {tid!r}")
-        if not snap.applied:
-            # Ask the public stream again only on a redelivery of the very event that
-            # asked (its publish may not have happened), never for a duplicate (a new
-            # event for the same call), and only while the call waits for an answer.
-            state = rt.names.task_state(tid)
-            first: Any = await rt.redis.hget(state, f"wait:{event.step}:{call_id}")
-            if refused or first != data:
-                return
-            if await rt.redis.hexists(state, f"decided:{event.step}:{call_id}"):
-                return
-        await rt.publish(rt.names.approvals, asked)
-
-    async def decisions(self, event: DecisionsSubmitted) -> None:
-        """Decisions address calls by ``tool_call_id`` (a key next to LangChain's decision
-        fields); without it, a decision is for the one call that waits."""
-        rt, tid = self.rt, event.task_id
-        step, calls = await waiting_calls(rt.redis, rt.names, tid)
-        by_id = {w.call_id: w for w in calls}
-        open_ids = [w.call_id for w in calls if w.decision is None]
-        if not event.decisions:
-            raise BadEvent("DecisionsSubmitted needs at least one decision")
-        plan: list[tuple[str, dict[str, Any]]] = []
-        for raw in event.decisions:
-            decision = dict(raw)
-            target = decision.pop("tool_call_id", None)
-            if target is None:
-                if len(open_ids) != 1:
-                    raise BadEvent(
-                        f"task {tid}: {len(open_ids)} calls wait for a decision "
-                        f"({', '.join(open_ids) or 'none'}); name one with tool_call_id"
-                    )
-                target = open_ids[0]
-            found = by_id.get(str(target))
-            if found is None:
-                raise BadEvent(f"task {tid}: call {target!r} is not waiting for a decision")
-            if found.decision is not None and found.decision != decision_key(decision):
-                raise BadEvent(f"task {tid}: call {target!r} has been decided already")
-            plan.append((found.call_id, decision))
-        if len({target for target, _ in plan}) != len(plan):
-            raise BadEvent(f"task {tid}: more than one decision for the same call")
-        resumed = []
-        for target, decision in plan:
-            key = decision_key(decision)
-            outcome, accepted = await self.waits.decided(
-                tid, step=step, call_id=target, decision=key
-            )
-            if outcome == "decided" or (outcome == "taken" and accepted == key):
-                # "taken" with this decision: a redelivery, whose ToolResumed may not have
-                # gone out (the tools consumer runs a decided call once either way).
-                parked = parse_event(by_id[target].interrupted)
-                assert isinstance(parked, ToolInterrupted)
-                resumed.append(
-                    ToolResumed(
-                        task_id=tid,
-                        step=step,
-                        agent_id=parked.agent_id,
-                        call=parked.call,
-                        decision=decision,
-                    )
-                )
-            else:  # a concurrent decision won the race, or the call has its result
-                log.warning("task %s: decision for call %s not applied (%s)", tid, target, outcome)
-        await rt.publish_many([(rt.names.tools, r) for r in resumed])
-
-
-class DeadlineSweeper:
-    """Fails tasks past their deadline, even when nothing else happens to them (a model
-    call that hangs). Any loop replica may sweep; the fail transition applies once."""
-
-    def __init__(self, rt: Runtime, stop: Callable[[str, str, str], Awaitable[None]]) -> None:
-        self.rt = rt
-        self.stop_task = stop
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="deadline-sweeper")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def sweep(self) -> int:
-        key = self.rt.names.deadlines
-        now = time.time()
-        due: Any = await self.rt.redis.zrangebyscore(key, "-inf", now, start=0, num=100)
-        for raw in due:
-            task_id = raw.decode() if isinstance(raw, bytes) else str(raw)
-            await self.stop_task(task_id, "deadline exceeded", "deadline")
-            await self.rt.redis.zrem(key, task_id)
-        return len(due)
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # Redis restarting: sweep again shortly
-                log.warning("deadline sweep failed", exc_info=True)
-            await asyncio.sleep(0.5)

@@ -51,6 +51,9 @@ class LangChainViews:
             sources.append(message)
             converted.append(to_langchain(message))
         out: list[BaseMessage] = [to_langchain(system)] if system is not None else []
+        if view is transcript:  # unedited: no per-message work in Python
+            out.extend(converted[: len(view)])
+            return out
         for i, message in enumerate(view):
             if i < len(sources) and sources[i] is message:
                 out.append(converted[i])
