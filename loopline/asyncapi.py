@@ -87,13 +87,14 @@ CHANNELS: tuple[Channel, ...] = (
         "model (replies, failures), tools and todos (tool results, per-call approvals)",
         "loop",
         "Results coming back to the loop, which applies each as one atomic transition of "
-        "the task's state.",
+        "the task's state. Replies and tool results of agents without loop-stage hooks do "
+        "not come here: the model and tools services apply those transitions themselves.",
     ),
     Channel(
         "context",
         lambda n: n.context,
         (ContextRequested,),
-        "loop",
+        "loop, or tools when a result completes a step (agents with context editing)",
         "context",
         "Build the model's view of a step: context editing over the transcript prefix.",
     ),
@@ -101,7 +102,8 @@ CHANNELS: tuple[Channel, ...] = (
         "model",
         lambda n: n.model,
         (ModelRequested,),
-        "context",
+        "context; loop or tools (when a result completes a step) for agents without "
+        "context editing",
         "model",
         "Call the model on the transcript prefix with the given edits applied.",
     ),
@@ -109,7 +111,8 @@ CHANNELS: tuple[Channel, ...] = (
         "tools",
         lambda n: n.tools,
         (ToolRequested, ToolResumed),
-        "loop (one event per tool call; the calls of a step run in parallel)",
+        "loop, or model for agents without loop-stage hooks (one event per tool call; the "
+        "calls of a step run in parallel)",
         "tools",
         "Run one of the agent's tool calls (ToolResumed: again, with a human's decision).",
     ),
@@ -117,7 +120,7 @@ CHANNELS: tuple[Channel, ...] = (
         "todo-calls",
         lambda n: n.todo_calls,
         (ToolRequested,),
-        "loop (the `write_todos` calls)",
+        "loop or model (the `write_todos` calls)",
         "todos",
         "Run a `write_todos` call: validate and store the task's todo list.",
     ),
