@@ -271,24 +271,27 @@ def to_markdown(fig: dict[str, Any]) -> str:
             "hold every call in flight (`LOOPLINE_CONCURRENCY_MODEL=N`; its default of 256 "
             "would queue the rest behind the latency). Time = last task's end − submit "
             "time; ideal = model calls per task × 1 s. Peak RSS: `VmHWM` of each service "
-            "process (/proc). LangChain: `asyncio.gather` of N `ainvoke` in-process.",
+            "process (/proc). CPU: seconds of CPU each service process used during the run "
+            "(a process near the wall time is the bound). LangChain: `asyncio.gather` of N "
+            "`ainvoke` in-process.",
             "",
             "| N | loopline (s) | ideal (s) | ratio | median task (s) | LangChain (s) "
-            "| peak RSS (MB) |",
-            "|---:|---:|---:|---:|---:|---:|---|",
+            "| peak RSS (MB) | CPU (s) |",
+            "|---:|---:|---:|---:|---:|---:|---|---|",
         ]
         for c in concs:
             rss = ", ".join(f"{k} {v:.0f}" for k, v in c.get("peak_rss_mb", {}).items())
+            cpu = ", ".join(f"{k} {v:.1f}" for k, v in c.get("cpu_s", {}).items())
             if "loopline_s" in c:
                 out.append(
                     f"| {c['n']:,} | {c['loopline_s']:.1f} | {c['ideal_s']:.1f} | "
                     f"{c['loopline_s'] / c['ideal_s']:.2f}× | {c['loopline_p50_task_s']:.1f} | "
-                    f"{_f(c.get('langchain_s'), 1)} | {rss} |"
+                    f"{_f(c.get('langchain_s'), 1)} | {rss} | {cpu} |"
                 )
             else:
                 out.append(
                     f"| {c['n']:,} | not finished: {c.get('error', '')} | "
-                    f"{c['ideal_s']:.1f} | — | — | — | {rss} |"
+                    f"{c['ideal_s']:.1f} | — | — | — | {rss} | {cpu} |"
                 )
         for note in fig.get("concurrency_notes", []):
             out += ["", note]

@@ -211,6 +211,18 @@ class Services:
                 peaks[name] = -1
         return peaks
 
+    def cpu_s(self) -> dict[str, float]:
+        """User + system CPU seconds of each service process so far (/proc)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        used: dict[str, float] = {}
+        for name, proc in self.procs.items():
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                used[name] = (int(fields[11]) + int(fields[12])) / tick
+            except OSError:
+                used[name] = 0.0
+        return used
+
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:

@@ -339,6 +339,7 @@ async def concurrency(url: str, n: int, plan: Plan, *, langchain: bool = True) -
     with services:
         redis = aioredis.Redis.from_url(url)
         try:
+            cpu_before = services.cpu_s()
             spec = fake_agent(steps, latency=latency)
             ids, started = await ll.submit_many(
                 redis, names, spec, n, max_steps=steps + 1, prompt="conc"
@@ -356,6 +357,10 @@ async def concurrency(url: str, n: int, plan: Plan, *, langchain: bool = True) -
             out["loopline_s"] = max(ends) - started
             out["loopline_p50_task_s"] = statistics.median(e - started for e in ends)
             out["peak_rss_mb"] = _mb(services.peak_rss_kb())
+            # CPU seconds each service process used for the run: one process near the
+            # wall time is the bound (a replica more of that service is the remedy)
+            cpu_after = services.cpu_s()
+            out["cpu_s"] = {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after}
         finally:
             await redis.aclose()
     drop_prefix(url, prefix)
