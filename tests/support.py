@@ -10,13 +10,15 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from contracts.streams import SERVICES
+from loopline.scripted import ScriptedOpenAIServer, responder_by_prompt
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -237,3 +239,29 @@ def run_cli(
         timeout=timeout,
         cwd=REPO_ROOT,
     )
+
+
+@contextmanager
+def twin_servers(
+    scripts: dict[str, Any],
+) -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
+    """Two scripted servers answering by the same scripts (picked by the prompt): the
+    first for LangChain's run, the second for loopline's services, so each side's
+    requests are recorded apart and can be compared. The scripts are shared, not copied:
+    a test may add its own before it runs."""
+    with (
+        ScriptedOpenAIServer(responder=responder_by_prompt(scripts)) as lc_server,
+        ScriptedOpenAIServer(responder=responder_by_prompt(scripts)) as ll_server,
+    ):
+        yield lc_server, ll_server
+
+
+@contextmanager
+def services_on(
+    redis_url: str, server: ScriptedOpenAIServer, **env: str
+) -> Iterator[ServiceProcesses]:
+    """Every service as its own process under a fresh prefix, the model service calling
+    ``server``; ``env``: more environment for the services."""
+    full = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "test", **env}
+    with ServiceProcesses(redis_url, unique_prefix(), env=full) as procs:
+        yield procs

@@ -23,9 +23,9 @@ from contracts import ApprovalRequested, HumanMessage, TaskCompleted
 from contracts.streams import GROUPS, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests import tooling
-from tests.support import ServiceProcesses, run_cli, unique_prefix
+from tests.support import ServiceProcesses, run_cli, services_on, twin_servers
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -43,20 +43,15 @@ EDIT = {"name": "add", "args": {"a": 10, "b": 20}}
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    scripts = {"gated": TURNS}
-    with (
-        ScriptedOpenAIServer(responder=responder_by_prompt(scripts)) as lc_server,
-        ScriptedOpenAIServer(responder=responder_by_prompt(scripts)) as ll_server,
-    ):
-        yield lc_server, ll_server
+    with twin_servers({"gated": TURNS}) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
 def stack(
     redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> Iterator[ServiceProcesses]:
-    env = {"OPENAI_BASE_URL": servers[1].url, "OPENAI_API_KEY": "test"}
-    with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
+    with services_on(redis_url, servers[1]) as procs:
         yield procs
 
 

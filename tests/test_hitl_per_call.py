@@ -34,9 +34,15 @@ from contracts.events import (
 from contracts.streams import DATA_FIELD, GROUPS, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests import tooling
-from tests.support import ServiceProcesses, run_cli, unique_prefix, wait_for
+from tests.support import (
+    ServiceProcesses,
+    run_cli,
+    services_on,
+    twin_servers,
+    wait_for,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -70,20 +76,17 @@ GATED = {"add": True, "slow_effect": {"allowed_decisions": ["approve", "reject"]
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    scripts = {"edit-pc": EDIT_TURNS, "reject-pc": REJECT_TURNS, "two-pc": TWO_TURNS}
-    with (
-        ScriptedOpenAIServer(responder=responder_by_prompt(scripts)) as lc_server,
-        ScriptedOpenAIServer(responder=responder_by_prompt(scripts)) as ll_server,
-    ):
-        yield lc_server, ll_server
+    with twin_servers(
+        {"edit-pc": EDIT_TURNS, "reject-pc": REJECT_TURNS, "two-pc": TWO_TURNS}
+    ) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
 def stack(
     redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> Iterator[ServiceProcesses]:
-    env = {"OPENAI_BASE_URL": servers[1].url, "OPENAI_API_KEY": "test"}
-    with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
+    with services_on(redis_url, servers[1]) as procs:
         yield procs
 
 

@@ -17,9 +17,9 @@ from langchain_openai import ChatOpenAI
 from contracts import HumanMessage, TaskCompleted
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests import middlewares, tooling
-from tests.support import ServiceProcesses, unique_prefix
+from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix
 
 # ChatOpenAI keeps its async HTTP client per process: one event loop for the module.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -35,23 +35,15 @@ SCRIPTS = {"order": TWO_STEPS, "limit": TWO_STEPS, "stop": TWO_STEPS, "pii": PII
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with (
-        ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as lc_server,
-        ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as ll_server,
-    ):
-        yield lc_server, ll_server
+    with twin_servers(SCRIPTS) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
 def stack(
     redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> Iterator[ServiceProcesses]:
-    env = {
-        "OPENAI_BASE_URL": servers[1].url,
-        "OPENAI_API_KEY": "test",
-        "RECORD_REDIS_URL": redis_url,
-    }
-    with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
+    with services_on(redis_url, servers[1], RECORD_REDIS_URL=redis_url) as procs:
         yield procs
 
 
@@ -201,6 +193,56 @@ async def test_rate_limit_holds_across_two_model_replicas(redis_url: str) -> Non
         in_window = [t for t in arrivals[i:] if t < start + 2.0 - 0.2]
         assert len(in_window) <= 4, arrivals
     assert arrivals[-1] - arrivals[0] >= 4.0 - 0.2  # 12 at 4 per 2 s wait twice (less jitter)
+
+
+async def test_token_limit_holds_across_two_model_replicas(redis_url: str) -> None:
+    """Two model consumers share a token budget of 150 per 2 s window. Each call reports 60
+    tokens and reserves at least as many when admitted (its prompt estimate plus the
+    model's max_tokens of 60), so at most two calls start in any window, even with all
+    eight tasks submitted at once."""
+    import time as clock
+
+    arrivals: list[float] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        arrivals.append(clock.monotonic())
+        return Reply(content="ok", prompt_tokens=50, completion_tokens=10)
+
+    with ScriptedOpenAIServer(responder=respond) as server:
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "test"}
+        procs = ServiceProcesses(redis_url, unique_prefix(), env=env, replicas=1)
+        procs.services = ["loop", "context", "todos", "tools"]
+        with procs:
+            models = ServiceProcesses(
+                redis_url, procs.prefix, env=env, services=["model"], replicas=2
+            )
+            with models:
+                spec, _ = agent_from_dict(
+                    {
+                        "model": {"name": "gpt-4o-mini", "params": {"max_tokens": 60}},
+                        "middleware": [
+                            {
+                                "type": "RateLimitMiddleware",
+                                "tokens_per_minute": 150,
+                                "window_seconds": 2,
+                                "key": f"test-{uuid.uuid4()}",
+                            }
+                        ],
+                    }
+                )
+                async with Client(redis_url, procs.prefix) as client:
+                    ids = [
+                        await client.submit(spec, [HumanMessage(content=f"t{i}")])
+                        for i in range(8)
+                    ]
+                    for task_id in ids:
+                        assert isinstance(await client.wait(task_id), TaskCompleted)
+    assert len(arrivals) == 8
+    arrivals.sort()
+    for i, start in enumerate(arrivals):
+        in_window = [t for t in arrivals[i:] if t < start + 2.0 - 0.2]
+        assert len(in_window) <= 2, arrivals  # three would be 180 tokens
+    assert arrivals[-1] - arrivals[0] >= 6.0 - 0.2  # 8 at 2 per window: three waits
 
 
 async def test_pii_is_also_redacted_in_tool_call_arguments(

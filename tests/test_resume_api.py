@@ -28,11 +28,10 @@ from loopline.scripted import (
     ScriptedOpenAIServer,
     ScriptedToolCall,
     first_user_text,
-    responder_by_prompt,
 )
 from services.settings import Settings
 from tests import tooling
-from tests.support import ServiceProcesses, unique_prefix, wait_for
+from tests.support import ServiceProcesses, services_on, twin_servers, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -51,19 +50,15 @@ GATE: dict[str, Any] = {"add": True}
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with (
-        ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as lc_server,
-        ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as ll_server,
-    ):
-        yield lc_server, ll_server
+    with twin_servers(SCRIPTS) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
 def stack(
     redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> Iterator[ServiceProcesses]:
-    env = {"OPENAI_BASE_URL": servers[1].url, "OPENAI_API_KEY": "test"}
-    with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
+    with services_on(redis_url, servers[1]) as procs:
         yield procs
 
 

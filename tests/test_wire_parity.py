@@ -23,10 +23,10 @@ from langchain_openai import ChatOpenAI
 from contracts import ContextEdited, HumanMessage, TodosUpdated
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.context.counting import install_offline_tiktoken_cache
 from tests import tooling
-from tests.support import ServiceProcesses, unique_prefix
+from tests.support import ServiceProcesses, services_on, twin_servers
 
 SYSTEM_PROMPT = "You are a meticulous assistant."
 
@@ -85,12 +85,8 @@ def tiktoken_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    scripts = {"parity": TURNS}
-    with (
-        ScriptedOpenAIServer(responder=responder_by_prompt(scripts)) as lc_server,
-        ScriptedOpenAIServer(responder=responder_by_prompt(scripts)) as ll_server,
-    ):
-        yield lc_server, ll_server
+    with twin_servers({"parity": TURNS}) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +95,7 @@ def stack(
     servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
     tiktoken_cache: Path,
 ) -> Iterator[ServiceProcesses]:
-    env = {
-        "OPENAI_BASE_URL": servers[1].url,
-        "OPENAI_API_KEY": "test",
-        "TIKTOKEN_CACHE_DIR": str(tiktoken_cache),
-    }
-    with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
+    with services_on(redis_url, servers[1], TIKTOKEN_CACHE_DIR=str(tiktoken_cache)) as procs:
         yield procs
 
 

@@ -28,10 +28,9 @@ from loopline.scripted import (
     ScriptedOpenAIServer,
     ScriptedToolCall,
     first_user_text,
-    responder_by_prompt,
 )
 from tests import tooling, wrap_recorders
-from tests.support import ServiceProcesses, unique_prefix
+from tests.support import ServiceProcesses, services_on, twin_servers
 
 # ChatOpenAI keeps its async HTTP client per process: one event loop for the module.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -62,23 +61,15 @@ EDIT = {"trigger": 150, "keep": 1}
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with (
-        ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as lc_server,
-        ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as ll_server,
-    ):
-        yield lc_server, ll_server
+    with twin_servers(SCRIPTS) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
 def stack(
     redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> Iterator[ServiceProcesses]:
-    env = {
-        "OPENAI_BASE_URL": servers[1].url,
-        "OPENAI_API_KEY": "test",
-        "RECORD_REDIS_URL": redis_url,
-    }
-    with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
+    with services_on(redis_url, servers[1], RECORD_REDIS_URL=redis_url) as procs:
         yield procs
 
 

@@ -2,10 +2,14 @@
 replica of the model consumer through Redis (LangChain has no such middleware).
 
 A sliding window per model: before a call, a Lua script admits it only if the window holds
-fewer than ``requests_per_minute`` calls and fewer than ``tokens_per_minute`` tokens; else
-the call waits until the oldest entry leaves the window. After the call, its actual token
-usage (the reply's ``usage_metadata``) is recorded. The check and the record are atomic,
-so replicas never over-admit together.
+fewer than ``requests_per_minute`` calls and its tokens plus the call's estimate stay
+within ``tokens_per_minute``; else the call waits until the oldest entry leaves the window.
+Admission reserves the estimate (the prompt at four characters a token, plus the model's
+``max_tokens`` when set), so calls in flight count before they report; after the call, the
+reservation is replaced by its actual usage (the reply's ``usage_metadata``). Check and
+reservation are one script, so replicas never over-admit together. With an estimate below
+the actual usage (no ``max_tokens``), a window can exceed the limit by that difference; a
+single call larger than the limit is admitted into an empty window.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from langchain.agents.middleware import AgentMiddleware
 
 from contracts.agent import MiddlewareSpec
 
-# KEYS: requests zset, tokens zset. ARGV: now, window, rpm (0 = none), tpm (0 = none), id.
-# Returns 0 when admitted (and recorded), else the seconds to wait.
+# KEYS: requests zset, tokens zset. ARGV: now, window, rpm (0 = none), tpm (0 = none), id,
+# estimate (tokens). Returns 0 when admitted (and recorded), else the seconds to wait.
 _ADMIT = """
 local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rpm, tpm = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -37,7 +41,7 @@ if tpm > 0 then
   for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
     used = used + tonumber(string.match(member, ':(%d+)$'))
   end
-  if used >= tpm then
+  if used > 0 and used + tonumber(ARGV[6]) > tpm then
     local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     wait = math.max(wait, tonumber(oldest[2]) + window - now)
   end
@@ -45,8 +49,34 @@ end
 if wait > 0 then return tostring(wait) end
 redis.call('ZADD', KEYS[1], now, ARGV[5])
 redis.call('EXPIRE', KEYS[1], math.ceil(window) + 1)
+if tpm > 0 then
+  redis.call('ZADD', KEYS[2], now, ARGV[5] .. ':' .. ARGV[6])
+  redis.call('EXPIRE', KEYS[2], math.ceil(window) + 1)
+end
 return '0'
 """
+
+# KEYS: tokens zset. ARGV: id, estimate, actual. The reservation becomes the actual usage,
+# at the time of admission (it leaves the window when the reservation would have).
+_SETTLE = """
+local member = ARGV[1] .. ':' .. ARGV[2]
+local at = redis.call('ZSCORE', KEYS[1], member)
+if not at then return 0 end
+redis.call('ZREM', KEYS[1], member)
+redis.call('ZADD', KEYS[1], at, ARGV[1] .. ':' .. ARGV[3])
+return 1
+"""
+
+
+def estimate_tokens(request: Any) -> int:
+    """A call's tokens before it runs: its prompt at four characters a token, plus the
+    completion the model may write (``max_tokens``) when set."""
+    chars = sum(len(str(getattr(m, "content", ""))) for m in request.messages)
+    system = getattr(request, "system_message", None)
+    if system is not None:
+        chars += len(str(system.content))
+    limit = getattr(request.model, "max_tokens", None)
+    return chars // 4 + 1 + (int(limit) if isinstance(limit, int) else 0)
 
 _redis: Any = None
 _prefix = "loopline"
@@ -100,6 +130,7 @@ class RateLimitMiddleware(AgentMiddleware):
             return await handler(request)
         keys = self._keys(request.model)
         call_id = uuid.uuid4().hex
+        estimate = estimate_tokens(request) if self.tokens_per_minute else 0
         while True:
             wait = float(
                 await _redis.eval(
@@ -111,6 +142,7 @@ class RateLimitMiddleware(AgentMiddleware):
                     self.requests_per_minute or 0,
                     self.tokens_per_minute or 0,
                     call_id,
+                    estimate,
                 )
             )
             if wait <= 0:
@@ -122,6 +154,6 @@ class RateLimitMiddleware(AgentMiddleware):
             for message in getattr(response, "result", [response]):
                 usage = getattr(message, "usage_metadata", None) or {}
                 used += int(usage.get("total_tokens", 0))
-            await _redis.zadd(keys[1], {f"{call_id}:{used}": time.time()})
-            await _redis.expire(keys[1], int(self.window_seconds) + 1)
+            if used:  # a reply without usage keeps its estimate
+                await _redis.eval(_SETTLE, 1, keys[1], call_id, estimate, used)
         return response
