@@ -24,6 +24,8 @@ from typing import Any
 
 from benchmarks import report, suite
 from benchmarks.stack import REPO_ROOT, RedisServer
+from services.runtime import tune_gc
+from services.settings import Settings
 
 ALL = ("step", "throughput", "flat", "concurrency", "context", "recovery")
 
@@ -96,6 +98,8 @@ async def measure(args: argparse.Namespace, server: RedisServer) -> dict[str, An
             "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}, "
             f"load average {os.getloadavg()[0]:.1f} at the start",
             "redis": server.kind,
+            "gc": f"gc threshold {Settings().gc_threshold:,} with startup objects frozen, "
+            "in the service processes and for the in-process LangChain baseline alike",
             "quick": args.quick,
         }
     }
@@ -144,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-10k", action="store_true", help="skip the 10,000-task attempt")
     args = parser.parse_args(argv)
 
+    # The in-process LangChain baseline gets the garbage collector settings the services
+    # run with (``services.runtime.tune_gc``): the comparison is of the code, not of GC.
+    gc_threshold = Settings().gc_threshold
+    tune_gc(gc_threshold)
     server = RedisServer(args.redis_url).start()
     _log(f"Redis: {server.kind} at {server.url}")
     try:

@@ -29,6 +29,8 @@ from benchmarks import suite
 from benchmarks.stack import REPO_ROOT, RedisServer, Services, drop_prefix, fake_agent, new_prefix
 from contracts.streams import Names
 from loopline.client import Client
+from services.runtime import tune_gc
+from services.settings import Settings
 
 
 def _cpu_s(pid: int) -> float:
@@ -120,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="loopline-ab-") as tmp:
         trees: dict[str, Any] = {rev: export(rev, Path(tmp)) for rev in args.revs}
         trees["working tree"] = REPO_ROOT
+        tune_gc(Settings().gc_threshold)  # the LangChain reference gets the services' GC
         text = table(asyncio.run(run(trees, args.rounds)))
     print(text)
     out = Path(__file__).parent / "results" / "ab.md"

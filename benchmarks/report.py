@@ -160,7 +160,9 @@ def to_markdown(fig: dict[str, Any]) -> str:
         "# loopline benchmarks",
         "",
         f"`python -m benchmarks` on {env.get('when', '?')}: {env.get('machine', '')}. "
-        f"Redis: {env.get('redis', '?')}. Every ratio compares figures measured in this "
+        f"Redis: {env.get('redis', '?')}. "
+        + (f"Python GC: {env['gc']}. " if env.get("gc") else "")
+        + "Every ratio compares figures measured in this "
         "same run; the machine is shared and noisy, so absolute numbers move between runs.",
         "",
         "Workload: the services as separate OS processes (one replica each, default "

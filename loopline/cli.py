@@ -498,6 +498,9 @@ def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
     asyncio.run(_check_redis(url))
     app, _ = build_app(list(services), url=url, settings=settings)
     print(f"serving {', '.join(services)} on {url} (prefix {settings.prefix!r})", flush=True)
+    from services.runtime import tune_gc
+
+    tune_gc(settings.gc_threshold)
     with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
         runner.run(_run_app(app))
     return 0

@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     has no hooks (two stream hops fewer per step); off: every result goes through the loop
     service (``services.loop.inline``)."""
 
+    gc_threshold: int = Field(default=50_000, ge=0)
+    """Allocations between young-generation collections in ``loopline serve`` processes
+    (0: Python's default, 700); see ``loopline.cli._tune_gc``."""
+
     transcript_cache_tasks: int = Field(default=4096, ge=1)
     """Tasks whose transcript a process keeps in memory (the history is append-only, so a
     cached prefix is valid forever and each step reads only the new messages)."""

@@ -25,7 +25,10 @@ from loopline.scripted import Reply, replies_from_json
 
 
 class ScriptedChatModel(BaseChatModel):
-    turns: list[dict[str, Any]] = Field(default_factory=list)
+    # The script is not model configuration: kept out of the parameters LangChain
+    # serializes on every call (as a real model's few settings are), or a long script
+    # would cost more per call than the call itself.
+    turns: list[dict[str, Any]] = Field(default_factory=list, exclude=True)
     latency: float = 0.0
 
     @property
