@@ -9,7 +9,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from contracts.agent import AgentSpec
@@ -501,22 +501,11 @@ def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
     from services.runtime import tune_gc
 
     tune_gc(settings.gc_threshold)
-    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
-        runner.run(_run_app(app))
+    # asyncio's own event loop: under uvloop, a SIGTERM while a sync tool ran in a thread
+    # sometimes left the tool's result undelivered until the graceful timeout
+    # (tests/test_delivery.py::test_sigterm_lets_an_in_flight_tool_finish failed 1 in 3).
+    asyncio.run(_run_app(app))
     return 0
-
-
-def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop when installed (a dependency on Linux): its event loop costs less CPU per
-    stream entry than asyncio's; LOOPLINE_EVENT_LOOP=asyncio keeps the standard one."""
-    if os.environ.get("LOOPLINE_EVENT_LOOP", "uvloop") != "uvloop":
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
 
 
 async def _run_app(app: object) -> None:
