@@ -146,16 +146,18 @@ async def test_pii_redaction_of_input_matches_langchain(
     assert "ada@example.com" not in str(ll_request["messages"])
 
 
-async def test_rate_limit_holds_across_two_model_replicas(redis_url: str) -> None:
-    """Two model consumers share one limit: 4 requests per 2 s window, measured at the
-    scripted server while 12 tasks run at once."""
+async def arrivals_under_a_limit(
+    redis_url: str, model: Any, limit: dict[str, Any], tasks: int, reply: Reply
+) -> list[float]:
+    """Run ``tasks`` tasks at once through two model replicas sharing one
+    RateLimitMiddleware; when each request reached the scripted server, sorted."""
     import time as clock
 
     arrivals: list[float] = []
 
     def respond(body: dict[str, Any]) -> Reply:
         arrivals.append(clock.monotonic())
-        return Reply(content="ok")
+        return reply
 
     with ScriptedOpenAIServer(responder=respond) as server:
         env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "test"}
@@ -166,28 +168,30 @@ async def test_rate_limit_holds_across_two_model_replicas(redis_url: str) -> Non
                 redis_url, procs.prefix, env=env, services=["model"], replicas=2
             )
             with models:
-                spec, _ = agent_from_dict(
-                    {
-                        "model": "gpt-4o-mini",
-                        "middleware": [
-                            {
-                                "type": "RateLimitMiddleware",
-                                "requests_per_minute": 4,
-                                "window_seconds": 2,
-                                "key": f"test-{uuid.uuid4()}",
-                            }
-                        ],
-                    }
-                )
+                middleware = {"type": "RateLimitMiddleware", **limit}
+                middleware["key"] = f"test-{uuid.uuid4()}"
+                spec, _ = agent_from_dict({"model": model, "middleware": [middleware]})
                 async with Client(redis_url, procs.prefix) as client:
                     ids = [
                         await client.submit(spec, [HumanMessage(content=f"r{i}")])
-                        for i in range(12)
+                        for i in range(tasks)
                     ]
                     for task_id in ids:
                         assert isinstance(await client.wait(task_id), TaskCompleted)
+    return sorted(arrivals)
+
+
+async def test_rate_limit_holds_across_two_model_replicas(redis_url: str) -> None:
+    """Two model consumers share one limit: 4 requests per 2 s window, measured at the
+    scripted server while 12 tasks run at once."""
+    arrivals = await arrivals_under_a_limit(
+        redis_url,
+        "gpt-4o-mini",
+        {"requests_per_minute": 4, "window_seconds": 2},
+        12,
+        Reply(content="ok"),
+    )
     assert len(arrivals) == 12
-    arrivals.sort()
     # Admission is timed in Redis; arrival at the server adds a few ms of transit jitter.
     for i, start in enumerate(arrivals):
         in_window = [t for t in arrivals[i:] if t < start + 2.0 - 0.2]
@@ -200,45 +204,14 @@ async def test_token_limit_holds_across_two_model_replicas(redis_url: str) -> No
     tokens and reserves at least as many when admitted (its prompt estimate plus the
     model's max_tokens of 60), so at most two calls start in any window, even with all
     eight tasks submitted at once."""
-    import time as clock
-
-    arrivals: list[float] = []
-
-    def respond(body: dict[str, Any]) -> Reply:
-        arrivals.append(clock.monotonic())
-        return Reply(content="ok", prompt_tokens=50, completion_tokens=10)
-
-    with ScriptedOpenAIServer(responder=respond) as server:
-        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "test"}
-        procs = ServiceProcesses(redis_url, unique_prefix(), env=env, replicas=1)
-        procs.services = ["loop", "context", "todos", "tools"]
-        with procs:
-            models = ServiceProcesses(
-                redis_url, procs.prefix, env=env, services=["model"], replicas=2
-            )
-            with models:
-                spec, _ = agent_from_dict(
-                    {
-                        "model": {"name": "gpt-4o-mini", "params": {"max_tokens": 60}},
-                        "middleware": [
-                            {
-                                "type": "RateLimitMiddleware",
-                                "tokens_per_minute": 150,
-                                "window_seconds": 2,
-                                "key": f"test-{uuid.uuid4()}",
-                            }
-                        ],
-                    }
-                )
-                async with Client(redis_url, procs.prefix) as client:
-                    ids = [
-                        await client.submit(spec, [HumanMessage(content=f"t{i}")])
-                        for i in range(8)
-                    ]
-                    for task_id in ids:
-                        assert isinstance(await client.wait(task_id), TaskCompleted)
+    arrivals = await arrivals_under_a_limit(
+        redis_url,
+        {"name": "gpt-4o-mini", "params": {"max_tokens": 60}},
+        {"tokens_per_minute": 150, "window_seconds": 2},
+        8,
+        Reply(content="ok", prompt_tokens=50, completion_tokens=10),
+    )
     assert len(arrivals) == 8
-    arrivals.sort()
     for i, start in enumerate(arrivals):
         in_window = [t for t in arrivals[i:] if t < start + 2.0 - 0.2]
         assert len(in_window) <= 2, arrivals  # three would be 180 tokens

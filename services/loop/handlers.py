@@ -32,7 +32,6 @@ from contracts.events import (
     TaskSubmitted,
     ToolCompleted,
     ToolInterrupted,
-    ToolRequested,
     dump_event,
     parse_event,
 )
@@ -47,7 +46,7 @@ from services.loop.logic import (
     join_order,
     model_request,
     step_limit_reason,
-    tool_stream,
+    tool_requests,
 )
 from services.loop.per_call import PerCallApprovals
 from services.runtime import Handler, Runtime
@@ -105,21 +104,17 @@ def transitions(rt: Runtime) -> Transitions:
             ai = last
         spec = await rt.agent(snap.agent_id)
         pending = [c for c in ai.tool_calls if c.id in snap.expected and c.id not in snap.done]
-        join_len = snap.transcript_len + len(snap.expected)  # results join only when all are in
         await rt.publish_many(
-            [
-                (
-                    tool_stream(names, spec, call),
-                    ToolRequested(
-                        task_id=task_id,
-                        step=snap.step,
-                        agent_id=snap.agent_id,
-                        call=call,
-                        join_len=join_len,
-                    ),
-                )
-                for call in pending
-            ]
+            tool_requests(
+                names,
+                spec,
+                task_id=task_id,
+                agent_id=snap.agent_id,
+                step=snap.step,
+                calls=pending,
+                # results join the transcript only when all are in
+                join_len=snap.transcript_len + len(snap.expected),
+            )
         )
 
     def fused_done(task_id: str, snap: Snapshot) -> bool:
@@ -319,21 +314,15 @@ def transitions(rt: Runtime) -> Transitions:
             # No hooks ran: the new state is predictable, so the transition can publish
             # the step's tool calls and ack the entry itself (one round trip, not two).
             expected = [] if finishing else join_order(ai, decided)
-            join_len = event.transcript_len + 1 + len(expected)
-            outputs = [
-                (
-                    tool_stream(names, spec, call),
-                    ToolRequested(
-                        task_id=tid,
-                        step=event.step,
-                        agent_id=event.agent_id,
-                        call=call,
-                        join_len=join_len,
-                    ),
-                )
-                for call in ai.tool_calls
-                if call.id not in decided
-            ]
+            outputs = tool_requests(
+                names,
+                spec,
+                task_id=tid,
+                agent_id=event.agent_id,
+                step=event.step,
+                calls=[c for c in ai.tool_calls if c.id not in decided],
+                join_len=event.transcript_len + 1 + len(expected),
+            )
             fuse = rt.fuse(tid, ("tools", "done"), "tools", outputs, event.transcript_len + 1)
         snap = known(
             await rt.store.model_responded(
@@ -341,7 +330,7 @@ def transitions(rt: Runtime) -> Transitions:
                 step=event.step,
                 cause=cause,
                 ai_message=ai.model_dump_json().encode(),
-                responded_event=dump_event(event),
+                responded_event=rt.encode(event),  # with the size check of a publish
                 expected=[] if finishing else join_order(ai, decided),
                 pre_results={k: v.model_dump_json() for k, v in decided.items()},
                 completed_event=dump_event(
@@ -391,7 +380,7 @@ def transitions(rt: Runtime) -> Transitions:
                 cause=cause,
                 call_id=event.message.tool_call_id,
                 tool_message=event.message.model_dump_json().encode(),
-                tool_event=dump_event(event),
+                tool_event=rt.encode(event),  # with the size check of a publish
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
                 failed_event=failed(tid, event.step, step_limit_reason(event.step)),
                 fuse=fuse,
@@ -428,13 +417,10 @@ def transitions(rt: Runtime) -> Transitions:
 
     per_call = PerCallApprovals(rt)
 
-    async def model_responded(event: ModelResponded) -> None:
-        await on_model_responded(event)
-
     return Transitions(
         on_task=on_task,
         on_loop_event=on_loop_event,
-        model_responded=model_responded,
+        model_responded=on_model_responded,
         tool_completed=on_tool_completed,
         stop=stop,
     )

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from contracts.agent import AgentSpec
 from contracts.events import ModelResponded, ToolCompleted
+from services.errors import PayloadTooLarge
 from services.hooks import hooks_for
 from services.runtime import Runtime
 
@@ -67,10 +68,12 @@ class LoopHandOver:
         if not self.applies_here(spec, event.agent_id):
             await rt.publish(rt.names.loop, event)
             return
-        rt.encode(event)  # the size limit holds as if it went through the stream
         mark = rt.outbox_mark()
         try:
-            await apply()
+            await apply()  # encodes the event once, for the task's log, with the size check
+        except PayloadTooLarge:
+            rt.outbox_rollback(mark)
+            raise  # the caller reports it, as it would a publish that was too large
         except Exception as exc:
             rt.outbox_rollback(mark)
             log.warning(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contracts.agent import AgentSpec
-from contracts.events import ContextRequested, Event, ModelRequested
+from contracts.events import ContextRequested, Event, ModelRequested, ToolRequested
 from contracts.messages import AIMessage, ToolCall, ToolMessage
 from contracts.streams import Names
 from loopline.middleware.todo import PARALLEL_WRITE_TODOS_ERROR
@@ -68,6 +68,28 @@ def model_request(
 def tool_stream(names: Names, spec: AgentSpec, call: ToolCall) -> str:
     """``write_todos`` calls of a TodoListMiddleware agent go to the todos service."""
     return names.todo_calls if call.name == WRITE_TODOS and has_todos(spec) else names.tools
+
+
+def tool_requests(
+    names: Names,
+    spec: AgentSpec,
+    *,
+    task_id: str,
+    agent_id: str,
+    step: int,
+    calls: list[ToolCall],
+    join_len: int,
+) -> list[tuple[str, Event]]:
+    """A step's calls to run, each to its service's stream."""
+    return [
+        (
+            tool_stream(names, spec, call),
+            ToolRequested(
+                task_id=task_id, step=step, agent_id=agent_id, call=call, join_len=join_len
+            ),
+        )
+        for call in calls
+    ]
 
 
 def join_order(message: AIMessage, decided: dict[str, ToolMessage]) -> list[str]:

@@ -27,7 +27,7 @@ from contracts.events import (
     ToolRequested,
     ToolResumed,
 )
-from contracts.messages import MESSAGE_ADAPTER, Message, ToolMessage
+from contracts.messages import Message, ToolMessage
 from services import toolbox
 from services.agent_view import middleware_tools
 from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, PermanentError
@@ -67,10 +67,11 @@ return {0, current}
 """
 
 
-# KEYS: the task's state hash, its messages list. What a wrap_tool_call middleware's
-# state holds (middleware fields and transcript), read at one instant, in one round trip.
+# KEYS: the task's state hash, its messages list. A wrap_tool_call middleware's state at
+# one instant: its fields, the transcript's revision and length (one round trip).
 _AGENT_STATE = """
-return {redis.call('HGET', KEYS[1], 'extra') or '', redis.call('LRANGE', KEYS[2], 0, -1)}
+local s = redis.call('HMGET', KEYS[1], 'extra', 'rev')
+return {s[1] or '', s[2] or '0', redis.call('LLEN', KEYS[2])}
 """
 
 
@@ -105,15 +106,12 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     async def agent_state(task_id: str) -> tuple[dict[str, Any], list[Message]]:
         """The middleware fields and the transcript at tool time (up to the AI message
         with the calls: the loop appends a step's results only once all are in). Only for
-        agents with wrap_tool_call middleware, whose state LangChain fills this way.
-
-        Read whole, not through ``Runtime.transcript``'s per-task cache: a step's
-        parallel calls run here concurrently, and that cache is filled by whichever
-        coroutine reads first (two filling it at once append the same messages twice)."""
+        agents with wrap_tool_call middleware, whose state LangChain fills this way. The
+        messages come through the per-task transcript cache: only new ones are read."""
         state_key, messages_key = rt.names.task_state(task_id), rt.names.task_messages(task_id)
-        raw, stored = await read_agent_state(keys=[state_key, messages_key])
+        raw, rev, length = await read_agent_state(keys=[state_key, messages_key])
         extra = json.loads(raw) if raw else {}
-        return extra, [MESSAGE_ADAPTER.validate_json(item) for item in stored]
+        return extra, await rt.transcript(task_id, int(length), int(rev))
 
     lease_s = rt.settings.claim_idle_ms / 1000
 
@@ -135,23 +133,14 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         entry is acked, and a redelivery re-publishes it instead of running the tool."""
         calls_key = rt.names.task_calls(event.task_id)
         call = event.call
-        if not await rt.redis.hsetnx(calls_key, call.id, marker()):
-            found: Any = await rt.redis.hget(calls_key, call.id)
-            record = json.loads(found) if found else {}
-            if record.get("state") == "done":
-                return ToolMessage.model_validate(record["message"])
-            if record.get("state") == "waiting":
-                # Parked for a human: tell the loop again (it asks only once).
-                return await parked_request(calls_key, call.id)
-            if float(record.get("until", 0)) > time.time():
-                # A live worker runs it now: this duplicate stays pending and is retried
-                # (by then the result is recorded and gets re-published).
-                raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
-            # Its lease ran out: the worker that started it died mid-run.
-            if not toolbox.is_idempotent(tool):
-                return await record_done(calls_key, unknown_outcome(call))
-            await rt.redis.hset(calls_key, call.id, marker())
-        return await run_leased(event.task_id, event.agent_id, tool, call, None)
+        if await rt.redis.hsetnx(calls_key, call.id, marker()):
+            return await run_leased(event.task_id, event.agent_id, tool, call, None)
+        found: Any = await rt.redis.hget(calls_key, call.id)
+        record = json.loads(found) if found else {}
+        if record.get("state") == "waiting":
+            # Parked for a human: tell the loop again (it asks only once).
+            return await parked_request(calls_key, call.id)
+        return await run_unless_known(event.task_id, event.agent_id, tool, call, record, None)
 
     async def resume_once(event: ToolResumed, tool: BaseTool) -> ToolMessage | Parked | None:
         """Run a parked call with its decision, once: the delivery that takes the parked
@@ -164,16 +153,34 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         if not found:  # the task's keys are gone (it ended long ago): nothing to answer
             return None
         record = json.loads(found)
-        if record.get("state") == "done":
-            return ToolMessage.model_validate(record["message"])
         if record.get("state") == "waiting":  # not reachable: the script took it
             raise StillRunning(f"tool call {call.id} could not be taken")
+        return await run_unless_known(
+            event.task_id, event.agent_id, tool, call, record, event.decision
+        )
+
+    async def run_unless_known(
+        task_id: str,
+        agent_id: str,
+        tool: BaseTool,
+        call: Any,
+        record: dict[str, Any],
+        decision: dict[str, Any] | None,
+    ) -> ToolMessage | Parked:
+        """A delivery that did not take the call: its recorded outcome, a retry later while
+        a live worker runs it, or (its lease ran out: the worker died mid-run) a run again
+        if the tool is idempotent, else the model is told the outcome is unknown."""
+        calls_key = rt.names.task_calls(task_id)
+        if record.get("state") == "done":
+            return ToolMessage.model_validate(record["message"])
         if float(record.get("until", 0)) > time.time():
+            # This duplicate stays pending and is retried (by then the result is recorded
+            # and gets re-published).
             raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
-        if not toolbox.is_idempotent(tool):  # died while running the decided call
+        if not toolbox.is_idempotent(tool):
             return await record_done(calls_key, unknown_outcome(call))
         await rt.redis.hset(calls_key, call.id, marker())
-        return await run_leased(event.task_id, event.agent_id, tool, call, event.decision)
+        return await run_leased(task_id, agent_id, tool, call, decision)
 
     async def run_leased(
         task_id: str,
