@@ -1,7 +1,9 @@
 """Every event on every arrow of the pipeline, parsed through one discriminated union.
 
 Events carry ids and offsets, never the conversation: the transcript lives once in Redis
-(``Names.task_messages``). An event carries at most the one new message it reports.
+(``Names.task_messages``). An event carries at most the one new message it reports (a
+model request also carries the step's one tool result when that is small, so the model
+service need not read it back).
 """
 
 from __future__ import annotations
@@ -104,6 +106,10 @@ class ModelRequested(Event):
     transcript_len: int
     rev: int = 0
     edits: list[AppliedEdit] = Field(default_factory=list)
+    last_result: ToolMessage | None = None
+    """The transcript's last message (``transcript_len - 1``) when it is the step's only
+    tool result and small: a model service whose cached transcript lacks only that
+    message takes it from here instead of reading it from Redis."""
 
 
 class ModelResponded(Event):
@@ -136,6 +142,8 @@ class ToolRequested(Event):
     join_len: int | None = Field(default=None, ge=0)
     """The transcript's length once all of the step's results are in: the service that
     completes the step can publish the next model request in the same commit."""
+    result_at: int | None = Field(default=None, ge=0)
+    """Where this call's result will stand in the transcript."""
 
 
 class ToolCompleted(Event):

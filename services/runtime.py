@@ -44,10 +44,11 @@ from contracts.streams import DATA_FIELD, GROUPS, Names
 from services import telemetry
 from services.entry import COMMIT_SCRIPT, CURRENT, Fused, PendingCommit, commit_parts
 from services.errors import PayloadTooLarge, PermanentError, UnknownAgent
+from services.fastredis import FastRedis, FastScript, stream_entries
 from services.redisconn import async_client, commit_in_steps, is_cluster, make_broker, retrying
 from services.reliability import Reclaimer, decode_event, entry_payload
 from services.settings import Settings
-from services.store import TaskStore
+from services.store import ScriptCall, TaskStore
 
 log = logging.getLogger("loopline")
 
@@ -111,8 +112,10 @@ class Runtime:
         self.redis: aioredis.Redis = (
             async_client(url) if self.cluster else _single_server_client(url)
         )
-        self.store = TaskStore(self.redis, self.names)
-        self._commit_script = self.redis.register_script(COMMIT_SCRIPT)
+        # The per-entry commands go through a lean client where the URL allows it.
+        self.fast = None if self.cluster else FastRedis.from_url(url)
+        self.store = TaskStore(self.redis, self.names, self.register_script)
+        self._commit_script = self.register_script(COMMIT_SCRIPT)
         self._agents: dict[str, AgentSpec] = {}
         self.consumers: dict[str, str] = {}  # service -> this process's consumer name
         self.stream_services: dict[str, str] = {}  # input stream -> service consuming it
@@ -121,7 +124,21 @@ class Runtime:
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
 
     async def close(self) -> None:
+        if self.fast is not None:
+            self.fast.close()
         await self.redis.aclose()
+
+    def register_script(self, lua: str) -> ScriptCall:
+        """A Lua script to run on the hot path (``FastScript``, or redis-py's)."""
+        if self.fast is not None:
+            return FastScript(self.fast, lua)
+        return self.redis.register_script(lua)
+
+    async def command(self, *args: str | bytes | int | float) -> Any:
+        """One command on the hot path, its raw reply (integers as ints, not bools)."""
+        if self.fast is not None:
+            return await self.fast.execute(*args)
+        return await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
 
     def encode(self, event: Event) -> bytes:
         if telemetry.TRACING and event.trace is None:  # the task's trace rides along
@@ -223,7 +240,7 @@ class Runtime:
         outbox, writes = entry.outbox, entry.writes
         if not outbox and not writes and error is None:
             if ack:
-                await self.redis.xack(*entry.ack)
+                await self.command("XACK", *entry.ack)
             return
         if self.cluster:  # one script cannot span slots: writes, publishes, then the ack
             errors = self.names.errors
@@ -265,10 +282,15 @@ class Runtime:
             self._agents[agent_id] = spec
         return spec
 
-    async def transcript(self, task_id: str, length: int, rev: int = 0) -> list[Message]:
+    async def transcript(
+        self, task_id: str, length: int, rev: int = 0, last: Message | None = None
+    ) -> list[Message]:
         """The first ``length`` messages; reads from Redis only what this process lacks.
-        A rewrite by middleware bumps ``rev``, which starts a fresh cache entry."""
+        A rewrite by middleware bumps ``rev``, which starts a fresh cache entry. ``last``:
+        the message at ``length - 1`` when the caller has it (``ModelRequested``)."""
         key = f"{task_id}:{rev}"
+        if last is not None:
+            self.remember(task_id, rev, length - 1, last)
         cached = self._transcripts.get(key)
         if cached is None:
             cached = []
@@ -279,12 +301,19 @@ class Runtime:
             self._transcripts.move_to_end(key)
         if len(cached) < length:
             start = len(cached)
-            raw = await self.redis.lrange(self.names.task_messages(task_id), start, length - 1)
+            raw = await self.command("LRANGE", self.names.task_messages(task_id), start, length - 1)
             # Another coroutine may have filled the same cache while this one awaited
             # (parallel calls of one step, a redelivery): add only what is still missing.
             fresh = raw[len(cached) - start :]
             cached.extend(MESSAGE_ADAPTER.validate_json(item) for item in fresh)
         return cached[:length]
+
+    def remember(self, task_id: str, rev: int, at: int, message: Message) -> None:
+        """The message that stands at ``at`` in the stored transcript, known without
+        reading it: kept when the cached transcript ends right before it."""
+        cached = self._transcripts.get(f"{task_id}:{rev}")
+        if cached is not None and len(cached) == at:
+            cached.append(message)
 
     def forget(self, task_id: str, rev: int = 0) -> None:
         self._transcripts.pop(f"{task_id}:{rev}", None)
@@ -349,6 +378,7 @@ class StreamConsumer:
         self._room = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._reader = runtime.fast.blocking() if runtime.fast is not None else None
 
     def start(self) -> None:
         name = f"{self.service}:{self.stream}"
@@ -379,10 +409,25 @@ class StreamConsumer:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
+        if self._reader is not None:
+            self._reader.close()
+
+    async def _read(self, count: int) -> list[tuple[bytes, Any]]:
+        """One XREADGROUP of new entries (blocking up to ``poll_ms``)."""
+        if self._reader is not None:  # its own connection: a blocked read holds it
+            reply = await self._reader.execute(
+                "XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", count,
+                "BLOCK", self.block_ms, "STREAMS", self.stream, ">",
+            )  # fmt: skip
+            return stream_entries(reply)
+        streams: Any = {self.stream: ">"}
+        found: Any = await self.rt.redis.xreadgroup(
+            self.group, self.consumer, streams, count=count, block=self.block_ms
+        )
+        return [entry for _stream, entries in found or () for entry in entries]
 
     async def _read_loop(self) -> None:
         redis = self.rt.redis
-        streams = {self.stream: ">"}
         backoff = 0.1
         while not self._stopping:
             free = self.workers - len(self._inflight)
@@ -391,13 +436,7 @@ class StreamConsumer:
                 await self._room.wait()
                 continue
             try:
-                reply: Any = await redis.xreadgroup(
-                    self.group,
-                    self.consumer,
-                    streams,  # type: ignore[arg-type]
-                    count=min(free, self.batch),
-                    block=self.block_ms,
-                )
+                entries = await self._read(min(free, self.batch))
                 backoff = 0.1
             except asyncio.CancelledError:
                 raise
@@ -416,14 +455,13 @@ class StreamConsumer:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            if not reply:
+            if not entries:
                 continue
             now = time.monotonic()
-            for _stream, entries in reply:
-                for entry_id, fields in entries:
-                    task = asyncio.create_task(self._handle(entry_id, fields))
-                    self._inflight[entry_id] = (task, now)
-                    task.add_done_callback(functools.partial(self._finished, entry_id))
+            for entry_id, fields in entries:
+                task = asyncio.create_task(self._handle(entry_id, fields))
+                self._inflight[entry_id] = (task, now)
+                task.add_done_callback(functools.partial(self._finished, entry_id))
             # Let the handlers send their first command before this loop sends its next
             # XREADGROUP: a send costs a syscall, and the handler's is the critical path.
             await asyncio.sleep(0)

@@ -10,6 +10,7 @@ which the caller derives what to publish next (``services.loop.logic``).
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,6 +20,9 @@ from contracts.streams import DATA_FIELD, Names
 from services.entry import Fused, fused_script
 
 Phase = Literal["model", "tools", "done"]
+
+ScriptCall = Callable[..., Awaitable[Any]]
+"""A registered script: ``await script(keys=[...], args=[...])``."""
 
 # Shared Lua: the snapshot every script returns, and the step advance after a join.
 _LUA_COMMON = """
@@ -240,18 +244,26 @@ class Snapshot:
 class TaskStore:
     """Typed access to the task scripts. One instance per process and Redis client."""
 
-    def __init__(self, redis: aioredis.Redis, names: Names) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        names: Names,
+        register: Callable[[str], ScriptCall] | None = None,
+    ) -> None:
+        """``register``: how scripts are run (``Runtime.register_script``; default:
+        redis-py's)."""
         self.redis = redis
         self.names = names
-        self._start = redis.register_script(_START)
-        self._model_responded = redis.register_script(_MODEL_RESPONDED)
-        self._tool_completed = redis.register_script(_TOOL_COMPLETED)
-        self._model_responded_fused = redis.register_script(_MODEL_RESPONDED_FUSED)
-        self._tool_completed_fused = redis.register_script(_TOOL_COMPLETED_FUSED)
-        self._fail = redis.register_script(_FAIL)
-        self._apply_hooks = redis.register_script(_APPLY_HOOKS)
-        self._interrupt = redis.register_script(_INTERRUPT)
-        self._log_once = redis.register_script(_LOG_ONCE)
+        register = register or redis.register_script
+        self._start = register(_START)
+        self._model_responded = register(_MODEL_RESPONDED)
+        self._tool_completed = register(_TOOL_COMPLETED)
+        self._model_responded_fused = register(_MODEL_RESPONDED_FUSED)
+        self._tool_completed_fused = register(_TOOL_COMPLETED_FUSED)
+        self._fail = register(_FAIL)
+        self._apply_hooks = register(_APPLY_HOOKS)
+        self._interrupt = register(_INTERRUPT)
+        self._log_once = register(_LOG_ONCE)
 
     def _keys(self, task_id: str) -> list[str]:
         """Every key of the task, state/messages/log/results first (the scripts' KEYS[1-4])."""

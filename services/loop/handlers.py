@@ -54,6 +54,10 @@ from services.store import Snapshot
 
 log = logging.getLogger("loopline.loop")
 
+LAST_RESULT_MAX_BYTES = 2048
+"""A step's only tool result rides in the next model request up to this size (JSON):
+larger ones are read from the transcript, so events stay small."""
+
 
 @dataclass(frozen=True)
 class Transitions:
@@ -65,7 +69,7 @@ class Transitions:
     on_task: Handler
     on_loop_event: Handler
     model_responded: Callable[[ModelResponded], Awaitable[None]]
-    tool_completed: Callable[[ToolCompleted, int | None], Awaitable[None]]
+    tool_completed: Callable[[ToolCompleted, int | None, int | None], Awaitable[None]]
     stop: Callable[[str, str, str], Awaitable[None]]
 
 
@@ -114,6 +118,7 @@ def transitions(rt: Runtime) -> Transitions:
                 calls=pending,
                 # results join the transcript only when all are in
                 join_len=snap.transcript_len + len(snap.expected),
+                expected=snap.expected,
             )
         )
 
@@ -322,6 +327,7 @@ def transitions(rt: Runtime) -> Transitions:
                 step=event.step,
                 calls=[c for c in ai.tool_calls if c.id not in decided],
                 join_len=event.transcript_len + 1 + len(expected),
+                expected=expected,
             )
             fuse = rt.fuse(tid, ("tools", "done"), "tools", outputs, event.transcript_len + 1)
         snap = known(
@@ -345,16 +351,24 @@ def transitions(rt: Runtime) -> Transitions:
             tid,
         )
         if fused_done(tid, snap):
+            # The reply stands at transcript_len now (the script checked the length):
+            # this process's cached transcript takes it without reading it back.
+            if event.transcript_len is not None:
+                rt.remember(tid, 0, event.transcript_len, ai)
             return
         if snap.step == event.step and snap.cause == cause:
             await emit(tid, snap, ai)
         elif resumes(snap, cause, event.step):
             await advance(tid, snap)
 
-    async def on_tool_completed(event: ToolCompleted, join_len: int | None = None) -> None:
-        """``join_len``: from the call's ToolRequested, when the caller has it."""
+    async def on_tool_completed(
+        event: ToolCompleted, join_len: int | None = None, result_at: int | None = None
+    ) -> None:
+        """``join_len``, ``result_at``: from the call's ToolRequested, when the caller has
+        them."""
         tid = event.task_id
         cause = f"tool:{event.step}:{event.message.tool_call_id}"
+        tool_message = event.message.model_dump_json().encode()
         fuse = None
         if join_len is not None:
             spec = await rt.agent(event.agent_id)
@@ -371,6 +385,10 @@ def transitions(rt: Runtime) -> Transitions:
                     step=event.step + 1,
                     transcript_len=join_len,
                     rev=0,
+                    # the step's only result, when small: the model need not read it back
+                    last_result=event.message
+                    if result_at == join_len - 1 and len(tool_message) <= LAST_RESULT_MAX_BYTES
+                    else None,
                 )
                 fuse = rt.fuse(tid, ("model", "tools", "done"), "model", [request], join_len)
         snap = known(
@@ -379,7 +397,7 @@ def transitions(rt: Runtime) -> Transitions:
                 step=event.step,
                 cause=cause,
                 call_id=event.message.tool_call_id,
-                tool_message=event.message.model_dump_json().encode(),
+                tool_message=tool_message,
                 tool_event=rt.encode(event),  # with the size check of a publish
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
                 failed_event=failed(tid, event.step, step_limit_reason(event.step)),

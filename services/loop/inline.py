@@ -53,10 +53,16 @@ class LoopHandOver:
         await self._hand(event, spec, lambda: self._transitions().model_responded(event))
 
     async def tool_completed(
-        self, event: ToolCompleted, spec: AgentSpec, join_len: int | None = None
+        self,
+        event: ToolCompleted,
+        spec: AgentSpec,
+        join_len: int | None = None,
+        result_at: int | None = None,
     ) -> None:
-        """``join_len``: from the call's ToolRequested (see ``contracts.events``)."""
-        await self._hand(event, spec, lambda: self._transitions().tool_completed(event, join_len))
+        """``join_len``, ``result_at``: from the call's ToolRequested (``contracts.events``)."""
+        await self._hand(
+            event, spec, lambda: self._transitions().tool_completed(event, join_len, result_at)
+        )
 
     async def _hand(
         self,

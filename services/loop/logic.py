@@ -42,10 +42,12 @@ def model_request(
     step: int,
     transcript_len: int,
     rev: int,
+    last_result: ToolMessage | None = None,
 ) -> tuple[str, Event]:
     """Where a step that calls the model goes first: the context stage when the agent
     edits its context, else straight to the model (one stream hop fewer per step: the
-    context stage would only pass the request on unchanged)."""
+    context stage would only pass the request on unchanged). ``last_result``: see
+    ``ModelRequested``."""
     if edits_context(spec):
         request: Event = ContextRequested(
             task_id=task_id,
@@ -61,6 +63,7 @@ def model_request(
         agent_id=agent_id,
         transcript_len=transcript_len,
         rev=rev,
+        last_result=last_result,
     )
     return names.model, request
 
@@ -79,13 +82,21 @@ def tool_requests(
     step: int,
     calls: list[ToolCall],
     join_len: int,
+    expected: list[str],
 ) -> list[tuple[str, Event]]:
-    """A step's calls to run, each to its service's stream."""
+    """A step's calls to run, each to its service's stream. ``expected``: the step's
+    results in join order (``join_order``), the last of them at ``join_len - 1``."""
+    first_at = join_len - len(expected)
     return [
         (
             tool_stream(names, spec, call),
             ToolRequested(
-                task_id=task_id, step=step, agent_id=agent_id, call=call, join_len=join_len
+                task_id=task_id,
+                step=step,
+                agent_id=agent_id,
+                call=call,
+                join_len=join_len,
+                result_at=first_at + expected.index(call.id) if call.id in expected else None,
             ),
         )
         for call in calls

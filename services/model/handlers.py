@@ -31,7 +31,9 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         if not isinstance(event, ModelRequested):
             raise BadEvent(f"{event.type} does not belong on the model stream")
         spec = await rt.agent(event.agent_id)
-        transcript = await rt.transcript(event.task_id, event.transcript_len, event.rev)
+        transcript = await rt.transcript(
+            event.task_id, event.transcript_len, event.rev, event.last_result
+        )
         view = apply_edits(transcript, event.edits) if event.edits else transcript
         try:
             hooks = hooks_for(event.agent_id, spec)

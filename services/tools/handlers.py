@@ -113,6 +113,9 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         extra = json.loads(raw) if raw else {}
         return extra, await rt.transcript(task_id, int(length), int(rev))
 
+    def wraps_tools(agent_id: str, spec: AgentSpec) -> bool:
+        return bool(hooks_for(agent_id, spec).with_hook("wrap_tool_call"))
+
     lease_s = rt.settings.claim_idle_ms / 1000
 
     def marker() -> str:
@@ -128,12 +131,19 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             await asyncio.sleep(lease_s / 3)
             await rt.redis.hset(calls_key, call_id, marker())
 
-    async def run_once(event: ToolRequested, tool: BaseTool) -> ToolMessage | Parked:
+    async def run_once(
+        event: ToolRequested, tool: BaseTool, spec: AgentSpec
+    ) -> ToolMessage | Parked:
         """Run the call at most once across deliveries: the result is recorded before the
         entry is acked, and a redelivery re-publishes it instead of running the tool."""
         calls_key = rt.names.task_calls(event.task_id)
         call = event.call
-        if await rt.redis.hsetnx(calls_key, call.id, marker()):
+        if toolbox.is_idempotent(tool) and not wraps_tools(event.agent_id, spec):
+            # Running it again is harmless by its declaration, so no lease (one round trip
+            # fewer): a redelivery runs it again, and the transition takes one result.
+            # With wrap_tool_call middleware the record also parks calls for humans.
+            return await record_done(calls_key, await run_tool(tool, call))
+        if await rt.command("HSETNX", calls_key, call.id, marker()):
             return await run_leased(event.task_id, event.agent_id, tool, call, None)
         found: Any = await rt.redis.hget(calls_key, call.id)
         record = json.loads(found) if found else {}
@@ -264,7 +274,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         elif isinstance(event, ToolResumed):
             outcome = await resume_once(event, tool)
         else:
-            outcome = await run_once(event, tool)
+            outcome = await run_once(event, tool, spec)
         if outcome is None:
             return
         if isinstance(outcome, Parked):
@@ -286,8 +296,10 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=outcome
         )
         try:
-            join_len = event.join_len if isinstance(event, ToolRequested) else None
-            await hand_over.tool_completed(completed, spec, join_len)
+            if isinstance(event, ToolRequested):
+                await hand_over.tool_completed(completed, spec, event.join_len, event.result_at)
+            else:
+                await hand_over.tool_completed(completed, spec)
         except PayloadTooLarge:
             size = len(completed.model_dump_json())
             limit = rt.settings.max_event_bytes
