@@ -38,6 +38,18 @@ def summary_rows(fig: dict[str, Any]) -> list[list[str]]:
                 _met(ratio <= 1.5),
             ]
         )
+        leased = step.get("loopline_leased")
+        if leased:
+            rows.append(
+                [
+                    "step latency p50, a tool not declared idempotent",
+                    f"{_f(leased['p50_ms'])} ms",
+                    f"LangChain: {_f(lc['p50_ms'])} ms",
+                    f"{leased['p50_ms'] / lc['p50_ms']:.2f}×",
+                    "—",
+                    "—",
+                ]
+            )
         rows.append(
             [
                 "step latency p99",
@@ -100,6 +112,20 @@ def summary_rows(fig: dict[str, Any]) -> list[list[str]]:
                     _met(lat <= 1.2),
                 ]
             )
+            if first.get("model_call_ms") is not None and last.get("model_call_ms") is not None:
+                own_first = first["loopline_step_ms"] - first["model_call_ms"]
+                own_last = last["loopline_step_ms"] - last["model_call_ms"]
+                rows.append(
+                    [
+                        f"per-step latency less the model call, step {k} vs step 1",
+                        f"{_f(own_last)} ms",
+                        f"step 1: {_f(own_first)} ms; the model call alone (in-process): "
+                        f"{_f(first['model_call_ms'])} → {_f(last['model_call_ms'])} ms",
+                        f"{own_last / own_first:.2f}×",
+                        "—",
+                        "—",
+                    ]
+                )
     for conc in fig.get("concurrency", []):
         if "loopline_s" not in conc:
             rows.append(
@@ -190,18 +216,24 @@ def to_markdown(fig: dict[str, Any]) -> str:
             f"{step['floor']['hops_per_step']} consecutive hops (the stream hops of one "
             "step of this hook-free agent: model → tools → model; the model and tools "
             "services apply the loop's transitions themselves, see "
-            "`services/loop/inline.py`).",
+            "`services/loop/inline.py`). The no-op tool is declared idempotent (it is): "
+            "the tools service runs such a tool without taking a lease first. One task per "
+            "round calls the same no-op left undeclared, which costs the lease's round "
+            "trip.",
             "",
             "| | p50 (ms) | p99 (ms) | mean (ms) | samples |",
             "|---|---:|---:|---:|---:|",
         ]
         for key, label in (
             ("loopline", "loopline step"),
+            ("loopline_leased", "loopline step, a tool not declared idempotent"),
             ("langchain", "LangChain step"),
             ("floor", f"floor: {step['floor']['hops_per_step']} raw hops"),
             ("hop", "one raw hop"),
         ):
-            s = step[key]
+            s = step.get(key)
+            if not s:
+                continue
             out.append(
                 f"| {label} | {_f(s['p50_ms'])} | {_f(s['p99_ms'])} | "
                 f"{_f(s['mean_ms'])} | {s['n']} |"
@@ -251,16 +283,21 @@ def to_markdown(fig: dict[str, Any]) -> str:
             + " (first task). *Per-step latency*: median of the window's steps over all "
             "tasks. *LangChain "
             "state*: the serialized message list the model gets at that step "
-            "(`messages_to_dict`), what shipping the whole history every step carries.",
+            "(`messages_to_dict`), what shipping the whole history every step carries. "
+            "*Model call*: the scripted model's `ainvoke` on the messages of that step, "
+            "in-process (median of 30): the call the model service makes, whose cost grows "
+            "with the conversation in any system (LangChain's `BaseChatModel` walks every "
+            "message on each call; a real model is sent them all).",
             "",
             "| step | event bytes | log bytes | Redis bytes in / step | loopline step (ms) "
-            "| LangChain step (ms) | LangChain state bytes |",
-            "|---:|---:|---:|---:|---:|---:|---:|",
+            "| model call (ms) | LangChain step (ms) | LangChain state bytes |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in flat["rows"]:
             out.append(
                 f"| {r['step']} | {r['event_bytes']:,} | {r['log_bytes']:,} | "
                 f"{_f(r['redis_bytes_in_per_step'], 0)} | {_f(r['loopline_step_ms'])} | "
+                f"{_f(r.get('model_call_ms'))} | "
                 f"{_f(r['langchain_step_ms'])} | {r['langchain_state_bytes']:,} |"
             )
     concs = fig.get("concurrency", [])
@@ -275,11 +312,15 @@ def to_markdown(fig: dict[str, Any]) -> str:
             "time; ideal = model calls per task × 1 s. Peak RSS: `VmHWM` of each service "
             "process (/proc). CPU: seconds of CPU each service process used during the run "
             "(a process near the wall time is the bound). LangChain: `asyncio.gather` of N "
-            "`ainvoke` in-process.",
+            "`ainvoke` in-process. *Model-call floor*: N × model calls per task × the CPU "
+            "of one call's LangChain code (the scripted model's `ainvoke`, zero latency, "
+            "measured in-process in the same run): the least CPU time one model replica "
+            "spends before loopline does anything; past the ideal time, no single replica "
+            "can be within it.",
             "",
             "| N | loopline (s) | ideal (s) | ratio | median task (s) | LangChain (s) "
-            "| peak RSS (MB) | CPU (s) |",
-            "|---:|---:|---:|---:|---:|---:|---|---|",
+            "| model-call floor (s) | peak RSS (MB) | CPU (s) |",
+            "|---:|---:|---:|---:|---:|---:|---:|---|---|",
         ]
         for c in concs:
             rss = ", ".join(f"{k} {v:.0f}" for k, v in c.get("peak_rss_mb", {}).items())
@@ -288,12 +329,14 @@ def to_markdown(fig: dict[str, Any]) -> str:
                 out.append(
                     f"| {c['n']:,} | {c['loopline_s']:.1f} | {c['ideal_s']:.1f} | "
                     f"{c['loopline_s'] / c['ideal_s']:.2f}× | {c['loopline_p50_task_s']:.1f} | "
-                    f"{_f(c.get('langchain_s'), 1)} | {rss} | {cpu} |"
+                    f"{_f(c.get('langchain_s'), 1)} | {_f(c.get('model_call_floor_s'), 1)} | "
+                    f"{rss} | {cpu} |"
                 )
             else:
                 out.append(
                     f"| {c['n']:,} | not finished: {c.get('error', '')} | "
-                    f"{c['ideal_s']:.1f} | — | — | — | {rss} | {cpu} |"
+                    f"{c['ideal_s']:.1f} | — | — | — | {_f(c.get('model_call_floor_s'), 1)} | "
+                    f"{rss} | {cpu} |"
                 )
         for note in fig.get("concurrency_notes", []):
             out += ["", note]

@@ -241,6 +241,7 @@ class Services:
 
 NOOP = "benchmarks.tools:noop"
 BLOB = "benchmarks.tools:blob"
+NOOP_ONCE = "benchmarks.tools:noop_once"
 
 
 def scripted_turns(
@@ -262,5 +263,5 @@ def fake_agent(
         params["latency"] = latency
     return AgentSpec(
         model={"name": "fake", "params": params},  # type: ignore[arg-type]
-        tools=[NOOP, BLOB],
+        tools=[NOOP, BLOB, NOOP_ONCE],
     )

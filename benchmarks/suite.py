@@ -93,11 +93,13 @@ def _ms(values: list[float]) -> dict[str, float]:
 # -- 1. step latency ----------------------------------------------------------------------
 
 
-async def _loopline_task_steps(client: Client, steps: int, prompt: str) -> list[float]:
+async def _loopline_task_steps(
+    client: Client, steps: int, prompt: str, tool: str = "noop"
+) -> list[float]:
     from contracts.messages import HumanMessage
 
     tid = await client.submit(
-        fake_agent(steps), [HumanMessage(content=prompt)], max_steps=steps + 1
+        fake_agent(steps, tool=tool), [HumanMessage(content=prompt)], max_steps=steps + 1
     )
     started: list[float] = []
     async for _, event in client.events(tid, block_ms=5000):
@@ -137,6 +139,7 @@ async def _commands_per_step(client: Client, url: str, steps: int) -> dict[str, 
 async def step_latency(url: str, plan: Plan) -> dict[str, Any]:
     prefix = new_prefix()
     ours: list[float] = []
+    leased: list[float] = []  # a tool not declared idempotent: a lease round trip more
     theirs: list[float] = []
     hops: list[float] = []
     with Services(url, prefix):
@@ -147,6 +150,9 @@ async def step_latency(url: str, plan: Plan) -> dict[str, Any]:
             for r in range(plan.rounds):
                 for t in range(plan.step_tasks):
                     ours += await _loopline_task_steps(client, plan.step_steps, f"r{r} t{t}")
+                leased += await _loopline_task_steps(
+                    client, plan.step_steps, f"r{r} once", tool="noop_once"
+                )
                 for t in range(plan.step_tasks):
                     theirs += await _langchain_task_steps(plan.step_steps, f"r{r} t{t}")
                 hops += await rawhop.measure(url, f"{prefix}:raw{r}", plan.hop_round_trips)
@@ -160,6 +166,7 @@ async def step_latency(url: str, plan: Plan) -> dict[str, Any]:
     ]
     return {
         "loopline": _ms(ours),
+        "loopline_leased": _ms(leased),
         "langchain": _ms(theirs),
         "hop": _ms(hops),
         "floor": {**_ms(floor), "hops_per_step": HOPS_PER_STEP},
@@ -293,6 +300,7 @@ async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, 
             await client.close()
     drop_prefix(url, prefix)
 
+    model_call = await _model_call_ms(messages, plan.flat_checkpoints)
     rows = []
     for k in plan.flat_checkpoints:
         bus_bytes = sum(e["_bytes"] for e in bus if e.get("step") == k)
@@ -312,6 +320,7 @@ async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, 
                 # What the model is sent at step k (and what shipping history would carry):
                 # the human message and k-1 (AI tool call, tool result) pairs.
                 "langchain_state_bytes": lc.state_bytes(messages[: 1 + 2 * (k - 1)]),
+                "model_call_ms": model_call[k],
             }
         )
     return {
@@ -322,6 +331,44 @@ async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, 
         "private_server": private_server,
         "rows": rows,
     }
+
+
+async def _model_call_ms(messages: list[Any], checkpoints: tuple[int, ...]) -> dict[int, float]:
+    """What the model call itself costs at step k, in-process: the scripted model's
+    ``ainvoke`` on the messages it gets at that step (median of 30). It is the same call
+    the model service makes, and it grows with the conversation in any system: LangChain's
+    ``BaseChatModel`` walks every message on every call (normalizing them, formatting
+    them for tracing), and a real model is sent them all."""
+    model = lc.TimedScriptedModel(turns=[{"content": "done"}])
+    out: dict[int, float] = {}
+    for k in checkpoints:
+        sent = messages[: 1 + 2 * (k - 1)]
+        times = []
+        for _ in range(30):
+            t0 = time.perf_counter()
+            await model.ainvoke(sent)
+            times.append(time.perf_counter() - t0)
+        out[k] = statistics.median(times) * 1000
+    return out
+
+
+async def model_call_cpu_s(calls: int = 2000) -> float:
+    """CPU seconds of one model call's LangChain code (the scripted model, zero latency,
+    a 3-message conversation), in-process: what a single model replica spends per call
+    before loopline does anything."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    model = lc.TimedScriptedModel(turns=[{"content": "done"}])
+    sent = [
+        HumanMessage("task"),
+        AIMessage("", tool_calls=[{"id": "c1", "name": "noop", "args": {}}]),
+        ToolMessage("ok", tool_call_id="c1"),
+    ]
+    await model.ainvoke(sent)
+    t0 = time.process_time()
+    for _ in range(calls):
+        await model.ainvoke(sent)
+    return (time.process_time() - t0) / calls
 
 
 # -- 4. many concurrent tasks against a slow model -------------------------------------------
@@ -335,6 +382,8 @@ async def concurrency(url: str, n: int, plan: Plan, *, langchain: bool = True) -
     # (its default, 256 calls in flight, would queue the rest behind the 1 s latency).
     env = {"LOOPLINE_CONCURRENCY_MODEL": str(max(256, n))}
     out: dict[str, Any] = {"n": n, "steps": steps, "latency_s": latency, "ideal_s": steps * latency}
+    # The floor of one model replica: LangChain's own code for every model call, on one core
+    out["model_call_floor_s"] = n * steps * await model_call_cpu_s()
     services = Services(url, prefix, env=env)
     with services:
         redis = aioredis.Redis.from_url(url)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import hashlib
 from collections.abc import Sequence
 from typing import Any
@@ -83,6 +84,7 @@ class _Protocol(asyncio.Protocol):
 
     def _fail(self, error: Exception) -> None:
         self.closed = True
+        self._out.clear()
         while self.waiting:
             future = self.waiting.popleft()
             if not future.done():
@@ -116,6 +118,7 @@ class FastRedis:
     def __init__(self, address: dict[str, Any]) -> None:
         self._address = address
         self._protocol: _Protocol | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one it was opened on
         self._connecting: asyncio.Lock | None = None
 
     @classmethod
@@ -134,12 +137,14 @@ class FastRedis:
         return FastRedis(self._address)
 
     async def _connect(self) -> _Protocol:
-        if self._connecting is None:
-            self._connecting = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # first use, or used from another event loop now
+            self.close()
+            self._loop, self._connecting = loop, asyncio.Lock()
+        assert self._connecting is not None
         async with self._connecting:
             if self._protocol is not None and not self._protocol.closed:
                 return self._protocol
-            loop = asyncio.get_running_loop()
             address = self._address
             protocol: _Protocol
             try:
@@ -159,21 +164,28 @@ class FastRedis:
                 )
             if address.get("db"):
                 setup.append(("SELECT", address["db"]))
-            for command in setup:
-                await protocol.send(_pack(tuple(command)))
+            try:
+                for command in setup:
+                    await protocol.send(_pack(tuple(command)))
+            except BaseException:  # a wrong password, say: the caller sees Redis's error
+                if protocol.transport is not None:
+                    protocol.transport.close()
+                raise
             self._protocol = protocol
             return protocol
 
     async def execute(self, *args: Arg) -> Any:
         protocol = self._protocol
-        if protocol is None or protocol.closed:
+        if protocol is None or protocol.closed or self._loop is not asyncio.get_running_loop():
             protocol = await self._connect()
         return await protocol.send(_pack(args))
 
     def close(self) -> None:
-        if self._protocol is not None and self._protocol.transport is not None:
-            self._protocol.transport.close()
-        self._protocol = None
+        protocol, self._protocol = self._protocol, None
+        if protocol is not None and protocol.transport is not None and not protocol.closed:
+            protocol.closed = True
+            with contextlib.suppress(RuntimeError):  # its event loop is closed already
+                protocol.transport.close()
 
 
 class FastScript:

@@ -127,6 +127,13 @@ async def test_user_password_and_database_from_the_url(
             await client.execute("SET", f"{prefix}:in-db-3", "1")
         finally:
             client.close()
+        wrong = FastRedis.from_url(
+            urlunsplit(("redis", f"{user}:nope@{parts.netloc.rpartition('@')[2]}", "/3", "", ""))
+        )
+        assert wrong is not None
+        with pytest.raises(ResponseError, match="WRONGPASS"):
+            await wrong.execute("PING")
+        wrong.close()
         assert await redis_client.exists(f"{prefix}:in-db-3") == 0  # not in database 0
         db3 = aioredis.Redis.from_url(redis_url, db=3)
         assert await db3.getdel(f"{prefix}:in-db-3") == b"1"
