@@ -107,6 +107,8 @@ async def measure(args: argparse.Namespace, server: RedisServer) -> dict[str, An
     if "step" in only:
         _log("step latency: loopline, LangChain and the raw hop, interleaved")
         fig["step"] = await suite.step_latency(url, plan)
+        _log("step latency, end to end: ChatOpenAI over HTTP to the scripted server")
+        fig["step_http"] = await suite.step_latency_http(url, plan)
     if "throughput" in only:
         _log(f"throughput: {plan.thr_tasks} tasks x {plan.thr_steps} steps")
         fig["throughput"] = await suite.throughput(url, plan)

@@ -61,3 +61,23 @@ def run_config(steps: int) -> dict[str, Any]:
 def state_bytes(messages: list[BaseMessage]) -> int:
     """What "ship the whole history every step" carries: the serialized message list."""
     return len(json.dumps(messages_to_dict(messages)).encode())
+
+
+def make_http_agent(base_url: str) -> tuple[Any, Any]:
+    """``create_agent`` with the real ``ChatOpenAI`` against the scripted HTTP server (the
+    end-to-end variant of the step latency); the model records when each call starts."""
+    from langchain.agents import create_agent
+    from langchain_openai import ChatOpenAI
+
+    class TimedChatOpenAI(ChatOpenAI):
+        async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+            key = str(messages[0].content) if messages else ""
+            calls: dict[str, list[float]] = self.__dict__.setdefault("_calls", {})
+            calls.setdefault(key, []).append(time.perf_counter())
+            return await super()._agenerate(messages, *args, **kwargs)
+
+        def call_times(self) -> dict[str, list[float]]:
+            return dict(self.__dict__.get("_calls", {}))
+
+    model = TimedChatOpenAI(model="scripted", base_url=base_url, api_key="unused")
+    return create_agent(model, tools=[tools.noop, tools.blob]), model

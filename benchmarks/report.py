@@ -50,6 +50,18 @@ def summary_rows(fig: dict[str, Any]) -> list[list[str]]:
                     "—",
                 ]
             )
+        http = fig.get("step_http")
+        if http:
+            rows.append(
+                [
+                    "step latency p50, end to end over HTTP (`ChatOpenAI` both sides)",
+                    f"{_f(http['loopline']['p50_ms'])} ms",
+                    f"LangChain `create_agent` in-process: {_f(http['langchain']['p50_ms'])} ms",
+                    f"{http['loopline']['p50_ms'] / http['langchain']['p50_ms']:.2f}×",
+                    "—",
+                    "—",
+                ]
+            )
         rows.append(
             [
                 "step latency p99",
@@ -238,6 +250,26 @@ def to_markdown(fig: dict[str, Any]) -> str:
                 f"| {label} | {_f(s['p50_ms'])} | {_f(s['p99_ms'])} | "
                 f"{_f(s['mean_ms'])} | {s['n']} |"
             )
+        http = fig.get("step_http")
+        if http:
+            out += [
+                "",
+                "End to end: the same steps with the real `langchain_openai.ChatOpenAI` on "
+                "both sides, over HTTP to the scripted OpenAI-compatible server "
+                "(`python -m loopline.scripted`, its own process); loopline's model service "
+                "reaches it through `OPENAI_BASE_URL`. "
+                f"{http['tasks_per_side']} tasks of {http['steps_per_task']} model calls "
+                "per side, in interleaved rounds.",
+                "",
+                "| | p50 (ms) | p99 (ms) | mean (ms) | samples |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            for key, label in (("loopline", "loopline step"), ("langchain", "LangChain step")):
+                s = http[key]
+                out.append(
+                    f"| {label} | {_f(s['p50_ms'])} | {_f(s['p99_ms'])} | "
+                    f"{_f(s['mean_ms'])} | {s['n']} |"
+                )
         cmds = step.get("commands_per_step")
         if cmds:
             out += [

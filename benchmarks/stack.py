@@ -265,3 +265,52 @@ def fake_agent(
         model={"name": "fake", "params": params},  # type: ignore[arg-type]
         tools=[NOOP, BLOB, NOOP_ONCE],
     )
+
+
+def http_agent(tools: Sequence[str] = (NOOP, BLOB, NOOP_ONCE)) -> AgentSpec:
+    """The same agent with ``ChatOpenAI`` on ``OPENAI_BASE_URL`` (the scripted server)."""
+    return AgentSpec(model={"name": "scripted"}, tools=list(tools))  # type: ignore[arg-type]
+
+
+class ScriptedServerProcess:
+    """``python -m loopline.scripted`` as its own process, answering ``steps`` model calls
+    per conversation (``steps - 1`` no-op tool calls, then an answer): a model endpoint
+    over real HTTP that takes no CPU from the process measuring LangChain in-process."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.url = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._script = ""
+
+    def __enter__(self) -> ScriptedServerProcess:
+        port = _free_port()
+        fd, self._script = tempfile.mkstemp(suffix=".json", prefix="loopline-bench-script-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(scripted_turns(self.steps), f)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "loopline.scripted", "--port", str(port),
+             "--script", self._script],
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            self.__exit__()
+            raise TimeoutError("the scripted server did not start")
+        self.url = f"http://127.0.0.1:{port}/v1"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            self._proc.wait(timeout=10)
+        if self._script:
+            Path(self._script).unlink(missing_ok=True)

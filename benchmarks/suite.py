@@ -19,7 +19,14 @@ import redis.asyncio as aioredis
 from benchmarks import langchain_side as lc
 from benchmarks import loopline_side as ll
 from benchmarks import rawhop
-from benchmarks.stack import Services, drop_prefix, fake_agent, new_prefix
+from benchmarks.stack import (
+    ScriptedServerProcess,
+    Services,
+    drop_prefix,
+    fake_agent,
+    http_agent,
+    new_prefix,
+)
 from contracts.streams import Names
 from loopline.client import Client
 
@@ -40,6 +47,8 @@ class Plan:
     step_tasks: int = 4  # tasks per round and side
     step_steps: int = 25  # model calls per task
     hop_round_trips: int = 300  # per round
+    http_rounds: int = 3  # the end-to-end variant over HTTP
+    http_tasks: int = 3
     thr_tasks: int = 200
     thr_steps: int = 10
     thr_rounds: int = 3
@@ -61,6 +70,8 @@ def quick_plan() -> Plan:
         step_tasks=2,
         step_steps=15,
         hop_round_trips=100,
+        http_rounds=1,
+        http_tasks=2,
         thr_tasks=50,
         thr_rounds=1,
         flat_steps=125,
@@ -173,6 +184,59 @@ async def step_latency(url: str, plan: Plan) -> dict[str, Any]:
         "commands_per_step": commands,
         "tasks_per_side": plan.rounds * plan.step_tasks,
         "steps_per_task": plan.step_steps,
+    }
+
+
+async def step_latency_http(url: str, plan: Plan) -> dict[str, Any]:
+    """The end-to-end variant: the real ``ChatOpenAI`` on both sides, over HTTP to the
+    scripted OpenAI-compatible server (its own process); loopline's model service calls
+    it as a deployment would, LangChain's ``create_agent`` in-process does the same."""
+    from contracts.messages import HumanMessage
+
+    steps = plan.step_steps
+    prefix = new_prefix()
+    ours: list[float] = []
+    theirs: list[float] = []
+    with ScriptedServerProcess(steps) as model_server:
+        env = {"OPENAI_BASE_URL": model_server.url, "OPENAI_API_KEY": "unused"}
+        agent, model = lc.make_http_agent(model_server.url)
+        with Services(url, prefix, env=env):
+            client = Client(url, prefix)
+
+            async def loopline_task(prompt: str) -> list[float]:
+                tid = await client.submit(
+                    http_agent(), [HumanMessage(content=prompt)], max_steps=steps + 1
+                )
+                started: list[float] = []
+                async for _, event in client.events(tid, block_ms=5000):
+                    if event.type == "StepStarted":
+                        started.append(event.at)
+                    elif event.type == "TaskFailed":
+                        raise RuntimeError(f"benchmark task failed: {event}")
+                return [b - a for a, b in itertools.pairwise(started)]
+
+            async def langchain_task(prompt: str) -> list[float]:
+                config = lc.run_config(steps)
+                await agent.ainvoke({"messages": [{"role": "user", "content": prompt}]}, config)
+                times = model.call_times()[prompt]
+                return [b - a for a, b in itertools.pairwise(times)]
+
+            try:
+                await loopline_task("warm-up")
+                await langchain_task("warm-up")
+                for r in range(plan.http_rounds):
+                    for t in range(plan.http_tasks):
+                        ours += await loopline_task(f"http r{r} t{t}")
+                    for t in range(plan.http_tasks):
+                        theirs += await langchain_task(f"http r{r} t{t}")
+            finally:
+                await client.close()
+    drop_prefix(url, prefix)
+    return {
+        "loopline": _ms(ours),
+        "langchain": _ms(theirs),
+        "tasks_per_side": plan.http_rounds * plan.http_tasks,
+        "steps_per_task": steps,
     }
 
 
