@@ -124,15 +124,16 @@ def summary_rows(fig: dict[str, Any]) -> list[list[str]]:
                     _met(lat <= 1.2),
                 ]
             )
-            if first.get("model_call_ms") is not None and last.get("model_call_ms") is not None:
-                own_first = first["loopline_step_ms"] - first["model_call_ms"]
-                own_last = last["loopline_step_ms"] - last["model_call_ms"]
+            if first.get("service_model_call_ms") and last.get("service_model_call_ms"):
+                own_first = first["loopline_step_ms"] - first["service_model_call_ms"]
+                own_last = last["loopline_step_ms"] - last["service_model_call_ms"]
                 rows.append(
                     [
                         f"per-step latency less the model call, step {k} vs step 1",
                         f"{_f(own_last)} ms",
-                        f"step 1: {_f(own_first)} ms; the model call alone (in-process): "
-                        f"{_f(first['model_call_ms'])} → {_f(last['model_call_ms'])} ms",
+                        f"step 1: {_f(own_first)} ms; the model call (`model_ms` of "
+                        f"`ModelResponded`): {_f(first['service_model_call_ms'])} → "
+                        f"{_f(last['service_model_call_ms'])} ms",
                         f"{own_last / own_first:.2f}×",
                         "—",
                         "—",
@@ -316,20 +317,24 @@ def to_markdown(fig: dict[str, Any]) -> str:
             "tasks. *LangChain "
             "state*: the serialized message list the model gets at that step "
             "(`messages_to_dict`), what shipping the whole history every step carries. "
-            "*Model call*: the scripted model's `ainvoke` on the messages of that step, "
-            "in-process (median of 30): the call the model service makes, whose cost grows "
-            "with the conversation in any system (LangChain's `BaseChatModel` walks every "
-            "message on each call; a real model is sent them all).",
+            "*Model call*: the model call's own time inside loopline's step, as the model "
+            "service measured it (`model_ms` of the task's `ModelResponded`, median of the "
+            "window), and the same call in-process in the benchmark (the scripted model's "
+            "`ainvoke` on the messages of that step, median of 30). It grows with the "
+            "conversation in any system: LangChain's `BaseChatModel` walks every message on "
+            "each call (normalizing them, formatting them for tracing), and a real model is "
+            "sent them all.",
             "",
             "| step | event bytes | log bytes | Redis bytes in / step | loopline step (ms) "
-            "| model call (ms) | LangChain step (ms) | LangChain state bytes |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| its model call (ms) | model call in-process (ms) | LangChain step (ms) "
+            "| LangChain state bytes |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in flat["rows"]:
             out.append(
                 f"| {r['step']} | {r['event_bytes']:,} | {r['log_bytes']:,} | "
                 f"{_f(r['redis_bytes_in_per_step'], 0)} | {_f(r['loopline_step_ms'])} | "
-                f"{_f(r.get('model_call_ms'))} | "
+                f"{_f(r.get('service_model_call_ms'))} | {_f(r.get('model_call_ms'))} | "
                 f"{_f(r['langchain_step_ms'])} | {r['langchain_state_bytes']:,} |"
             )
     concs = fig.get("concurrency", [])

@@ -316,6 +316,7 @@ async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, 
     marks = sorted({c for k in plan.flat_checkpoints for c in (k, k + window)})
     written: dict[int, int] = {}
     ours: dict[int, list[float]] = {}  # step -> its duration in each loopline task
+    model_ms: dict[int, list[float]] = {}  # step -> its model call in each loopline task
     theirs: dict[int, list[float]] = {}
     log: list[dict[str, Any]] = []
     bus: list[dict[str, Any]] = []
@@ -344,6 +345,9 @@ async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, 
                 for k in started:
                     if k + 1 in started:
                         ours.setdefault(k, []).append(started[k + 1] - started[k])
+                for e in task_log:  # the model call's own time, as the model service saw it
+                    if e["type"] == "ModelResponded" and e.get("model_ms") is not None:
+                        model_ms.setdefault(e["step"], []).append(e["model_ms"])
                 if run == 0:
                     log = task_log
                     for stream in (names.context, names.model, names.loop, names.tools):
@@ -370,6 +374,7 @@ async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, 
         bus_bytes = sum(e["_bytes"] for e in bus if e.get("step") == k)
         log_bytes = sum(e["_bytes"] for e in log if e.get("step") == k)
         mine = [d for s in range(k, k + window) for d in ours.get(s, [])]
+        calls = [d for s in range(k, k + window) for d in model_ms.get(s, [])]
         lcs = [d for s in range(k, k + window) for d in theirs.get(s, [])]
         rows.append(
             {
@@ -385,6 +390,7 @@ async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, 
                 # the human message and k-1 (AI tool call, tool result) pairs.
                 "langchain_state_bytes": lc.state_bytes(messages[: 1 + 2 * (k - 1)]),
                 "model_call_ms": model_call[k],
+                "service_model_call_ms": statistics.median(calls) if calls else None,
             }
         )
     return {
@@ -403,6 +409,8 @@ async def _model_call_ms(messages: list[Any], checkpoints: tuple[int, ...]) -> d
     the model service makes, and it grows with the conversation in any system: LangChain's
     ``BaseChatModel`` walks every message on every call (normalizing them, formatting
     them for tracing), and a real model is sent them all."""
+    from services.model.chat import prompt_of
+
     model = lc.TimedScriptedModel(turns=[{"content": "done"}])
     out: dict[int, float] = {}
     for k in checkpoints:
@@ -410,7 +418,7 @@ async def _model_call_ms(messages: list[Any], checkpoints: tuple[int, ...]) -> d
         times = []
         for _ in range(30):
             t0 = time.perf_counter()
-            await model.ainvoke(sent)
+            await model.ainvoke(prompt_of(sent))  # as the model service calls it
             times.append(time.perf_counter() - t0)
         out[k] = statistics.median(times) * 1000
     return out

@@ -16,6 +16,7 @@ from contracts import (
     AIMessage,
     HumanMessage,
     ModelRequested,
+    ModelResponded,
     TaskCompleted,
     TaskFailed,
     ToolMessage,
@@ -149,6 +150,10 @@ async def test_parallel_tool_calls_with_an_error(
     assert kinds.count("StepStarted") == 2
     assert kinds.count("ToolCompleted") == 5
     assert kinds.count("ModelResponded") == 2
+    # each reply says how long its model call took in the model service: an HTTP round
+    # trip to the scripted server, so more than nothing and less than the whole task
+    durations = [e.model_ms for e in log if isinstance(e, ModelResponded)]
+    assert all(d is not None and 0 < d < (log[-1].at - log[0].at) * 1000 for d in durations)
 
 
 async def test_step_limit_fails_the_task_with_a_reason(stack: ServiceProcesses) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from contracts.events import AnyEvent, ModelFailed, ModelRequested, ModelResponded
@@ -13,7 +14,7 @@ from services.context.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
 from services.hooks import hooks_for
 from services.loop.inline import LoopHandOver
-from services.model.chat import ModelPool
+from services.model.chat import ModelPool, prompt_of
 from services.model.lcview import LangChainViews
 from services.model.wrapped import call_with_middleware
 from services.runtime import Handler, Runtime
@@ -35,6 +36,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             event.task_id, event.transcript_len, event.rev, event.last_result
         )
         view = apply_edits(transcript, event.edits) if event.edits else transcript
+        started = time.perf_counter()
         try:
             hooks = hooks_for(event.agent_id, spec)
             if hooks.with_hook("wrap_model_call"):
@@ -48,7 +50,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 request = views.convert(
                     event.task_id, event.rev, transcript, view, system_message(spec)
                 )
-                reply = await pool.bound(event.agent_id, spec).ainvoke(request)
+                reply = await pool.bound(event.agent_id, spec).ainvoke(prompt_of(request))
                 message = from_langchain(reply)
             if not isinstance(message, AIMessage):
                 raise TypeError(f"the model returned a {message.type} message")
@@ -70,6 +72,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             agent_id=event.agent_id,
             message=message,
             transcript_len=event.transcript_len,
+            model_ms=round((time.perf_counter() - started) * 1000, 3),
         )
         try:
             await hand_over.model_responded(responded, spec)
