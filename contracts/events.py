@@ -122,8 +122,9 @@ class ModelResponded(Event):
     transcript_len: int | None = Field(default=None, ge=0)
     """How many transcript messages the reply answers (the request's ``transcript_len``)."""
     model_ms: float | None = Field(default=None, ge=0)
-    """How long the model call took in the model service (milliseconds): the model's own
-    latency, wrap_model_call middleware included."""
+    """How long the model call took in the model service (milliseconds): the messages'
+    conversion to LangChain's form, the call (wrap_model_call middleware included) and
+    the reply's conversion back."""
 
 
 class ModelFailed(Event):
