@@ -60,6 +60,10 @@ REJECT_TURNS = [
     Reply(tool_calls=(ScriptedToolCall("add", {"a": 5, "b": 6}),)),
     Reply(content="understood, not adding"),
 ]
+RESPOND_TURNS = [
+    Reply(tool_calls=(ScriptedToolCall("add", {"a": 7, "b": 8}),)),
+    Reply(content="the human answered for the tool"),
+]
 TWO_TURNS = [
     Reply(
         tool_calls=(
@@ -71,13 +75,19 @@ TWO_TURNS = [
 ]
 EDIT = {"name": "add", "args": {"a": 10, "b": 20}}
 REJECT = {"type": "reject", "message": "not today"}
+RESPOND = {"type": "respond", "message": "fifteen, says the human"}
 GATED = {"add": True, "slow_effect": {"allowed_decisions": ["approve", "reject"]}}
 
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
     with twin_servers(
-        {"edit-pc": EDIT_TURNS, "reject-pc": REJECT_TURNS, "two-pc": TWO_TURNS}
+        {
+            "edit-pc": EDIT_TURNS,
+            "reject-pc": REJECT_TURNS,
+            "respond-pc": RESPOND_TURNS,
+            "two-pc": TWO_TURNS,
+        }
     ) as pair:
         yield pair
 
@@ -260,6 +270,30 @@ async def test_rejected_call_tells_the_model_as_langchain_does(
         messages = await client.messages(task_id)
     assert tool_texts(messages) == tool_texts(lc_result["messages"])
     assert "not today" in tool_texts(messages)[answered[0]]
+    assert last_request(servers[1], prompt) == last_request(servers[0], prompt)
+
+
+async def test_a_human_answering_for_the_tool_is_what_the_model_gets(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    prompt = f"respond-pc {uuid.uuid4()}"
+    lc_result = await langchain_run(servers[0], prompt, lambda _: RESPOND)
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(spec(), [HumanMessage(content=prompt)])
+        _, outcome = await client.outcome(task_id)
+        assert isinstance(outcome, ApprovalRequested)
+        assert outcome.request["args"] == {"a": 7, "b": 8}
+        answered = await client.decide(task_id, RESPOND)
+        done = await client.wait(task_id)
+        assert isinstance(done, TaskCompleted)
+        messages = await client.messages(task_id)
+    # the tool did not run (it would have said 15): the human's words are its result,
+    # a success, as LangChain's own agent records them
+    assert tool_texts(messages) == tool_texts(lc_result["messages"])
+    assert tool_texts(messages)[answered[0]] == RESPOND["message"]
+    ours = next(m for m in messages if m.type == "tool")
+    theirs = next(m for m in lc_result["messages"] if m.type == "tool")
+    assert ours.status == theirs.status == "success"
     assert last_request(servers[1], prompt) == last_request(servers[0], prompt)
 
 
