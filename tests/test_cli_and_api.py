@@ -324,6 +324,48 @@ def test_stats_from_the_task_logs(up: dict[str, str], tmp_path: Path) -> None:
     assert row["latency_ms"]["task"]["p50"] > 0
 
 
+def test_embedded_per_call_approval_parks_the_call_and_resumes_it_edited() -> None:
+    """No REDIS_URL, LangChain's own HumanInTheLoopMiddleware in per-call mode: the gated
+    call waits without running, ``invoke`` returns LangChain's ``__interrupt__``, and
+    ``resume`` with an edit runs the call once, with the edited arguments."""
+    script = r"""
+import json
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_openai import ChatOpenAI
+from loopline import create_agent
+from loopline.scripted import ScriptedOpenAIServer, Reply, ScriptedToolCall
+calls = []
+def transfer(amount: int) -> str:
+    '''Move money.'''
+    calls.append(amount)
+    return f"moved {amount}"
+turns = [Reply(tool_calls=(ScriptedToolCall("transfer", {"amount": 5}),)), Reply(content="done")]
+with ScriptedOpenAIServer(turns) as server:
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="k")
+    gate = HumanInTheLoopMiddleware(interrupt_on={"transfer": True}, interrupt_mode="per_call")
+    agent = create_agent(model, [transfer], middleware=[gate])
+    first = agent.invoke({"messages": [{"role": "user", "content": "pay"}]})
+    (asked,) = first["__interrupt__"]
+    before = list(calls)
+    edit = {"type": "edit", "edited_action": {"name": "transfer", "args": {"amount": 7}}}
+    out = agent.resume(first["task_id"], {asked["tool_call_id"]: edit})
+    print(json.dumps({"asked": [asked["name"], asked["args"]], "before": before,
+                      "calls": calls, "last": out["messages"][-1].content,
+                      "tool": out["messages"][2].content, "interrupt": "__interrupt__" in out}))
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "OPENAI_BASE_URL")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["asked"] == ["transfer", {"amount": 5}]
+    assert out["before"] == []  # nothing ran while the call waited
+    assert out["calls"] == [7]  # once, with the human's arguments
+    assert out["last"] == "done" and not out["interrupt"]
+    assert "moved 7" in out["tool"]
+
+
 async def test_create_agent_against_a_deployment_streams_and_invokes(up: dict[str, str]) -> None:
     """With a Redis URL, create_agent talks to the running services: astream yields the
     task's events as they happen, ainvoke returns LangChain-shaped results."""
