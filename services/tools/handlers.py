@@ -118,18 +118,25 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
 
     lease_s = rt.settings.claim_idle_ms / 1000
 
-    def marker() -> str:
-        until = time.time() + lease_s
-        return json.dumps(
-            {"state": "running", "consumer": rt.consumers.get("tools", ""), "until": until}
-        )
+    def marker(started: bool | None = None) -> str:
+        """A lease record. ``started``, for a call run inside wrap_tool_call middleware:
+        whether the tool itself has started (False while only the middleware ran, which
+        may park the call for a human before it does)."""
+        record: dict[str, Any] = {
+            "state": "running",
+            "consumer": rt.consumers.get("tools", ""),
+            "until": time.time() + lease_s,
+        }
+        if started is not None:
+            record["started"] = started
+        return json.dumps(record)
 
-    async def keep_lease(calls_key: str, call_id: str) -> None:
+    async def keep_lease(calls_key: str, call_id: str, lease: dict[str, Any]) -> None:
         """While the tool runs, renew its lease, so a duplicate delivery of the same call
         waits instead of taking the worker for dead."""
         while True:
             await asyncio.sleep(lease_s / 3)
-            await rt.redis.hset(calls_key, call_id, marker())
+            await rt.redis.hset(calls_key, call_id, marker(lease["started"]))
 
     async def run_once(
         event: ToolRequested, tool: BaseTool, spec: AgentSpec
@@ -143,7 +150,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             # fewer): a redelivery runs it again, and the transition takes one result.
             # With wrap_tool_call middleware the record also parks calls for humans.
             return await record_done(calls_key, await run_tool(tool, call))
-        if await rt.command("HSETNX", calls_key, call.id, marker()):
+        started = False if wraps_tools(event.agent_id, spec) else None
+        if await rt.command("HSETNX", calls_key, call.id, marker(started)):
             return await run_leased(event.task_id, event.agent_id, tool, call, None)
         found: Any = await rt.redis.hget(calls_key, call.id)
         record = json.loads(found) if found else {}
@@ -157,7 +165,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         record runs it; a duplicate waits for it or re-publishes its result."""
         calls_key = rt.names.task_calls(event.task_id)
         call = event.call
-        taken, found = await take_parked(keys=[calls_key], args=[call.id, marker()])
+        # a parked call runs inside the middleware that parked it
+        taken, found = await take_parked(keys=[calls_key], args=[call.id, marker(False)])
         if int(taken) == 1:
             return await run_leased(event.task_id, event.agent_id, tool, call, event.decision)
         if not found:  # the task's keys are gone (it ended long ago): nothing to answer
@@ -179,7 +188,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     ) -> ToolMessage | Parked:
         """A delivery that did not take the call: its recorded outcome, a retry later while
         a live worker runs it, or (its lease ran out: the worker died mid-run) a run again
-        if the tool is idempotent, else the model is told the outcome is unknown."""
+        if the tool is idempotent or had not started (only its middleware ran), else the
+        model is told the outcome is unknown."""
         calls_key = rt.names.task_calls(task_id)
         if record.get("state") == "done":
             return ToolMessage.model_validate(record["message"])
@@ -187,9 +197,12 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             # This duplicate stays pending and is retried (by then the result is recorded
             # and gets re-published).
             raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
-        if not toolbox.is_idempotent(tool):
+        if not toolbox.is_idempotent(tool) and record.get("started", True):
             return await record_done(calls_key, unknown_outcome(call))
-        await rt.redis.hset(calls_key, call.id, marker())
+        spec = await rt.agent(agent_id)
+        await rt.redis.hset(
+            calls_key, call.id, marker(False if wraps_tools(agent_id, spec) else None)
+        )
         return await run_leased(task_id, agent_id, tool, call, decision)
 
     async def run_leased(
@@ -201,15 +214,24 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     ) -> ToolMessage | Parked:
         """Run a call whose lease this worker holds; record its outcome."""
         calls_key = rt.names.task_calls(task_id)
-        renew = asyncio.create_task(keep_lease(calls_key, call.id))
+        spec = await rt.agent(agent_id)
+        wrappers = [m for _, m in hooks_for(agent_id, spec).with_hook("wrap_tool_call")]
+        lease: dict[str, Any] = {"started": False if wrappers else None}
+        renew = asyncio.create_task(keep_lease(calls_key, call.id, lease))
+
+        async def tool_starts() -> None:
+            """Past the middleware: from now on a dead worker's call may have had effects."""
+            if not lease["started"]:
+                lease["started"] = True
+                await rt.redis.hset(calls_key, call.id, marker(True))
+
         parked: Parked | None = None
         try:
-            spec = await rt.agent(agent_id)
-            hooks = hooks_for(agent_id, spec)
-            wrappers = [m for _, m in hooks.with_hook("wrap_tool_call")]
             if wrappers:
                 extra, messages = await agent_state(task_id)
-                result = await run_wrapped(wrappers, tool, call, extra, decision, messages)
+                result = await run_wrapped(
+                    wrappers, tool, call, extra, decision, messages, before_tool=tool_starts
+                )
             else:
                 result = await run_tool(tool, call)
         except approvals.Interrupted as asked:

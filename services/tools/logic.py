@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -109,6 +109,7 @@ async def run_wrapped(
     extra: dict[str, Any],
     decision: dict[str, Any] | None = None,
     messages: Sequence[Message] = (),
+    before_tool: Callable[[], Awaitable[None]] | None = None,
 ) -> ToolMessage:
     """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
     middleware outermost, as LangChain composes it. The state a wrapper sees is
@@ -118,7 +119,8 @@ async def run_wrapped(
 
     A per-call human approval inside the chain raises ``approvals.Interrupted`` (no
     ``decision`` yet: the caller parks the call) or gets ``decision`` from ``interrupt()``;
-    a decision that does not fit raises ``approvals.DecisionRefused``."""
+    a decision that does not fit raises ``approvals.DecisionRefused``. ``before_tool``
+    is awaited when the chain reaches the tool itself."""
     from langchain_core.messages import ToolMessage as LcToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
@@ -136,6 +138,8 @@ async def run_wrapped(
     async def execute(req: Any) -> Any:
         wanted = req.tool_call
         target = req.tool or tool
+        if before_tool is not None:
+            await before_tool()
         answer = await run_tool(
             target,
             ToolCall(id=wanted["id"], name=wanted["name"], args=wanted.get("args", {})),
