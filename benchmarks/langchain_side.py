@@ -19,14 +19,21 @@ from benchmarks.stack import scripted_turns
 from services.model.fake import ScriptedChatModel
 
 
-class TimedScriptedModel(ScriptedChatModel):
-    """Records ``perf_counter()`` at the start of every model call (one list per task,
-    keyed by the task's first message id ... by the human message's content)."""
+class CallTimes:
+    """Mixed into a chat model: records ``perf_counter()`` at the start of every model call
+    (one list per task, keyed by the task's first message: the human message's content)."""
 
     def _record(self, messages: list[BaseMessage]) -> None:
         key = str(messages[0].content) if messages else ""
         calls: dict[str, list[float]] = self.__dict__.setdefault("_calls", {})
         calls.setdefault(key, []).append(time.perf_counter())
+
+    def call_times(self) -> dict[str, list[float]]:
+        return dict(self.__dict__.get("_calls", {}))
+
+
+class TimedScriptedModel(CallTimes, ScriptedChatModel):
+    """The scripted model, recording when each call starts."""
 
     def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
         self._record(messages)
@@ -35,9 +42,6 @@ class TimedScriptedModel(ScriptedChatModel):
     async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
         self._record(messages)
         return await super()._agenerate(messages, *args, **kwargs)
-
-    def call_times(self) -> dict[str, list[float]]:
-        return dict(self.__dict__.get("_calls", {}))
 
     def reset(self) -> None:
         self.__dict__["_calls"] = {}
@@ -69,15 +73,10 @@ def make_http_agent(base_url: str) -> tuple[Any, Any]:
     from langchain.agents import create_agent
     from langchain_openai import ChatOpenAI
 
-    class TimedChatOpenAI(ChatOpenAI):
+    class TimedChatOpenAI(CallTimes, ChatOpenAI):
         async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
-            key = str(messages[0].content) if messages else ""
-            calls: dict[str, list[float]] = self.__dict__.setdefault("_calls", {})
-            calls.setdefault(key, []).append(time.perf_counter())
+            self._record(messages)
             return await super()._agenerate(messages, *args, **kwargs)
-
-        def call_times(self) -> dict[str, list[float]]:
-            return dict(self.__dict__.get("_calls", {}))
 
     model = TimedChatOpenAI(model="scripted", base_url=base_url, api_key="unused")
     return create_agent(model, tools=[tools.noop, tools.blob]), model

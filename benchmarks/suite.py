@@ -104,14 +104,11 @@ def _ms(values: list[float]) -> dict[str, float]:
 # -- 1. step latency ----------------------------------------------------------------------
 
 
-async def _loopline_task_steps(
-    client: Client, steps: int, prompt: str, tool: str = "noop"
-) -> list[float]:
+async def _loopline_steps(client: Client, spec: Any, steps: int, prompt: str) -> list[float]:
+    """One loopline task's step durations: the gaps between its ``StepStarted`` events."""
     from contracts.messages import HumanMessage
 
-    tid = await client.submit(
-        fake_agent(steps, tool=tool), [HumanMessage(content=prompt)], max_steps=steps + 1
-    )
+    tid = await client.submit(spec, [HumanMessage(content=prompt)], max_steps=steps + 1)
     started: list[float] = []
     async for _, event in client.events(tid, block_ms=5000):
         if event.type == "StepStarted":
@@ -121,11 +118,22 @@ async def _loopline_task_steps(
     return [b - a for a, b in itertools.pairwise(started)]
 
 
-async def _langchain_task_steps(steps: int, prompt: str) -> list[float]:
-    agent, model = lc.make_agent(steps)
+async def _langchain_steps(agent: Any, model: Any, steps: int, prompt: str) -> list[float]:
+    """One LangChain task's step durations: the gaps between its model calls."""
     await agent.ainvoke({"messages": [{"role": "user", "content": prompt}]}, lc.run_config(steps))
     times = model.call_times()[prompt]
     return [b - a for a, b in itertools.pairwise(times)]
+
+
+async def _loopline_task_steps(
+    client: Client, steps: int, prompt: str, tool: str = "noop"
+) -> list[float]:
+    return await _loopline_steps(client, fake_agent(steps, tool=tool), steps, prompt)
+
+
+async def _langchain_task_steps(steps: int, prompt: str) -> list[float]:
+    agent, model = lc.make_agent(steps)
+    return await _langchain_steps(agent, model, steps, prompt)
 
 
 async def _commands_per_step(client: Client, url: str, steps: int) -> dict[str, float]:
@@ -191,8 +199,6 @@ async def step_latency_http(url: str, plan: Plan) -> dict[str, Any]:
     """The end-to-end variant: the real ``ChatOpenAI`` on both sides, over HTTP to the
     scripted OpenAI-compatible server (its own process); loopline's model service calls
     it as a deployment would, LangChain's ``create_agent`` in-process does the same."""
-    from contracts.messages import HumanMessage
-
     steps = plan.step_steps
     prefix = new_prefix()
     ours: list[float] = []
@@ -204,22 +210,10 @@ async def step_latency_http(url: str, plan: Plan) -> dict[str, Any]:
             client = Client(url, prefix)
 
             async def loopline_task(prompt: str) -> list[float]:
-                tid = await client.submit(
-                    http_agent(), [HumanMessage(content=prompt)], max_steps=steps + 1
-                )
-                started: list[float] = []
-                async for _, event in client.events(tid, block_ms=5000):
-                    if event.type == "StepStarted":
-                        started.append(event.at)
-                    elif event.type == "TaskFailed":
-                        raise RuntimeError(f"benchmark task failed: {event}")
-                return [b - a for a, b in itertools.pairwise(started)]
+                return await _loopline_steps(client, http_agent(), steps, prompt)
 
             async def langchain_task(prompt: str) -> list[float]:
-                config = lc.run_config(steps)
-                await agent.ainvoke({"messages": [{"role": "user", "content": prompt}]}, config)
-                times = model.call_times()[prompt]
-                return [b - a for a, b in itertools.pairwise(times)]
+                return await _langchain_steps(agent, model, steps, prompt)
 
             try:
                 await loopline_task("warm-up")

@@ -183,6 +183,16 @@ def tool_texts(messages: list[Any]) -> dict[str, str]:
     return {m.tool_call_id: str(m.content) for m in messages if m.type == "tool"}
 
 
+async def finish_with(
+    client: Client, task_id: str, decision: dict[str, Any]
+) -> tuple[list[str], list[Any]]:
+    """Answer the one waiting call; the calls answered and the finished transcript."""
+    answered = await client.decide(task_id, decision)
+    done = await client.wait(task_id)
+    assert isinstance(done, TaskCompleted)
+    return answered, await client.messages(task_id)
+
+
 async def test_gated_call_waits_alone_survives_restarts_and_resumes_edited(
     stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> None:
@@ -264,10 +274,7 @@ async def test_rejected_call_tells_the_model_as_langchain_does(
         assert isinstance(refusal, ToolInterrupted) and refusal.error
         assert [r.request["tool_call_id"] for r in await client.waiting_calls(task_id)] == answered
 
-        answered = await client.decide(task_id, REJECT)  # the one waiting call
-        done = await client.wait(task_id)
-        assert isinstance(done, TaskCompleted)
-        messages = await client.messages(task_id)
+        answered, messages = await finish_with(client, task_id, REJECT)
     assert tool_texts(messages) == tool_texts(lc_result["messages"])
     assert "not today" in tool_texts(messages)[answered[0]]
     assert last_request(servers[1], prompt) == last_request(servers[0], prompt)
@@ -283,10 +290,7 @@ async def test_a_human_answering_for_the_tool_is_what_the_model_gets(
         _, outcome = await client.outcome(task_id)
         assert isinstance(outcome, ApprovalRequested)
         assert outcome.request["args"] == {"a": 7, "b": 8}
-        answered = await client.decide(task_id, RESPOND)
-        done = await client.wait(task_id)
-        assert isinstance(done, TaskCompleted)
-        messages = await client.messages(task_id)
+        answered, messages = await finish_with(client, task_id, RESPOND)
     # the tool did not run (it would have said 15): the human's words are its result,
     # a success, as LangChain's own agent records them
     assert tool_texts(messages) == tool_texts(lc_result["messages"])

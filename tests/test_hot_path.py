@@ -17,11 +17,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from contracts.agent import AgentSpec
-from contracts.events import ModelRequested, ToolRequested, dump_event
+from contracts.events import ModelRequested, ToolCompleted, ToolRequested, dump_event
 from contracts.messages import AIMessage, ToolCall, ToolMessage
 from contracts.streams import DATA_FIELD, GROUPS
 from services.fastredis import FastRedis, FastScript, stream_entries
-from services.loop.handlers import LAST_RESULT_MAX_BYTES, transitions
+from services.loop.handlers import LAST_RESULT_MAX_BYTES, Transitions, transitions
 from services.runtime import Runtime
 from services.settings import Settings
 from services.tools.handlers import handlers as tools_handlers
@@ -173,12 +173,26 @@ async def test_a_blocking_read_gets_entries_with_their_fields(
 # -- the step's one tool result in the next model request --
 
 
+async def replied(rt: Runtime, loop: Transitions, task_id: str, calls: int) -> None:
+    """The model's reply with ``calls`` tool calls, delivered to the model stream and
+    applied there."""
+    reply = reply_with_calls(task_id, calls)
+    await handle(await deliver(rt, "model", dump_event(reply)), loop.model_responded(reply))
+
+
+async def completed(
+    rt: Runtime, loop: Transitions, done: ToolCompleted, join_len: int, at: int
+) -> None:
+    """A tool result delivered to the tools stream and applied there."""
+    entry = await deliver(rt, "tools", dump_event(done))
+    await handle(entry, loop.tool_completed(done, join_len, at))
+
+
 async def test_a_single_small_result_rides_in_the_model_request(rt: Runtime) -> None:
     loop = transitions(rt)
     await start_task(rt, "r1")
     await rt.transcript("r1", 1)  # as the model service holds it when it calls the model
-    reply = reply_with_calls("r1", 1)
-    await handle(await deliver(rt, "model", dump_event(reply)), loop.model_responded(reply))
+    await replied(rt, loop, "r1", 1)
     (requested,) = await events_on(rt.redis, rt.names.tools, ToolRequested)
     assert (requested.result_at, requested.join_len) == (2, 3)
     # the model's own reply joined this process's cache when its transition committed
@@ -186,8 +200,7 @@ async def test_a_single_small_result_rides_in_the_model_request(rt: Runtime) -> 
     assert isinstance(cached[1], AIMessage) and cached[1].tool_calls[0].id == "c0"
 
     done = result("r1", "c0")
-    entry = await deliver(rt, "tools", dump_event(done))
-    await handle(entry, loop.tool_completed(done, 3, 2))
+    await completed(rt, loop, done, 3, 2)
     (request,) = await events_on(rt.redis, rt.names.model, ModelRequested)
     assert request.transcript_len == 3 and request.last_result == done.message
 
@@ -202,10 +215,9 @@ async def test_a_single_small_result_rides_in_the_model_request(rt: Runtime) -> 
 async def test_a_model_service_missing_more_reads_the_transcript(rt: Runtime, prefix: str) -> None:
     loop = transitions(rt)
     await start_task(rt, "r2")
-    reply = reply_with_calls("r2", 1)
-    await handle(await deliver(rt, "model", dump_event(reply)), loop.model_responded(reply))
+    await replied(rt, loop, "r2", 1)
     done = result("r2", "c0")
-    await handle(await deliver(rt, "tools", dump_event(done)), loop.tool_completed(done, 3, 2))
+    await completed(rt, loop, done, 3, 2)
     (request,) = await events_on(rt.redis, rt.names.model, ModelRequested)
 
     other = Runtime(rt.url, Settings(prefix=prefix))  # another replica: nothing cached
@@ -223,11 +235,10 @@ async def test_results_of_a_step_with_several_calls_or_large_ones_are_not_carrie
 ) -> None:
     loop = transitions(rt)
     await start_task(rt, "r3")
-    reply = reply_with_calls("r3", 2)
-    await handle(await deliver(rt, "model", dump_event(reply)), loop.model_responded(reply))
+    await replied(rt, loop, "r3", 2)
     for call_id, at in (("c0", 2), ("c1", 3)):
         done = result("r3", call_id)
-        await handle(await deliver(rt, "tools", dump_event(done)), loop.tool_completed(done, 4, at))
+        await completed(rt, loop, done, 4, at)
     (request,) = await events_on(rt.redis, rt.names.model, ModelRequested)
     # c1 completed the step and stands last: it rides along, but a cache ending at the AI
     # message lacks c0 too, so the request's result alone does not fill it
@@ -237,13 +248,12 @@ async def test_results_of_a_step_with_several_calls_or_large_ones_are_not_carrie
     assert [m.tool_call_id for m in transcript[2:] if isinstance(m, ToolMessage)] == ["c0", "c1"]
 
     await start_task(rt, "r4")
-    reply = reply_with_calls("r4", 1)
-    await handle(await deliver(rt, "model", dump_event(reply)), loop.model_responded(reply))
+    await replied(rt, loop, "r4", 1)
     big = result("r4", "c0")
     big = big.model_copy(
         update={"message": ToolMessage(content="x" * LAST_RESULT_MAX_BYTES, tool_call_id="c0")}
     )
-    await handle(await deliver(rt, "tools", dump_event(big)), loop.tool_completed(big, 3, 2))
+    await completed(rt, loop, big, 3, 2)
     requests = await events_on(rt.redis, rt.names.model, ModelRequested)
     (r4,) = [r for r in requests if r.task_id == "r4"]
     assert r4.last_result is None and r4.transcript_len == 3

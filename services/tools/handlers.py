@@ -113,9 +113,6 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         extra = json.loads(raw) if raw else {}
         return extra, await rt.transcript(task_id, int(length), int(rev))
 
-    def wraps_tools(agent_id: str, spec: AgentSpec) -> bool:
-        return bool(hooks_for(agent_id, spec).with_hook("wrap_tool_call"))
-
     lease_s = rt.settings.claim_idle_ms / 1000
 
     def marker(started: bool | None = None) -> str:
@@ -131,6 +128,10 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             record["started"] = started
         return json.dumps(record)
 
+    def first_marker(wrappers: list[Any]) -> str:
+        """The lease taken before a call runs: a wrapped call has not reached its tool."""
+        return marker(False if wrappers else None)
+
     async def keep_lease(calls_key: str, call_id: str, lease: dict[str, Any]) -> None:
         """While the tool runs, renew its lease, so a duplicate delivery of the same call
         waits instead of taking the worker for dead."""
@@ -139,50 +140,48 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             await rt.redis.hset(calls_key, call_id, marker(lease["started"]))
 
     async def run_once(
-        event: ToolRequested, tool: BaseTool, spec: AgentSpec
+        event: ToolRequested, tool: BaseTool, wrappers: list[Any]
     ) -> ToolMessage | Parked:
         """Run the call at most once across deliveries: the result is recorded before the
         entry is acked, and a redelivery re-publishes it instead of running the tool."""
         calls_key = rt.names.task_calls(event.task_id)
         call = event.call
-        if toolbox.is_idempotent(tool) and not wraps_tools(event.agent_id, spec):
+        if toolbox.is_idempotent(tool) and not wrappers:
             # Running it again is harmless by its declaration, so no lease (one round trip
             # fewer): a redelivery runs it again, and the transition takes one result.
             # With wrap_tool_call middleware the record also parks calls for humans.
             return await record_done(calls_key, await run_tool(tool, call))
-        started = False if wraps_tools(event.agent_id, spec) else None
-        if await rt.command("HSETNX", calls_key, call.id, marker(started)):
-            return await run_leased(event.task_id, event.agent_id, tool, call, None)
+        if await rt.command("HSETNX", calls_key, call.id, first_marker(wrappers)):
+            return await run_leased(event.task_id, tool, call, wrappers, None)
         found: Any = await rt.redis.hget(calls_key, call.id)
         record = json.loads(found) if found else {}
         if record.get("state") == "waiting":
             # Parked for a human: tell the loop again (it asks only once).
             return await parked_request(calls_key, call.id)
-        return await run_unless_known(event.task_id, event.agent_id, tool, call, record, None)
+        return await run_unless_known(event.task_id, tool, call, wrappers, record, None)
 
-    async def resume_once(event: ToolResumed, tool: BaseTool) -> ToolMessage | Parked | None:
+    async def resume_once(
+        event: ToolResumed, tool: BaseTool, wrappers: list[Any]
+    ) -> ToolMessage | Parked | None:
         """Run a parked call with its decision, once: the delivery that takes the parked
         record runs it; a duplicate waits for it or re-publishes its result."""
         calls_key = rt.names.task_calls(event.task_id)
         call = event.call
-        # a parked call runs inside the middleware that parked it
-        taken, found = await take_parked(keys=[calls_key], args=[call.id, marker(False)])
+        taken, found = await take_parked(keys=[calls_key], args=[call.id, first_marker(wrappers)])
         if int(taken) == 1:
-            return await run_leased(event.task_id, event.agent_id, tool, call, event.decision)
+            return await run_leased(event.task_id, tool, call, wrappers, event.decision)
         if not found:  # the task's keys are gone (it ended long ago): nothing to answer
             return None
         record = json.loads(found)
         if record.get("state") == "waiting":  # not reachable: the script took it
             raise StillRunning(f"tool call {call.id} could not be taken")
-        return await run_unless_known(
-            event.task_id, event.agent_id, tool, call, record, event.decision
-        )
+        return await run_unless_known(event.task_id, tool, call, wrappers, record, event.decision)
 
     async def run_unless_known(
         task_id: str,
-        agent_id: str,
         tool: BaseTool,
         call: Any,
+        wrappers: list[Any],
         record: dict[str, Any],
         decision: dict[str, Any] | None,
     ) -> ToolMessage | Parked:
@@ -199,23 +198,19 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
         if not toolbox.is_idempotent(tool) and record.get("started", True):
             return await record_done(calls_key, unknown_outcome(call))
-        spec = await rt.agent(agent_id)
-        await rt.redis.hset(
-            calls_key, call.id, marker(False if wraps_tools(agent_id, spec) else None)
-        )
-        return await run_leased(task_id, agent_id, tool, call, decision)
+        await rt.redis.hset(calls_key, call.id, first_marker(wrappers))
+        return await run_leased(task_id, tool, call, wrappers, decision)
 
     async def run_leased(
         task_id: str,
-        agent_id: str,
         tool: BaseTool,
         call: Any,
+        wrappers: list[Any],
         decision: dict[str, Any] | None,
     ) -> ToolMessage | Parked:
-        """Run a call whose lease this worker holds; record its outcome."""
+        """Run a call whose lease this worker holds (``wrappers``: the agent's
+        wrap_tool_call middleware); record its outcome."""
         calls_key = rt.names.task_calls(task_id)
-        spec = await rt.agent(agent_id)
-        wrappers = [m for _, m in hooks_for(agent_id, spec).with_hook("wrap_tool_call")]
         lease: dict[str, Any] = {"started": False if wrappers else None}
         renew = asyncio.create_task(keep_lease(calls_key, call.id, lease))
 
@@ -293,10 +288,13 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         outcome: ToolMessage | Parked | None
         if tool is None:
             outcome = refused(event.call, list(tools))
-        elif isinstance(event, ToolResumed):
-            outcome = await resume_once(event, tool)
         else:
-            outcome = await run_once(event, tool, spec)
+            hooks = hooks_for(event.agent_id, spec)
+            wrappers = [m for _, m in hooks.with_hook("wrap_tool_call")]
+            if isinstance(event, ToolResumed):
+                outcome = await resume_once(event, tool, wrappers)
+            else:
+                outcome = await run_once(event, tool, wrappers)
         if outcome is None:
             return
         if isinstance(outcome, Parked):
