@@ -229,7 +229,7 @@ def to_markdown(fig: dict[str, Any]) -> str:
             f"{step['floor']['hops_per_step']} consecutive hops (the stream hops of one "
             "step of this hook-free agent: model → tools → model; the model and tools "
             "services apply the loop's transitions themselves, see "
-            "`services/loop/inline.py`). The no-op tool is declared idempotent (it is): "
+            "`services/tasks/handover.py`). The no-op tool is declared idempotent (it is): "
             "the tools service runs such a tool without taking a lease first. One task per "
             "round calls the same no-op left undeclared, which costs the lease's round "
             "trip.",

@@ -32,7 +32,7 @@ from loopline.client import Client
 
 HOPS_PER_STEP = 2
 """Stream hops of one agent step with one tool call, for an agent without loop-stage hooks
-(services/loop/inline.py): model -ToolRequested-> tools -ModelRequested-> model. The model
+(services/tasks/handover.py): model -ToolRequested-> tools -ModelRequested-> model. The model
 and tools services apply the loop's transitions themselves (StepStarted, ModelResponded
 and ToolCompleted go to the task's log inside those Lua transitions, no extra hop); the
 context stage is skipped for an agent without context editing. With hooks the step is 4

@@ -150,7 +150,7 @@ class Client:
         one per gated call of the current step that has no decision yet, oldest first.
         Each ``request`` is LangChain's ToolApprovalRequest (``tool_call_id``, ``name``,
         ``args``, ``description``)."""
-        from services.store import waiting_calls
+        from services.tasks.store import waiting_calls
 
         step, calls = await waiting_calls(self.redis, self.names, task_id)
         found = []

@@ -42,13 +42,12 @@ from contracts.events import AnyEvent, DeadLettered, Event, dump_event, parse_ev
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, GROUPS, Names
 from services import telemetry
-from services.entry import COMMIT_SCRIPT, CURRENT, Fused, PendingCommit, commit_parts
+from services.entry import COMMIT_SCRIPT, CURRENT, PendingCommit, ScriptCall, commit_parts
 from services.errors import PayloadTooLarge, PermanentError, UnknownAgent
 from services.fastredis import FastRedis, FastScript, stream_entries
 from services.redisconn import async_client, commit_in_steps, is_cluster, make_broker, retrying
 from services.reliability import Reclaimer, decode_event, entry_payload
 from services.settings import Settings
-from services.store import ScriptCall, TaskStore
 
 log = logging.getLogger("loopline")
 
@@ -114,7 +113,6 @@ class Runtime:
         )
         # The per-entry commands go through a lean client where the URL allows it.
         self.fast = None if self.cluster else FastRedis.from_url(url)
-        self.store = TaskStore(self.redis, self.names, self.register_script)
         self._commit_script = self.register_script(COMMIT_SCRIPT)
         self._agents: dict[str, AgentSpec] = {}
         self.consumers: dict[str, str] = {}  # service -> this process's consumer name
@@ -181,37 +179,6 @@ class Runtime:
         if entry is not None:
             del entry.outbox[mark[0] :]
             del entry.writes[mark[1] :]
-
-    def fuse(
-        self,
-        task_id: str,
-        phases: tuple[str, ...],
-        publish_phase: str = "",
-        outputs: Sequence[tuple[str, Event]] = (),
-        expect_len: int | None = None,
-    ) -> Fused | None:
-        """Let a transition commit the entry being handled (see ``services.entry``); None
-        where it cannot: outside a consumer's handler, or on a Redis Cluster (one script
-        cannot span the slots of the task's keys and the streams)."""
-        entry = _open_entry()
-        if entry is None or self.cluster:
-            return None
-        return Fused(
-            entry=entry,
-            phases=phases,
-            publish_phase=publish_phase,
-            outputs=[(stream, self.encode(event)) for stream, event in outputs],
-            deadlines_key=self.names.deadlines,
-            task_id=task_id,
-            expect_len=expect_len,
-        )
-
-    @staticmethod
-    def fused_committed() -> None:
-        """A fused transition committed the entry: its handler must publish nothing more."""
-        entry = CURRENT.get()
-        if entry is not None:
-            entry.committed = True
 
     async def publish_many(self, items: Sequence[tuple[str, Event]]) -> None:
         """Several events in one round trip (a step's parallel tool calls)."""

@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     inline_loop: bool = True
     """The model and tools services apply the loop's transition for agents whose loop stage
     has no hooks (two stream hops fewer per step); off: every result goes through the loop
-    service (``services.loop.inline``)."""
+    service (``services.tasks.handover``)."""
 
     gc_threshold: int = Field(default=50_000, ge=0)
     """Allocations between young-generation collections in ``loopline serve`` processes

@@ -183,7 +183,7 @@ def spread_prefix(cluster: RedisCluster3) -> str:
     for _ in range(1000):
         prefix = f"c{uuid.uuid4().hex[:8]}"
         names = Names(prefix)
-        # the streams a hook-free agent's task goes through (services/loop/inline.py);
+        # the streams a hook-free agent's task goes through (services/tasks/handover.py);
         # ":model" and ":tools" have the same length, so CRC16's linearity fixes how their
         # slots differ whatever the prefix: they may never sit on three different nodes
         streams = [names.tasks, names.model, names.tools]

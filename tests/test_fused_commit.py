@@ -1,4 +1,4 @@
-"""Fused transitions (services/entry.py) on a real Redis: a loop transition that lands in
+"""Fused transitions (services/tasks/lua/fused.lua) on a real Redis: a loop transition that lands in
 the predicted state publishes what comes next, applies the entry's writes and acks the
 entry in one script; anything else leaves the entry to the usual commit."""
 
@@ -25,9 +25,11 @@ from contracts.events import (
 from contracts.messages import AIMessage, HumanMessage, ToolCall, ToolMessage
 from contracts.streams import DATA_FIELD, GROUPS
 from services.entry import CURRENT, PendingCommit
-from services.loop.handlers import Transitions, transitions
 from services.runtime import Runtime
 from services.settings import Settings
+from services.tasks.loop import Loop
+from services.tasks.store import TaskStore
+from services.tasks.transitions import StartTask
 
 SPEC = AgentSpec(model={"name": "fake", "params": {}}, tools=["tests.tooling:add"])  # type: ignore[arg-type]
 
@@ -65,16 +67,19 @@ async def events_on(redis: aioredis.Redis, stream: str, kind: type | None = None
 
 async def start_task(rt: Runtime, task_id: str, max_steps: int = 5) -> None:
     agent_id = await rt.save_agent(SPEC)
-    await rt.store.start(
+    store = TaskStore(rt.redis, rt.names, rt.register_script)
+    await store.start(
         task_id,
-        agent_id=agent_id,
-        max_steps=max_steps,
-        submitted_event=dump_event(
-            TaskSubmitted(task_id=task_id, agent=SPEC, messages=[HumanMessage(content="hi")])
+        StartTask(
+            agent_id=agent_id,
+            max_steps=max_steps,
+            submitted_event=dump_event(
+                TaskSubmitted(task_id=task_id, agent=SPEC, messages=[HumanMessage(content="hi")])
+            ),
+            step_event=dump_event(StepStarted(task_id=task_id, step=1)),
+            retention=3600,
+            messages=[HumanMessage(content="hi", id=f"{task_id}:in:0").model_dump_json()],
         ),
-        step_event=dump_event(StepStarted(task_id=task_id, step=1)),
-        retention_s=3600,
-        messages=[HumanMessage(content="hi", id=f"{task_id}:in:0").model_dump_json().encode()],
     )
 
 
@@ -107,7 +112,7 @@ def result(task_id: str, call_id: str) -> ToolCompleted:
 
 
 async def test_a_model_reply_publishes_its_calls_and_acks_in_one_script(rt: Runtime) -> None:
-    loop: Transitions = transitions(rt)
+    loop = Loop(rt)
     await start_task(rt, "t1")
     reply = reply_with_calls("t1", 2)
 
@@ -135,7 +140,7 @@ async def test_a_model_reply_publishes_its_calls_and_acks_in_one_script(rt: Runt
 async def test_tool_results_ack_alone_until_the_last_publishes_the_next_request(
     rt: Runtime,
 ) -> None:
-    loop = transitions(rt)
+    loop = Loop(rt)
     await start_task(rt, "t2")
     reply = reply_with_calls("t2", 2)
     await handle(await deliver(rt, "model", dump_event(reply)), loop.model_responded(reply))
@@ -163,7 +168,7 @@ async def test_tool_results_ack_alone_until_the_last_publishes_the_next_request(
 async def test_a_wrong_prediction_commits_nothing_and_the_usual_path_takes_over(
     rt: Runtime,
 ) -> None:
-    loop = transitions(rt)
+    loop = Loop(rt)
     await start_task(rt, "t3")
     reply = reply_with_calls("t3", 1)
     await handle(await deliver(rt, "model", dump_event(reply)), loop.model_responded(reply))
@@ -179,7 +184,7 @@ async def test_a_wrong_prediction_commits_nothing_and_the_usual_path_takes_over(
 async def test_the_step_limit_ends_the_task_and_clears_its_deadline_in_the_script(
     rt: Runtime,
 ) -> None:
-    loop = transitions(rt)
+    loop = Loop(rt)
     await start_task(rt, "t4", max_steps=1)
     await rt.redis.zadd(rt.names.deadlines, {"t4": 1e12})
     reply = reply_with_calls("t4", 1)

@@ -21,9 +21,9 @@ from contracts.events import ModelRequested, ToolCompleted, ToolRequested, dump_
 from contracts.messages import AIMessage, ToolCall, ToolMessage
 from contracts.streams import DATA_FIELD, GROUPS
 from services.fastredis import FastRedis, FastScript, stream_entries
-from services.loop.handlers import LAST_RESULT_MAX_BYTES, Transitions, transitions
 from services.runtime import Runtime
 from services.settings import Settings
+from services.tasks.loop import LAST_RESULT_MAX_BYTES, Loop
 from services.tools.handlers import handlers as tools_handlers
 from tests.test_fused_commit import (
     deliver,
@@ -173,7 +173,7 @@ async def test_a_blocking_read_gets_entries_with_their_fields(
 # -- the step's one tool result in the next model request --
 
 
-async def replied(rt: Runtime, loop: Transitions, task_id: str, calls: int) -> None:
+async def replied(rt: Runtime, loop: Loop, task_id: str, calls: int) -> None:
     """The model's reply with ``calls`` tool calls, delivered to the model stream and
     applied there."""
     reply = reply_with_calls(task_id, calls)
@@ -181,7 +181,7 @@ async def replied(rt: Runtime, loop: Transitions, task_id: str, calls: int) -> N
 
 
 async def completed(
-    rt: Runtime, loop: Transitions, done: ToolCompleted, join_len: int, at: int
+    rt: Runtime, loop: Loop, done: ToolCompleted, join_len: int, at: int
 ) -> None:
     """A tool result delivered to the tools stream and applied there."""
     entry = await deliver(rt, "tools", dump_event(done))
@@ -189,7 +189,7 @@ async def completed(
 
 
 async def test_a_single_small_result_rides_in_the_model_request(rt: Runtime) -> None:
-    loop = transitions(rt)
+    loop = Loop(rt)
     await start_task(rt, "r1")
     await rt.transcript("r1", 1)  # as the model service holds it when it calls the model
     await replied(rt, loop, "r1", 1)
@@ -213,7 +213,7 @@ async def test_a_single_small_result_rides_in_the_model_request(rt: Runtime) -> 
 
 
 async def test_a_model_service_missing_more_reads_the_transcript(rt: Runtime, prefix: str) -> None:
-    loop = transitions(rt)
+    loop = Loop(rt)
     await start_task(rt, "r2")
     await replied(rt, loop, "r2", 1)
     done = result("r2", "c0")
@@ -233,7 +233,7 @@ async def test_a_model_service_missing_more_reads_the_transcript(rt: Runtime, pr
 async def test_results_of_a_step_with_several_calls_or_large_ones_are_not_carried(
     rt: Runtime,
 ) -> None:
-    loop = transitions(rt)
+    loop = Loop(rt)
     await start_task(rt, "r3")
     await replied(rt, loop, "r3", 2)
     for call_id, at in (("c0", 2), ("c1", 3)):

@@ -24,6 +24,7 @@ from services.context.counting import TokenCounter, make_counter
 from services.context.engine import base_tokens_for, edit_context
 from services.errors import BadEvent
 from services.runtime import Handler, Runtime
+from services.tasks.store import TaskStore
 
 
 class CountCache:
@@ -67,6 +68,7 @@ class CountCache:
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
     names = rt.names
+    store = TaskStore(rt.redis, names, rt.register_script)
     cache = CountCache(rt, rt.settings.transcript_cache_tasks)
     counters: dict[tuple[str, str], TokenCounter] = {}
 
@@ -117,7 +119,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                         cleared_inputs=report.cleared_inputs,
                     )
                     key = f"edit:{event.step}:{position}:{n}"
-                    if await rt.store.log_once(event.task_id, key, dump_event(edited)):
+                    if await store.log_once(event.task_id, key, dump_event(edited)):
                         await rt.publish(names.edits, edited)
         await rt.publish(
             names.model,

@@ -13,11 +13,11 @@ from services.agent_view import system_message
 from services.context.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
 from services.hooks import hooks_for
-from services.loop.inline import LoopHandOver
 from services.model.chat import ModelPool, prompt_of
 from services.model.lcview import LangChainViews
 from services.model.wrapped import call_with_middleware
 from services.runtime import Handler, Runtime
+from services.tasks.handover import LoopHandOver
 
 log = logging.getLogger("loopline.model")
 
@@ -40,7 +40,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         try:
             hooks = hooks_for(event.agent_id, spec)
             if hooks.with_hook("wrap_model_call"):
-                extra = await rt.store.extra(event.task_id)
+                extra = await hand_over.loop.store.extra(event.task_id)
                 # unedited: the chain edits at ContextEditingMiddleware's place, so the
                 # middleware outside it see what LangChain's would
                 message: Any = await call_with_middleware(

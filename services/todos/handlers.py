@@ -8,11 +8,13 @@ import json
 from contracts.events import AnyEvent, TodosUpdated, ToolCompleted, ToolRequested, dump_event
 from services.errors import BadEvent
 from services.runtime import Handler, Runtime
+from services.tasks.store import TaskStore
 from services.todos.logic import as_dicts, parse_todos, status_counts, updated_message
 
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
     names = rt.names
+    store = TaskStore(rt.redis, names, rt.register_script)
 
     async def on_write_todos(event: AnyEvent) -> None:
         if not isinstance(event, ToolRequested):
@@ -28,7 +30,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 counts=status_counts(parsed),
             )
             key = f"todos:{event.step}:{event.call.id}"
-            if await rt.store.log_once(event.task_id, key, dump_event(update)):
+            if await store.log_once(event.task_id, key, dump_event(update)):
                 await rt.publish(names.todos, update)
             message = updated_message(event.call, parsed)
         else:

@@ -4,28 +4,26 @@ The loop's work on a ``ModelResponded`` or ``ToolCompleted`` is one atomic trans
 Lua script on the task's keys, keyed by the event's cause) followed by publishing what the
 new state asks for. When the agent's loop stage has no hooks to run (no ``before_*`` or
 ``after_*`` middleware), that is all the loop does, so the model and tools services apply
-the transition themselves, with the loop's own code: two stream hops and two process
-wake-ups fewer per step. Nothing about delivery changes: the transition applies once
-however many replicas race or redeliver (its cause says whether it was already applied),
-and what it asks for is published with the ack of the entry being handled. If the
-transition cannot be applied here (Redis failing, say), the event goes to the loop stream
-instead, whose handler is idempotent: nothing is lost, and the model is not called again.
+the transition themselves, with the loop's own code (``services.tasks.loop``): two stream
+hops and two process wake-ups fewer per step. Nothing about delivery changes: the
+transition applies once however many replicas race or redeliver (its cause says whether
+it was already applied), and what it asks for is published with the ack of the entry
+being handled. If the transition cannot be applied here (Redis failing, say), the event
+goes to the loop stream instead, whose handler is idempotent: nothing is lost, and the
+model is not called again.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from contracts.agent import AgentSpec
 from contracts.events import ModelResponded, ToolCompleted
 from services.errors import PayloadTooLarge
 from services.hooks import hooks_for
 from services.runtime import Runtime
-
-if TYPE_CHECKING:
-    from services.loop.handlers import Transitions
+from services.tasks.loop import Loop
 
 log = logging.getLogger("loopline.loop")
 
@@ -36,21 +34,14 @@ class LoopHandOver:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.enabled = rt.settings.inline_loop
-        self._loop: Transitions | None = None
-
-    def _transitions(self) -> Transitions:
-        if self._loop is None:
-            from services.loop.handlers import transitions  # the loop imports this module
-
-            self._loop = transitions(self.rt)
-        return self._loop
+        self.loop = Loop(rt)
 
     def applies_here(self, spec: AgentSpec, agent_id: str) -> bool:
         """Whether the loop stage has nothing to run but the transition."""
         return self.enabled and not hooks_for(agent_id, spec).has_state_hooks
 
     async def model_responded(self, event: ModelResponded, spec: AgentSpec) -> None:
-        await self._hand(event, spec, lambda: self._transitions().model_responded(event))
+        await self._hand(event, spec, lambda: self.loop.model_responded(event))
 
     async def tool_completed(
         self,
@@ -61,7 +52,7 @@ class LoopHandOver:
     ) -> None:
         """``join_len``, ``result_at``: from the call's ToolRequested (``contracts.events``)."""
         await self._hand(
-            event, spec, lambda: self._transitions().tool_completed(event, join_len, result_at)
+            event, spec, lambda: self.loop.tool_completed(event, join_len, result_at)
         )
 
     async def _hand(

@@ -1,4 +1,4 @@
-"""Pure decisions of the loop: no I/O."""
+"""Pure decisions of the loop (what a state asks for next): no I/O."""
 
 from __future__ import annotations
 

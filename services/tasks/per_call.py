@@ -15,7 +15,8 @@ from contracts.events import (
 )
 from services.errors import BadEvent, UnknownTask
 from services.runtime import Runtime
-from services.store import CallWaits, decision_key, waiting_calls
+from services.tasks.store import TaskStore, decision_key, waiting_calls
+from services.tasks.transitions import DecideCall, ParkCall
 
 log = logging.getLogger("loopline.loop")
 
@@ -30,34 +31,36 @@ class PerCallApprovals:
     ToolResumed, so the tools consumer runs the call's wrap_tool_call chain again with
     ``interrupt()`` returning it. The call's ToolCompleted then joins the step as any."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, store: TaskStore) -> None:
         self.rt = rt
-        self.waits = CallWaits(rt.redis, rt.names)
+        self.store = store
 
     async def interrupted(self, event: ToolInterrupted) -> None:
         rt, tid, call_id = self.rt, event.task_id, event.call.id
         asked = ApprovalRequested(task_id=tid, step=event.step, request=event.request)
         refused = decision_key(event.decision or {}) if event.error else ""
         data = dump_event(event)
-        snap = await self.waits.parked(
+        state = await self.store.park_call(
             tid,
-            step=event.step,
-            call_id=call_id,
-            interrupted_event=data,
-            approval_event=dump_event(asked),
-            refused_decision=refused,
+            ParkCall(
+                step=event.step,
+                call_id=call_id,
+                interrupted_event=data,
+                approval_event=dump_event(asked),
+                refused_decision=refused,
+            ),
         )
-        if not snap.status:
+        if not state.exists:
             raise UnknownTask(f"no task {tid!r}")
-        if not snap.applied:
+        if not state.applied:
             # Ask the public stream again only on a redelivery of the very event that
             # asked (its publish may not have happened), never for a duplicate (a new
             # event for the same call), and only while the call waits for an answer.
-            state = rt.names.task_state(tid)
-            first: Any = await rt.redis.hget(state, f"wait:{event.step}:{call_id}")
+            key = rt.names.task_state(tid)
+            first: Any = await rt.redis.hget(key, f"wait:{event.step}:{call_id}")
             if refused or first != data:
                 return
-            if await rt.redis.hexists(state, f"decided:{event.step}:{call_id}"):
+            if await rt.redis.hexists(key, f"decided:{event.step}:{call_id}"):
                 return
         await rt.publish(rt.names.approvals, asked)
 
@@ -92,8 +95,8 @@ class PerCallApprovals:
         resumed = []
         for target, decision in plan:
             key = decision_key(decision)
-            outcome, accepted = await self.waits.decided(
-                tid, step=step, call_id=target, decision=key
+            outcome, accepted = await self.store.decide_call(
+                tid, DecideCall(step=step, call_id=target, decision=key)
             )
             if outcome == "decided" or (outcome == "taken" and accepted == key):
                 # "taken" with this decision: a redelivery, whose ToolResumed may not have

@@ -1,0 +1,510 @@
+"""The agent loop: one method per event, each one atomic transition followed by publishing
+what the new state asks for.
+
+A transition's outputs are published by whichever delivery of the event applied it, or by
+a redelivery of that same event (the state remembers its ``cause``), so a crash between
+the transition and the publish loses nothing, and a duplicate publishes nothing new.
+
+For an agent without loop-stage hooks the new state is predictable, so a transition is
+fused with its outputs and the entry's ack (``Fusion``: one script), and the model and
+tools services apply these transitions themselves (``services.tasks.handover``): the loop
+service then only starts, cancels and times out tasks and runs hooks and approvals.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from contracts.agent import AgentSpec
+from contracts.events import (
+    ApprovalRequested,
+    CancelRequested,
+    DecisionsSubmitted,
+    Event,
+    ModelFailed,
+    ModelResponded,
+    StepStarted,
+    TaskCompleted,
+    TaskFailed,
+    TaskSubmitted,
+    ToolCompleted,
+    ToolInterrupted,
+    dump_event,
+    parse_event,
+)
+from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
+from services.errors import BadEvent, UnknownTask
+from services.hooks import HookSet, hooks_for
+from services.loop import approvals
+from services.runtime import Runtime
+from services.tasks.hookrun import ModelTurn, model_turn, start_step
+from services.tasks.per_call import PerCallApprovals
+from services.tasks.plan import (
+    after_model_results,
+    join_order,
+    model_request,
+    step_limit_reason,
+    tool_requests,
+)
+from services.tasks.state import Cause, Phase, TaskState
+from services.tasks.store import TaskStore
+from services.tasks.transition import Fusion
+from services.tasks.transitions import (
+    ApplyHooks,
+    AskHuman,
+    FailTask,
+    RecordReply,
+    RecordResult,
+    StartTask,
+)
+
+log = logging.getLogger("loopline.loop")
+
+LAST_RESULT_MAX_BYTES = 2048
+"""A step's only tool result rides in the next model request up to this size (JSON):
+larger ones are read from the transcript, so events stay small."""
+
+
+class Loop:
+    """The loop's transitions on one runtime. The loop service consumes its streams with
+    them; the model and tools services call ``model_responded`` and ``tool_completed``
+    directly for agents whose loop stage has no hooks to run."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.names = rt.names
+        self.store = TaskStore(rt.redis, rt.names, rt.register_script)
+        self.per_call = PerCallApprovals(rt, self.store)
+
+    # -- events ------------------------------------------------------------------------
+
+    async def task_submitted(self, event: TaskSubmitted) -> None:
+        rt = self.rt
+        if not event.messages:
+            raise BadEvent("TaskSubmitted needs at least one message")
+        # Messages get ids as LangGraph gives them, so middleware can replace them by id;
+        # derived from the task id, so a redelivery stores the same ones.
+        inputs = [
+            m if m.id else m.model_copy(update={"id": f"{event.task_id}:in:{i}"})
+            for i, m in enumerate(event.messages)
+        ]
+        agent_id = await rt.save_agent(event.agent)
+        deadline_s = event.deadline_s or rt.settings.task_deadline_s
+        if deadline_s:
+            # Before the start, so a crash in between cannot leave a task without one.
+            await rt.redis.zadd(
+                self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
+            )
+        state = await self.store.start(
+            event.task_id,
+            StartTask(
+                agent_id=agent_id,
+                max_steps=event.max_steps or rt.settings.max_steps,
+                submitted_event=dump_event(event),
+                step_event=dump_event(StepStarted(task_id=event.task_id, step=1)),
+                retention=rt.settings.retention_s,
+                messages=[m.model_dump_json() for m in inputs],
+            ),
+        )
+        if state.cause in (Cause.START, Cause.hooks(1)):
+            await self._advance(event.task_id, state)
+
+    async def cancel_requested(self, event: CancelRequested) -> None:
+        await self.stop(event.task_id, f"cancelled: {event.reason}", Cause.CANCEL)
+
+    async def stop(self, task_id: str, reason: str, cause: str) -> None:
+        """Fail a running task now (cancel, deadline); later events for it are dropped."""
+        state = await self._fail_at_current_step(task_id, reason, cause)
+        if not state.exists:
+            await self.rt.redis.zrem(self.names.deadlines, task_id)
+            if cause == Cause.CANCEL:
+                raise UnknownTask(f"cannot cancel: no task {task_id!r}")
+            return
+        await self._emit(task_id, state)
+
+    async def decisions_submitted(self, event: DecisionsSubmitted) -> None:
+        phase, pending = await self.store.pending_reply(event.task_id)
+        if phase == Phase.TOOLS:  # calls that wait one by one (interrupt_mode="per_call")
+            await self.per_call.decisions(event)
+            return
+        if phase != Phase.APPROVAL or pending is None:
+            raise BadEvent(f"task {event.task_id} is not waiting for a decision")
+        reply = parse_event(pending)
+        assert isinstance(reply, ModelResponded)
+        await self.model_responded(reply, event.decisions)
+
+    async def model_responded(
+        self, event: ModelResponded, decisions: list[dict[str, Any]] | None = None
+    ) -> None:
+        """``decisions``: a human's answers to the approval this reply asked for."""
+        tid = event.task_id
+        hooks = await self._hooks(tid, event.agent_id)
+        if hooks is None:
+            return
+        ai = event.message
+        if ai.id is None:
+            ai = ai.model_copy(update={"id": f"{tid}:ai:{event.step}"})
+        spec = await self.rt.agent(event.agent_id)
+        turn = ModelTurn(ai, decided=after_model_results(spec, ai), end=not ai.tool_calls)
+        if hooks.with_hook("after_model") or (turn.end and hooks.with_hook("after_agent")):
+            hooked = await self._after_model(event, hooks, turn, decisions)
+            if hooked is None:
+                return
+            turn = hooked
+        fusion = None
+        if decisions is None and event.transcript_len is not None and not hooks.has_state_hooks:
+            fusion = await self._tool_calls_fusion(event, turn)
+        state = self._known(await self._record_reply(event, turn, fusion), tid)
+        if state.committed:
+            # The reply stands at transcript_len now (the script checked the length):
+            # this process's cached transcript takes it without reading it back.
+            self._committed(tid, state)
+            if event.transcript_len is not None:
+                self.rt.remember(tid, 0, event.transcript_len, turn.ai)
+            return
+        cause = Cause.model(event.step)
+        if state.step == event.step and state.cause == cause:
+            await self._emit(tid, state, turn.ai)
+        elif self._resumes(state, cause, event.step):
+            await self._advance(tid, state)
+
+    async def tool_completed(
+        self, event: ToolCompleted, join_len: int | None = None, result_at: int | None = None
+    ) -> None:
+        """``join_len``, ``result_at``: from the call's ToolRequested, when the caller has
+        them (then a result that completes the step can fuse the next model request)."""
+        tid = event.task_id
+        cause = Cause.tool(event.step, event.message.tool_call_id)
+        tool_message = event.message.model_dump_json().encode()
+        fusion = None
+        if join_len is not None:
+            fusion = await self._model_request_fusion(event, tool_message, join_len, result_at)
+        state = await self.store.record_result(
+            tid,
+            RecordResult(
+                step=event.step,
+                cause=cause,
+                call_id=event.message.tool_call_id,
+                tool_message=tool_message,
+                tool_event=self.rt.encode(event),  # with the size check of a publish
+                step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
+                failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
+            ),
+            fusion,
+        )
+        state = self._known(state, tid)
+        if state.committed:
+            self._committed(tid, state)
+        elif self._resumes(state, cause, event.step):
+            await self._advance(tid, state)
+
+    async def model_failed(self, event: ModelFailed) -> None:
+        reason = f"model call failed at step {event.step}: {event.error}"
+        state = await self.store.fail(
+            event.task_id,
+            FailTask(
+                failed_event=self._failed(event.task_id, event.step, reason),
+                cause=Cause.model_failed(event.step),
+            ),
+        )
+        await self._emit(event.task_id, self._known(state, event.task_id))
+
+    async def tool_interrupted(self, event: ToolInterrupted) -> None:
+        await self.per_call.interrupted(event)
+
+    # -- what a new state asks for -----------------------------------------------------
+
+    async def _emit(self, task_id: str, state: TaskState, ai: AIMessage | None = None) -> None:
+        """Publish what the state asks for: the model request of its step, or the step's
+        tool calls that have no result yet; a task that ended leaves the deadline set."""
+        rt = self.rt
+        if not state.running:
+            rt.forget(task_id)
+            await rt.redis.zrem(self.names.deadlines, task_id)
+            return
+        spec = await rt.agent(state.agent_id)
+        if state.phase == Phase.MODEL:
+            await rt.publish(*self._model_request(spec, task_id, state))
+            return
+        if ai is None:
+            ai = await self._last_reply(task_id)
+            if ai is None:
+                return
+        pending = [c for c in ai.tool_calls if c.id in state.expected and c.id not in state.done]
+        await rt.publish_many(
+            tool_requests(
+                self.names,
+                spec,
+                task_id=task_id,
+                agent_id=state.agent_id,
+                step=state.step,
+                calls=pending,
+                # results join the transcript only when all are in
+                join_len=state.transcript_len + len(state.expected),
+                expected=state.expected,
+            )
+        )
+
+    def _model_request(
+        self, spec: AgentSpec, task_id: str, state: TaskState
+    ) -> tuple[str, Event]:
+        return model_request(
+            self.names,
+            spec,
+            task_id=task_id,
+            agent_id=state.agent_id,
+            step=state.step,
+            transcript_len=state.transcript_len,
+            rev=state.rev,
+        )
+
+    async def _last_reply(self, task_id: str) -> AIMessage | None:
+        raw = await self.store.last_message(task_id)
+        last = MESSAGE_ADAPTER.validate_json(raw) if raw else None
+        return last if isinstance(last, AIMessage) else None
+
+    async def _advance(self, task_id: str, state: TaskState) -> None:
+        """Publish what a state that just moved (or is being re-driven) asks for."""
+        started = await self._begin_step(task_id, state)
+        if started is not None:
+            await self._emit(task_id, started)
+
+    def _committed(self, task_id: str, state: TaskState) -> None:
+        """A fused transition committed the entry: everything the new state asks for is
+        published already."""
+        if not state.running:
+            self.rt.forget(task_id)
+
+    @staticmethod
+    def _resumes(state: TaskState, cause: str, step: int) -> bool:
+        """Whether this event (by its cause) should (re-)publish the state's outputs: it
+        caused the state, or it caused the step whose hooks were applied since."""
+        return state.cause == cause or (
+            state.cause == Cause.hooks(state.step) and step == state.step - 1
+        )
+
+    @staticmethod
+    def _known(state: TaskState, task_id: str) -> TaskState:
+        if not state.exists:
+            raise UnknownTask(f"no task {task_id!r}")
+        return state
+
+    # -- fused transitions (agents without loop-stage hooks) ---------------------------
+
+    async def _tool_calls_fusion(self, event: ModelResponded, turn: ModelTurn) -> Fusion | None:
+        """No hooks ran: the new state is predictable, so the transition can publish the
+        step's tool calls and ack the entry itself (one round trip, not two)."""
+        assert event.transcript_len is not None
+        expected = [] if turn.end else join_order(turn.ai, turn.decided)
+        outputs = tool_requests(
+            self.names,
+            await self.rt.agent(event.agent_id),
+            task_id=event.task_id,
+            agent_id=event.agent_id,
+            step=event.step,
+            calls=[c for c in turn.ai.tool_calls if c.id not in turn.decided],
+            join_len=event.transcript_len + 1 + len(expected),
+            expected=expected,
+        )
+        return self._fusion(
+            event.task_id, (Phase.TOOLS, Phase.DONE), Phase.TOOLS, outputs, event.transcript_len + 1
+        )
+
+    async def _model_request_fusion(
+        self, event: ToolCompleted, tool_message: bytes, join_len: int, result_at: int | None
+    ) -> Fusion | None:
+        """When this result completes the step and no before_model hooks are to run, the
+        transition publishes the next model request and acks, in one script (the
+        transcript revision only moves when hooks rewrite it)."""
+        spec = await self.rt.agent(event.agent_id)
+        if hooks_for(event.agent_id, spec).has_state_hooks:
+            return None
+        small = result_at == join_len - 1 and len(tool_message) <= LAST_RESULT_MAX_BYTES
+        request = model_request(
+            self.names,
+            spec,
+            task_id=event.task_id,
+            agent_id=event.agent_id,
+            step=event.step + 1,
+            transcript_len=join_len,
+            rev=0,
+            # the step's only result, when small: the model need not read it back
+            last_result=event.message if small else None,
+        )
+        phases = (Phase.MODEL, Phase.TOOLS, Phase.DONE)
+        return self._fusion(event.task_id, phases, Phase.MODEL, [request], join_len)
+
+    def _fusion(
+        self,
+        task_id: str,
+        phases: tuple[Phase, ...],
+        publish_phase: Phase,
+        outputs: list[tuple[str, Event]],
+        expect_len: int | None,
+    ) -> Fusion | None:
+        rt = self.rt
+        return Fusion.of_current_entry(
+            task_id,
+            phases=tuple(p.value for p in phases),
+            publish_phase=publish_phase.value,
+            outputs=[(stream, rt.encode(event)) for stream, event in outputs],
+            deadlines_key=self.names.deadlines,
+            expect_len=expect_len,
+            cluster=rt.cluster,
+        )
+
+    async def _record_reply(
+        self, event: ModelResponded, turn: ModelTurn, fusion: Fusion | None
+    ) -> TaskState:
+        tid = event.task_id
+        answer = next(
+            (m.text() for m in reversed([turn.ai, *turn.after_ai]) if isinstance(m, AIMessage)),
+            "",
+        )
+        return await self.store.record_reply(
+            tid,
+            RecordReply(
+                step=event.step,
+                cause=Cause.model(event.step),
+                ai_message=turn.ai.model_dump_json().encode(),
+                responded_event=self.rt.encode(event),  # with the size check of a publish
+                expected=[] if turn.end else join_order(turn.ai, turn.decided),
+                pre_results={k: v.model_dump_json() for k, v in turn.decided.items()},
+                completed_event=dump_event(
+                    TaskCompleted(task_id=tid, steps=event.step, answer=answer)
+                ),
+                step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
+                failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
+                after_ai=[m.model_dump_json() for m in turn.after_ai],
+                extra=json.dumps(turn.extra) if turn.extra is not None else "",
+            ),
+            fusion,
+        )
+
+    # -- hooks of the loop stage -------------------------------------------------------
+
+    async def _hooks(self, task_id: str, agent_id: str) -> HookSet | None:
+        """The agent's middleware; a middleware that cannot be built fails the task."""
+        spec = await self.rt.agent(agent_id)
+        try:
+            return hooks_for(agent_id, spec)
+        except Exception as exc:  # a bad import path or parameters: the task's failure
+            reason = f"middleware cannot be loaded: {type(exc).__name__}: {exc}"
+            await self._fail_now(task_id, reason)
+            return None
+
+    async def _transcript(self, task_id: str) -> list[Message]:
+        """The whole transcript as it stands (for hooks, which may read all of it)."""
+        rt = self.rt
+        rev: Any = await rt.redis.hget(self.names.task_state(task_id), "rev")
+        length = int(await rt.redis.llen(self.names.task_messages(task_id)))
+        return await rt.transcript(task_id, length, int(rev or 0))
+
+    async def _after_model(
+        self,
+        event: ModelResponded,
+        hooks: HookSet,
+        turn: ModelTurn,
+        decisions: list[dict[str, Any]] | None,
+    ) -> ModelTurn | None:
+        """Run after_model (and at the end after_agent) hooks; None when the task waits
+        for a human or failed."""
+        tid = event.task_id
+        transcript = await self._transcript(tid)
+        try:
+            with approvals.answering(decisions):
+                hooked = await model_turn(hooks, transcript, turn.ai, await self.store.extra(tid))
+        except approvals.Interrupted as asked:
+            await self._wait_for_human(event, asked.value)
+            return None
+        except ValueError as exc:
+            if decisions is not None:  # decisions that do not fit: reject them, keep waiting
+                raise BadEvent(f"decisions rejected: {exc}") from exc
+            await self._fail_now(tid, f"{type(exc).__name__}: {exc}")
+            return None
+        except Exception as exc:  # a hook that raises ends the task, with the reason
+            await self._fail_now(tid, f"{type(exc).__name__}: {exc}")
+            return None
+        hooked.decided = {**turn.decided, **hooked.decided}
+        return hooked
+
+    async def _wait_for_human(self, event: ModelResponded, request: Any) -> None:
+        asked = ApprovalRequested(
+            task_id=event.task_id, step=event.step, request=approvals.as_jsonable(request)
+        )
+        # Fused: once the task's log says it waits, nothing of this entry is pending.
+        outputs: list[tuple[str, Event]] = [(self.names.approvals, asked)]
+        fusion = self._fusion(event.task_id, (Phase.APPROVAL,), Phase.APPROVAL, outputs, None)
+        state = await self.store.ask_human(
+            event.task_id,
+            AskHuman(
+                step=event.step,
+                cause=Cause.approval(event.step),
+                pending=dump_event(event),
+                approval_event=dump_event(asked),
+            ),
+            fusion,
+        )
+        if not state.committed and state.cause == Cause.approval(event.step):
+            await self.rt.publish(self.names.approvals, asked)
+
+    async def _begin_step(self, task_id: str, state: TaskState) -> TaskState | None:
+        """A step is about to call the model: run before_agent/before_model hooks once."""
+        if not state.running or state.phase != Phase.MODEL or state.hooks_step == state.step:
+            return state
+        hooks = await self._hooks(task_id, state.agent_id)
+        if hooks is None:
+            return None
+        wanted = hooks.with_hook("before_model") or (
+            state.step == 1 and hooks.with_hook("before_agent")
+        )
+        if not wanted:
+            return state
+        transcript = await self.rt.transcript(task_id, state.transcript_len, state.rev)
+        extra = await self.store.extra(task_id)
+        try:
+            outcome = await start_step(hooks, state.step, transcript, extra)
+        except Exception as exc:  # a hook that raises (a limit with exit "error") ends it
+            await self._fail_now(task_id, f"{type(exc).__name__}: {exc}")
+            return None
+        completed = TaskCompleted(task_id=task_id, steps=state.step - 1, answer=outcome.answer)
+        return await self.store.apply_hooks(
+            task_id,
+            ApplyHooks(
+                step=state.step,
+                cause=Cause.hooks(state.step),
+                append=[m.model_dump_json() for m in outcome.append],
+                rewrite=None
+                if outcome.rewrite is None
+                else [m.model_dump_json() for m in outcome.rewrite],
+                extra=json.dumps(outcome.extra) if outcome.extra is not None else "",
+                end_now=outcome.end,
+                completed_event=dump_event(completed),
+            ),
+        )
+
+    # -- failures ----------------------------------------------------------------------
+
+    @staticmethod
+    def _failed(task_id: str, step: int, reason: str) -> bytes:
+        return dump_event(TaskFailed(task_id=task_id, step=step, reason=reason))
+
+    async def _fail_at_current_step(
+        self, task_id: str, reason: str, cause: str | None
+    ) -> TaskState:
+        """Fail a running task at whatever step it is on (one transition, applied once)."""
+        step = await self.store.current_step(task_id)
+        return await self.store.fail(
+            task_id,
+            FailTask(
+                failed_event=self._failed(task_id, step, reason),
+                cause=cause or Cause.failed(step),
+            ),
+        )
+
+    async def _fail_now(self, task_id: str, reason: str) -> TaskState:
+        state = await self._fail_at_current_step(task_id, reason, None)
+        await self._emit(task_id, state)
+        return state

@@ -1,0 +1,68 @@
+-- Shared by every task transition (prepended to each script).
+-- KEYS[1..TASK_KEYS] are the task's own keys, in TaskKeys order: state, messages, log,
+-- results, logged, todos, tokens, calls. What a fused commit adds (shared streams, the
+-- deadlines set, the acked stream) comes after them and is never expired with the task.
+-- TASK_KEYS, ARGC and the table `arg` (this transition's arguments by name) are defined
+-- by services.tasks.transition before this file.
+
+-- The task's state right after the attempt: decoded by name (services.tasks.state).
+local function snapshot(applied)
+  local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'cause', 'expected',
+                      'agent', 'rev', 'bm_step')
+  -- The step's calls already answered: the caller publishes only the others.
+  local done = {}
+  if s[3] == 'tools' then done = redis.call('HKEYS', KEYS[4]) end
+  return {applied = applied, status = s[1] or '', step = s[2] or '0', phase = s[3] or '',
+          cause = s[4] or '', transcript_len = redis.call('LLEN', KEYS[2]),
+          expected = s[5] or '[]', agent_id = s[6] or '', rev = s[7] or '0',
+          hooks_step = s[8] or '0', done = done}
+end
+
+-- The reply: name, value pairs (a nil field, `committed` outside a fused commit, is left out).
+local REPLY_FIELDS = {'applied', 'status', 'step', 'phase', 'cause', 'transcript_len',
+                      'expected', 'agent_id', 'rev', 'hooks_step', 'done', 'committed'}
+local function reply(snap)
+  local out = {}
+  for _, name in ipairs(REPLY_FIELDS) do
+    if snap[name] ~= nil then
+      out[#out + 1] = name
+      out[#out + 1] = snap[name]
+    end
+  end
+  return out
+end
+
+local function log(event)
+  redis.call('XADD', KEYS[3], '*', '__DATA__', event)
+end
+
+-- A finished task keeps its own keys for the retention time, then Redis drops them.
+local function finish(status)
+  redis.call('HSET', KEYS[1], 'status', status, 'phase', 'done')
+  local ttl = tonumber(redis.call('HGET', KEYS[1], 'retention') or '0')
+  if ttl and ttl > 0 then
+    for i = 1, TASK_KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+  end
+end
+
+-- Append the step's tool results in call order, then start the next step or stop at
+-- the step limit.
+local function advance(step, expected, step_event, failed_event)
+  for _, id in ipairs(expected) do
+    redis.call('RPUSH', KEYS[2], redis.call('HGET', KEYS[4], id))
+  end
+  redis.call('DEL', KEYS[4])
+  local max_steps = tonumber(redis.call('HGET', KEYS[1], 'max_steps'))
+  if step + 1 > max_steps then
+    finish('failed')
+    log(failed_event)
+  else
+    redis.call('HSET', KEYS[1], 'step', step + 1, 'phase', 'model', 'expected', '[]')
+    log(step_event)
+  end
+end
+
+local function is_expected(expected, call_id)
+  for _, id in ipairs(expected) do if id == call_id then return true end end
+  return false
+end

@@ -1,0 +1,29 @@
+-- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra
+-- The model answered step `step` (model phase, or approval when a human decided): the
+-- reply joins the transcript; without calls to wait for the task completes, else it
+-- moves to the tools phase (results decided by after_model hooks are in already, and
+-- when they are all the results, the next step starts).
+local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase')
+if s[1] ~= 'running' or s[2] ~= arg.step then return snapshot(0) end
+if s[3] ~= 'model' and s[3] ~= 'approval' then return snapshot(0) end
+local step = tonumber(arg.step)
+redis.call('HDEL', KEYS[1], 'pending')
+redis.call('RPUSH', KEYS[2], arg.ai_message)
+for _, msg in ipairs(cjson.decode(arg.after_ai)) do redis.call('RPUSH', KEYS[2], msg) end
+if arg.extra ~= '' then redis.call('HSET', KEYS[1], 'extra', arg.extra) end
+log(arg.responded_event)
+local expected = cjson.decode(arg.expected)
+if #expected == 0 then
+  redis.call('HSET', KEYS[1], 'cause', arg.cause)
+  finish('completed')
+  log(arg.completed_event)
+  return snapshot(1)
+end
+redis.call('HSET', KEYS[1], 'phase', 'tools', 'expected', arg.expected, 'cause', arg.cause)
+local n = 0
+for id, msg in pairs(cjson.decode(arg.pre_results)) do
+  redis.call('HSET', KEYS[4], id, msg)
+  n = n + 1
+end
+if n >= #expected then advance(step, expected, arg.step_event, arg.failed_event) end
+return snapshot(1)

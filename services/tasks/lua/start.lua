@@ -1,0 +1,11 @@
+-- ARGV: agent_id max_steps submitted_event step_event retention messages
+-- A submitted task starts at step 1 in the model phase with its input messages; a
+-- redelivered submission finds it started and changes nothing.
+if redis.call('EXISTS', KEYS[1]) == 1 then return snapshot(0) end
+redis.call('HSET', KEYS[1], 'status', 'running', 'step', 1, 'phase', 'model',
+           'agent', arg.agent_id, 'max_steps', arg.max_steps, 'cause', 'start',
+           'expected', '[]', 'retention', arg.retention)
+for _, msg in ipairs(cjson.decode(arg.messages)) do redis.call('RPUSH', KEYS[2], msg) end
+log(arg.submitted_event)
+log(arg.step_event)
+return snapshot(1)

@@ -1,0 +1,152 @@
+"""Every transition of a task, by its arguments: one class per state change, each next to
+its Lua file in ``lua/`` (``STATES.md`` draws them). The field order is the script's ARGV
+order; the Lua file's first line lists the same names (checked when scripts are built).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.tasks.transition import Args
+
+
+@dataclass(frozen=True, slots=True)
+class StartTask(Args):
+    """A submitted task starts: -> running, step 1, model phase."""
+
+    LUA = "start"
+    agent_id: str
+    max_steps: int
+    submitted_event: bytes
+    step_event: bytes
+    retention: int
+    messages: list[str]
+    """The input messages, each as its JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordReply(Args):
+    """The model answered a step: model (or approval) -> tools, or -> done (completed),
+    or straight to the next step's model phase when hooks answered every call."""
+
+    LUA = "model_responded"
+    step: int
+    cause: str
+    ai_message: bytes
+    responded_event: bytes
+    expected: list[str]
+    """The step's call ids in join order (``plan.join_order``); empty: the task ends."""
+    pre_results: dict[str, str]
+    """Tool messages after_model hooks decided (call id -> JSON)."""
+    completed_event: bytes
+    step_event: bytes
+    failed_event: bytes
+    after_ai: list[str]
+    """Messages after_model hooks added after the reply (JSON each)."""
+    extra: str
+    """The middleware's state fields (JSON), or "" when unchanged."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult(Args):
+    """A tool call's result: tools -> tools, or (the step's last) -> the next step's model
+    phase, or -> done (failed) at the step limit."""
+
+    LUA = "tool_completed"
+    step: int
+    cause: str
+    call_id: str
+    tool_message: bytes
+    tool_event: bytes
+    step_event: bytes
+    failed_event: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyHooks(Args):
+    """A step's before_model hooks, once: model -> model (messages and state changed), or
+    -> done (completed) when they jump to the end."""
+
+    LUA = "apply_hooks"
+    step: int
+    cause: str
+    append: list[str]
+    rewrite: list[str] | None
+    """The whole new transcript when hooks changed earlier messages, else None."""
+    extra: str
+    end_now: bool
+    completed_event: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AskHuman(Args):
+    """after_model hooks asked for a decision: model -> approval."""
+
+    LUA = "interrupt"
+    step: int
+    cause: str
+    pending: bytes
+    """The ModelResponded the task resumes with once decisions arrive."""
+    approval_event: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FailTask(Args):
+    """A running task fails: any phase -> done (failed)."""
+
+    LUA = "fail"
+    failed_event: bytes
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class ParkCall(Args):
+    """A per-call approval: a gated call of the tools phase waits (the phase stays)."""
+
+    LUA = "call_parked"
+    step: int
+    call_id: str
+    interrupted_event: bytes
+    approval_event: bytes
+    refused_decision: str
+    """The decision the call's schema refused ("" when it asks for the first time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecideCall(Args):
+    """A decision for a waiting call, accepted once (the phase stays)."""
+
+    LUA = "call_decided"
+    RETURNS_STATE = False
+    step: int
+    call_id: str
+    decision: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogOnce(Args):
+    """An event on the task's log once per key (no state change)."""
+
+    LUA = "log_once"
+    RETURNS_STATE = False
+    dedupe: str
+    event: bytes
+
+
+ALL: tuple[type[Args], ...] = (
+    StartTask,
+    RecordReply,
+    RecordResult,
+    ApplyHooks,
+    AskHuman,
+    FailTask,
+    ParkCall,
+    DecideCall,
+    LogOnce,
+)
+
+FUSABLE: tuple[type[Args], ...] = (RecordReply, RecordResult, AskHuman)
+"""The transitions that can commit the entry being handled (``transition.Fusion``): the
+model and tools services' inline hand-over, and the loop's wait for a human (so a task
+whose log says it waits has nothing pending)."""
+
