@@ -180,9 +180,7 @@ async def replied(rt: Runtime, loop: Loop, task_id: str, calls: int) -> None:
     await handle(await deliver(rt, "model", dump_event(reply)), loop.model_responded(reply))
 
 
-async def completed(
-    rt: Runtime, loop: Loop, done: ToolCompleted, join_len: int, at: int
-) -> None:
+async def completed(rt: Runtime, loop: Loop, done: ToolCompleted, join_len: int, at: int) -> None:
     """A tool result delivered to the tools stream and applied there."""
     entry = await deliver(rt, "tools", dump_event(done))
     await handle(entry, loop.tool_completed(done, join_len, at))

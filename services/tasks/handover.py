@@ -51,9 +51,7 @@ class LoopHandOver:
         result_at: int | None = None,
     ) -> None:
         """``join_len``, ``result_at``: from the call's ToolRequested (``contracts.events``)."""
-        await self._hand(
-            event, spec, lambda: self.loop.tool_completed(event, join_len, result_at)
-        )
+        await self._hand(event, spec, lambda: self.loop.tool_completed(event, join_len, result_at))
 
     async def _hand(
         self,

@@ -247,9 +247,7 @@ class Loop:
             )
         )
 
-    def _model_request(
-        self, spec: AgentSpec, task_id: str, state: TaskState
-    ) -> tuple[str, Event]:
+    def _model_request(self, spec: AgentSpec, task_id: str, state: TaskState) -> tuple[str, Event]:
         return model_request(
             self.names,
             spec,

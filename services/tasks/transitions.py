@@ -149,4 +149,3 @@ FUSABLE: tuple[type[Args], ...] = (RecordReply, RecordResult, AskHuman)
 """The transitions that can commit the entry being handled (``transition.Fusion``): the
 model and tools services' inline hand-over, and the loop's wait for a human (so a task
 whose log says it waits has nothing pending)."""
-
