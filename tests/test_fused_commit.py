@@ -68,7 +68,7 @@ async def events_on(redis: aioredis.Redis, stream: str, kind: type | None = None
 async def start_task(rt: Runtime, task_id: str, max_steps: int = 5) -> None:
     agent_id = await rt.save_agent(SPEC)
     store = TaskStore(rt.redis, rt.names, rt.register_script)
-    await store.start(
+    await store.apply(
         task_id,
         StartTask(
             agent_id=agent_id,

@@ -2,5 +2,5 @@
 its transitions (``transitions``, each with its Lua in ``lua/``, run by ``transition``),
 and the agent loop that applies them, one method per event (``loop.Loop``). The loop
 service consumes its streams with it; the model and tools services apply a hook-free
-agent's transitions with it directly (``handover``). ``STATES.md`` draws the phases.
+agent's transitions with it directly (``handover``). ``transitions`` draws the phases.
 """

@@ -97,7 +97,7 @@ class Loop:
             await rt.redis.zadd(
                 self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
             )
-        state = await self.store.start(
+        state = await self.store.apply(
             event.task_id,
             StartTask(
                 agent_id=agent_id,
@@ -181,7 +181,7 @@ class Loop:
         fusion = None
         if join_len is not None:
             fusion = await self._model_request_fusion(event, tool_message, join_len, result_at)
-        state = await self.store.record_result(
+        state = await self.store.apply(
             tid,
             RecordResult(
                 step=event.step,
@@ -202,7 +202,7 @@ class Loop:
 
     async def model_failed(self, event: ModelFailed) -> None:
         reason = f"model call failed at step {event.step}: {event.error}"
-        state = await self.store.fail(
+        state = await self.store.apply(
             event.task_id,
             FailTask(
                 failed_event=self._failed(event.task_id, event.step, reason),
@@ -361,7 +361,7 @@ class Loop:
             (m.text() for m in reversed([turn.ai, *turn.after_ai]) if isinstance(m, AIMessage)),
             "",
         )
-        return await self.store.record_reply(
+        return await self.store.apply(
             tid,
             RecordReply(
                 step=event.step,
@@ -435,7 +435,7 @@ class Loop:
         # Fused: once the task's log says it waits, nothing of this entry is pending.
         outputs: list[tuple[str, Event]] = [(self.names.approvals, asked)]
         fusion = self._fusion(event.task_id, (Phase.APPROVAL,), Phase.APPROVAL, outputs, None)
-        state = await self.store.ask_human(
+        state = await self.store.apply(
             event.task_id,
             AskHuman(
                 step=event.step,
@@ -468,7 +468,7 @@ class Loop:
             await self._fail_now(task_id, f"{type(exc).__name__}: {exc}")
             return None
         completed = TaskCompleted(task_id=task_id, steps=state.step - 1, answer=outcome.answer)
-        return await self.store.apply_hooks(
+        return await self.store.apply(
             task_id,
             ApplyHooks(
                 step=state.step,
@@ -494,7 +494,7 @@ class Loop:
     ) -> TaskState:
         """Fail a running task at whatever step it is on (one transition, applied once)."""
         step = await self.store.current_step(task_id)
-        return await self.store.fail(
+        return await self.store.apply(
             task_id,
             FailTask(
                 failed_event=self._failed(task_id, step, reason),

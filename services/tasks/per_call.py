@@ -40,7 +40,7 @@ class PerCallApprovals:
         asked = ApprovalRequested(task_id=tid, step=event.step, request=event.request)
         refused = decision_key(event.decision or {}) if event.error else ""
         data = dump_event(event)
-        state = await self.store.park_call(
+        state = await self.store.apply(
             tid,
             ParkCall(
                 step=event.step,

@@ -25,7 +25,7 @@ class Status(StrEnum):
 
 
 class Phase(StrEnum):
-    """Where a running task is (``STATES.md`` draws the transitions between them)."""
+    """Where a running task is (``services.tasks.transitions`` draws the moves between)."""
 
     MODEL = "model"
     """The step's model call is due or under way (``ModelRequested`` published)."""

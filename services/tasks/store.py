@@ -16,25 +16,14 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from contracts.streams import Names
-from services.tasks.state import pairs, text
-from services.tasks.transition import Register, Transition
-from services.tasks.transitions import (
-    FUSABLE,
-    ApplyHooks,
-    AskHuman,
-    DecideCall,
-    FailTask,
-    LogOnce,
-    ParkCall,
-    RecordReply,
-    RecordResult,
-    StartTask,
-)
+from services.tasks.state import TaskState, pairs, text
+from services.tasks.transition import Args, Fusion, Register, Transition
+from services.tasks.transitions import ALL, FUSABLE, DecideCall, LogOnce
 
 
 class TaskStore:
-    """The transitions of every task, on one Redis client. Call a transition with the
-    task's id and its arguments: ``await store.fail(task_id, FailTask(...))``."""
+    """The transitions of every task, on one Redis client: ``await store.apply(task_id,
+    FailTask(...))`` runs the transition its arguments are for."""
 
     def __init__(
         self, redis: aioredis.Redis, names: Names, register: Register | None = None
@@ -44,29 +33,24 @@ class TaskStore:
         self.redis = redis
         self.names = names
         register = register or redis.register_script
+        self._transitions: dict[type[Args], Transition[Any]] = {
+            args: Transition(args, register, names, fusable=args in FUSABLE) for args in ALL
+        }
 
-        def transition(args: Any) -> Any:
-            return Transition(args, register, names, fusable=args in FUSABLE)
-
-        self.start: Transition[StartTask] = transition(StartTask)
-        self.record_reply: Transition[RecordReply] = transition(RecordReply)
-        self.record_result: Transition[RecordResult] = transition(RecordResult)
-        self.apply_hooks: Transition[ApplyHooks] = transition(ApplyHooks)
-        self.ask_human: Transition[AskHuman] = transition(AskHuman)
-        self.fail: Transition[FailTask] = transition(FailTask)
-        self.park_call: Transition[ParkCall] = transition(ParkCall)
-        self._decide_call: Transition[DecideCall] = transition(DecideCall)
-        self._log_once: Transition[LogOnce] = transition(LogOnce)
+    async def apply(self, task_id: str, args: Args, fusion: Fusion | None = None) -> TaskState:
+        """Apply the transition these arguments are for (``fusion``: and commit the
+        entry being handled, when the transition can)."""
+        return await self._transitions[type(args)](task_id, args, fusion)
 
     async def decide_call(self, task_id: str, args: DecideCall) -> tuple[str, str]:
         """Accept a decision for a waiting call: (outcome, the accepted decision); see
         ``lua/call_decided.lua``."""
-        found = pairs(await self._decide_call.raw(task_id, args))
+        found = pairs(await self._transitions[DecideCall].raw(task_id, args))
         return text(found["outcome"]), text(found["decision"])
 
     async def log_once(self, task_id: str, key: str, event: bytes) -> bool:
         """Append to the task's log unless an event with this key is already there."""
-        reply = await self._log_once.raw(task_id, LogOnce(dedupe=key, event=event))
+        reply = await self._transitions[LogOnce].raw(task_id, LogOnce(dedupe=key, event=event))
         return int(pairs(reply)["applied"]) == 1
 
     async def pending_reply(self, task_id: str) -> tuple[str, bytes | None]:

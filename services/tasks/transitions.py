@@ -1,6 +1,33 @@
 """Every transition of a task, by its arguments: one class per state change, each next to
-its Lua file in ``lua/`` (``STATES.md`` draws them). The field order is the script's ARGV
-order; the Lua file's first line lists the same names (checked when scripts are built).
+its Lua file in ``lua/``. The field order is the script's ARGV order; the Lua file's first
+line lists the same names (checked when scripts are built). ``TaskStore.apply`` runs the
+transition an arguments object is for.
+
+A task is running until it ends completed or failed. A running task is in one phase
+(``state.Phase``); every arrow is one transition, applied atomically on the task's keys
+and at most once per cause (``state.Cause``)::
+
+      TaskSubmitted ──StartTask──▶ MODEL (step 1)
+
+      MODEL ──ApplyHooks──▶ MODEL                     before_model hooks, once per step
+      MODEL ──ApplyHooks (jump to end)──▶ DONE        completed
+      MODEL ──AskHuman──▶ APPROVAL                    after_model hooks asked a human
+      MODEL | APPROVAL ──RecordReply──▶ TOOLS         the reply has calls to run
+      MODEL | APPROVAL ──RecordReply──▶ DONE          no calls: completed
+      TOOLS ──RecordResult──▶ TOOLS                   one call's result, more to come
+      TOOLS ──RecordResult──▶ MODEL (step + 1)        the step's last result: all join
+      TOOLS ──RecordResult──▶ DONE                    ... at the step limit: failed
+      TOOLS ──ParkCall──▶ TOOLS                       a per-call approval: the call waits
+      TOOLS ──DecideCall──▶ TOOLS                     its decision, accepted once
+      any   ──FailTask──▶ DONE                        failed: cancel, deadline, model
+                                                      failure, a hook that raised
+
+- ``RecordReply`` with every call answered by after_model hooks joins those results and
+  starts the next step at once (MODEL).
+- ``LogOnce`` changes no state: it logs a todo update or a context edit once.
+- A fused call of a transition in ``FUSABLE`` (``transition.Fusion``, ``lua/fused.lua``)
+  also publishes what the new phase asks for and commits the entry being handled, when
+  the task lands in the predicted phase.
 """
 
 from __future__ import annotations
