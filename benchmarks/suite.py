@@ -11,7 +11,7 @@ import gc
 import itertools
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -298,103 +298,142 @@ async def _bytes_in(redis: aioredis.Redis) -> int:
     return int(info["total_net_input_bytes"])
 
 
+@dataclass
+class _FlatSamples:
+    """What the long tasks of ``flat_cost`` leave behind, for the rows of its table."""
+
+    written: dict[int, int] = field(default_factory=dict)  # step -> server bytes in at its start
+    ours: dict[int, list[float]] = field(default_factory=dict)  # step -> its duration per task
+    model_ms: dict[int, list[float]] = field(default_factory=dict)  # step -> its model call
+    theirs: dict[int, list[float]] = field(default_factory=dict)  # step -> LangChain's duration
+    log: list[dict[str, Any]] = field(default_factory=list)  # the first task's log
+    bus: list[dict[str, Any]] = field(default_factory=list)  # its events on the work streams
+    messages: list[Any] = field(default_factory=list)  # the last LangChain task's messages
+
+    def add_loopline_log(self, task_log: list[dict[str, Any]]) -> None:
+        """Step durations from the loop's ``StepStarted`` times, and the model call's own
+        time as the model service saw it."""
+        started = {e["step"]: e["at"] for e in task_log if e["type"] == "StepStarted"}
+        for k in started:
+            if k + 1 in started:
+                self.ours.setdefault(k, []).append(started[k + 1] - started[k])
+        for e in task_log:
+            if e["type"] == "ModelResponded" and e.get("model_ms") is not None:
+                self.model_ms.setdefault(e["step"], []).append(e["model_ms"])
+
+    def row(self, k: int, window: int, model_call_ms: float) -> dict[str, Any]:
+        """Checkpoint ``k``: its bytes, and the medians of the steps ``k … k+window-1``."""
+        mine = [d for s in range(k, k + window) for d in self.ours.get(s, [])]
+        calls = [d for s in range(k, k + window) for d in self.model_ms.get(s, [])]
+        lcs = [d for s in range(k, k + window) for d in self.theirs.get(s, [])]
+        written = self.written
+        return {
+            "step": k,
+            "event_bytes": sum(e["_bytes"] for e in self.bus if e.get("step") == k),
+            "log_bytes": sum(e["_bytes"] for e in self.log if e.get("step") == k),
+            "redis_bytes_in_per_step": (written[k + window] - written[k]) / window
+            if k in written and k + window in written
+            else None,
+            "loopline_step_ms": statistics.median(mine) * 1000 if mine else None,
+            "langchain_step_ms": statistics.median(lcs) * 1000 if lcs else None,
+            # What the model is sent at step k (and what shipping history would carry):
+            # the human message and k-1 (AI tool call, tool result) pairs.
+            "langchain_state_bytes": lc.state_bytes(self.messages[: 1 + 2 * (k - 1)]),
+            "model_call_ms": model_call_ms,
+            "service_model_call_ms": statistics.median(calls) if calls else None,
+        }
+
+
 async def flat_cost(url: str, plan: Plan, *, private_server: bool) -> dict[str, Any]:
     """``plan.flat_tasks`` long tasks per side, alternating loopline and LangChain so both
     see the same machine; a window's latency is the median of its steps over all tasks
     (one task's 10-step windows moved by 2x between runs on this noisy machine)."""
-    steps = plan.flat_steps
-    args = {"n": plan.flat_tool_bytes}
     prefix = new_prefix()
-    names = Names(prefix)
-    window = plan.flat_window
-    marks = sorted({c for k in plan.flat_checkpoints for c in (k, k + window)})
-    written: dict[int, int] = {}
-    ours: dict[int, list[float]] = {}  # step -> its duration in each loopline task
-    model_ms: dict[int, list[float]] = {}  # step -> its model call in each loopline task
-    theirs: dict[int, list[float]] = {}
-    log: list[dict[str, Any]] = []
-    bus: list[dict[str, Any]] = []
-    messages: list[Any] = []
+    samples = _FlatSamples()
     with Services(url, prefix):
-        client = Client(url, prefix)
-        redis = aioredis.Redis.from_url(url)
-        try:
-            from contracts.messages import HumanMessage
-
-            await _loopline_task_steps(client, 3, "warm-up")
-            spec = fake_agent(steps, tool="blob", args=args)
-            for run in range(plan.flat_tasks):
-                tid = await client.submit(
-                    spec, [HumanMessage(content=f"grow {run}")], max_steps=steps + 1
-                )
-                # Server-wide bytes received, sampled (first task) as the task's log shows
-                # each mark's step starting: (bytes at k+W - bytes at k) / W per step.
-                async for _, event in client.events(tid, block_ms=5000):
-                    if event.type == "StepStarted" and event.step in marks and run == 0:
-                        written[event.step] = await _bytes_in(redis)
-                    elif event.type == "TaskFailed":
-                        raise RuntimeError(f"long task failed: {event}")
-                task_log = await ll.log_events(redis, names, tid)
-                started = {e["step"]: e["at"] for e in task_log if e["type"] == "StepStarted"}
-                for k in started:
-                    if k + 1 in started:
-                        ours.setdefault(k, []).append(started[k + 1] - started[k])
-                for e in task_log:  # the model call's own time, as the model service saw it
-                    if e["type"] == "ModelResponded" and e.get("model_ms") is not None:
-                        model_ms.setdefault(e["step"], []).append(e["model_ms"])
-                if run == 0:
-                    log = task_log
-                    for stream in (names.context, names.model, names.loop, names.tools):
-                        found = await ll.stream_events(redis, stream)
-                        bus += [e for e in found if e.get("task_id") == tid]
-                # LangChain: the same long task in-process; step times and the state it carries.
-                agent, model = lc.make_agent(steps, tool="blob", args=args)
-                result = await agent.ainvoke(
-                    {"messages": [{"role": "user", "content": f"grow {run}"}]},
-                    lc.run_config(steps),
-                )
-                lc_times = model.call_times()[f"grow {run}"]
-                for k, (a, b) in enumerate(itertools.pairwise(lc_times)):
-                    theirs.setdefault(k + 1, []).append(b - a)
-                messages = result["messages"]
-        finally:
-            await redis.aclose()
-            await client.close()
+        await _run_long_tasks(url, prefix, plan, samples)
     drop_prefix(url, prefix)
 
-    model_call = await _model_call_ms(messages, plan.flat_checkpoints)
-    rows = []
-    for k in plan.flat_checkpoints:
-        bus_bytes = sum(e["_bytes"] for e in bus if e.get("step") == k)
-        log_bytes = sum(e["_bytes"] for e in log if e.get("step") == k)
-        mine = [d for s in range(k, k + window) for d in ours.get(s, [])]
-        calls = [d for s in range(k, k + window) for d in model_ms.get(s, [])]
-        lcs = [d for s in range(k, k + window) for d in theirs.get(s, [])]
-        rows.append(
-            {
-                "step": k,
-                "event_bytes": bus_bytes,
-                "log_bytes": log_bytes,
-                "redis_bytes_in_per_step": (written[k + window] - written[k]) / window
-                if k in written and k + window in written
-                else None,
-                "loopline_step_ms": statistics.median(mine) * 1000 if mine else None,
-                "langchain_step_ms": statistics.median(lcs) * 1000 if lcs else None,
-                # What the model is sent at step k (and what shipping history would carry):
-                # the human message and k-1 (AI tool call, tool result) pairs.
-                "langchain_state_bytes": lc.state_bytes(messages[: 1 + 2 * (k - 1)]),
-                "model_call_ms": model_call[k],
-                "service_model_call_ms": statistics.median(calls) if calls else None,
-            }
-        )
+    model_call = await _model_call_ms(samples.messages, plan.flat_checkpoints)
     return {
-        "steps": steps,
+        "steps": plan.flat_steps,
         "tool_bytes": plan.flat_tool_bytes,
-        "window": window,
+        "window": plan.flat_window,
         "tasks": plan.flat_tasks,
         "private_server": private_server,
-        "rows": rows,
+        "rows": [samples.row(k, plan.flat_window, model_call[k]) for k in plan.flat_checkpoints],
     }
+
+
+async def _run_long_tasks(url: str, prefix: str, plan: Plan, samples: _FlatSamples) -> None:
+    """Each round one long loopline task, then the same task in LangChain in-process; the
+    first loopline task also samples the server's bytes and keeps its events."""
+    from contracts.messages import HumanMessage
+
+    steps = plan.flat_steps
+    args = {"n": plan.flat_tool_bytes}
+    names = Names(prefix)
+    window = plan.flat_window
+    marks = {c for k in plan.flat_checkpoints for c in (k, k + window)}
+    client = Client(url, prefix)
+    redis = aioredis.Redis.from_url(url)
+    try:
+        await _loopline_task_steps(client, 3, "warm-up")
+        spec = fake_agent(steps, tool="blob", args=args)
+        for run in range(plan.flat_tasks):
+            tid = await client.submit(
+                spec, [HumanMessage(content=f"grow {run}")], max_steps=steps + 1
+            )
+            await _follow_long_task(client, redis, tid, marks if run == 0 else set(), samples)
+            task_log = await ll.log_events(redis, names, tid)
+            samples.add_loopline_log(task_log)
+            if run == 0:
+                samples.log = task_log
+                samples.bus = await _work_stream_events(redis, names, tid)
+            samples.messages = await _langchain_long_task(steps, args, run, samples)
+    finally:
+        await redis.aclose()
+        await client.close()
+
+
+async def _follow_long_task(
+    client: Client, redis: aioredis.Redis, tid: str, marks: set[int], samples: _FlatSamples
+) -> None:
+    """Wait for the task's end. Server-wide bytes received are sampled as the task's log
+    shows each mark's step starting: (bytes at k+W - bytes at k) / W per step."""
+    async for _, event in client.events(tid, block_ms=5000):
+        if event.type == "StepStarted" and event.step in marks:
+            samples.written[event.step] = await _bytes_in(redis)
+        elif event.type == "TaskFailed":
+            raise RuntimeError(f"long task failed: {event}")
+
+
+async def _work_stream_events(
+    redis: aioredis.Redis, names: Names, tid: str
+) -> list[dict[str, Any]]:
+    """The task's events on the work streams (each with its ``_bytes``)."""
+    bus: list[dict[str, Any]] = []
+    for stream in (names.context, names.model, names.loop, names.tools):
+        found = await ll.stream_events(redis, stream)
+        bus += [e for e in found if e.get("task_id") == tid]
+    return bus
+
+
+async def _langchain_long_task(
+    steps: int, args: dict[str, Any], run: int, samples: _FlatSamples
+) -> list[Any]:
+    """The same long task in-process: its step times into ``samples.theirs``; returns the
+    messages, the state it carries."""
+    agent, model = lc.make_agent(steps, tool="blob", args=args)
+    result = await agent.ainvoke(
+        {"messages": [{"role": "user", "content": f"grow {run}"}]},
+        lc.run_config(steps),
+    )
+    lc_times = model.call_times()[f"grow {run}"]
+    for k, (a, b) in enumerate(itertools.pairwise(lc_times)):
+        samples.theirs.setdefault(k + 1, []).append(b - a)
+    messages: list[Any] = result["messages"]
+    return messages
 
 
 async def _model_call_ms(messages: list[Any], checkpoints: tuple[int, ...]) -> dict[int, float]:
