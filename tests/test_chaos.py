@@ -40,7 +40,7 @@ import redis.asyncio as aioredis
 
 from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, TaskCompleted, ToolCompleted
-from contracts.messages import AIMessage, HumanMessage, ToolMessage
+from contracts.messages import AIMessage, HumanMessage, ToolCall, ToolMessage
 from contracts.streams import GROUPS, SERVICES, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
@@ -123,29 +123,14 @@ def event_key(event: AnyEvent) -> tuple[Any, ...]:
 async def audit_task(
     client: Client, tag: str, task_id: str, counters: dict[str, int], audit: Audit
 ) -> None:
+    """Check one task against what chaos may not break: its log, its transcript, each tool
+    call's side effect and the answer; every finding goes to ``audit``."""
     audit.tasks += 1
     log = [event async for _, event in client.events(task_id, follow=False)]
-    keys = Counter(event_key(e) for e in log)
-    dups = {k: n for k, n in keys.items() if n > 1}
-    if dups:
-        audit.duplicates += sum(n - 1 for n in dups.values())
-        audit.problem(f"{tag} ({task_id}): duplicate log events {dups}")
-    final = log[-1] if log else None
-    if not isinstance(final, TaskCompleted):
-        audit.problem(f"{tag} ({task_id}): ended with {final!r}")
-        return
-    audit.completed += 1
-    audit.latencies.append(final.at - log[0].at)
     pairs = task_calls(tag)
-    kinds = [e.type for e in log]
-    expected_kinds = (
-        ["TaskSubmitted", "StepStarted", "ModelResponded"]
-        + ["ToolCompleted"] * len(pairs)
-        + ["StepStarted", "ModelResponded", "TaskCompleted"]
-    )
-    if kinds != expected_kinds:
-        audit.problem(f"{tag} ({task_id}): log {kinds}")
-
+    final = audit_log(tag, task_id, log, len(pairs), audit)
+    if final is None:
+        return
     messages = await client.messages(task_id)
     if [m.type for m in messages] != ["human", "ai"] + ["tool"] * len(pairs) + ["ai"]:
         audit.problem(f"{tag} ({task_id}): transcript {[m.type for m in messages]}")
@@ -155,29 +140,89 @@ async def audit_task(
     total, unknown = 0, 0
     for call, result in zip(ai.tool_calls, messages[2:-1], strict=True):
         assert isinstance(result, ToolMessage)
-        audit.tool_calls += 1
-        key = str(call.args["call_key"])
-        count = counters.get(key, 0)
-        if result.tool_call_id != call.id:
-            audit.problem(f"{tag}: result {result.tool_call_id} in the place of {call.id}")
-        if result.status == "success":
-            audit.succeeded_calls += 1
-            total += int(call.args["a"]) + int(call.args["b"])
-            if result.content != str(int(call.args["a"]) + int(call.args["b"])):
-                audit.problem(f"{tag}: {key} answered {result.content!r}")
-            if count != 1:
-                audit.problem(f"{tag}: {key} succeeded but its side effect ran {count} times")
-        elif UNKNOWN in str(result.content):
-            audit.unknown_calls += 1
-            unknown += 1
-            if count > 1:
-                audit.problem(f"{tag}: {key} (unknown outcome) ran {count} times")
-            raw = await client.redis.hget(client.names.task_calls(task_id), call.id)
-            record = json.loads(raw) if raw else {}
-            if record.get("message", {}).get("status") == "success":
-                audit.spurious_unknown += 1
-        else:
-            audit.problem(f"{tag}: {key} failed: {result.content!r}")
+        added, outcome_unknown = await audit_call(
+            client, tag, task_id, call, result, counters, audit
+        )
+        total += added
+        unknown += int(outcome_unknown)
+    audit_answer(tag, task_id, final, pairs, total, unknown, audit)
+
+
+def audit_log(
+    tag: str, task_id: str, log: list[AnyEvent], calls: int, audit: Audit
+) -> TaskCompleted | None:
+    """No event twice, the task completed, and its log holds exactly the events of two
+    steps with ``calls`` tool results; the completion when it completed."""
+    keys = Counter(event_key(e) for e in log)
+    dups = {k: n for k, n in keys.items() if n > 1}
+    if dups:
+        audit.duplicates += sum(n - 1 for n in dups.values())
+        audit.problem(f"{tag} ({task_id}): duplicate log events {dups}")
+    final = log[-1] if log else None
+    if not isinstance(final, TaskCompleted):
+        audit.problem(f"{tag} ({task_id}): ended with {final!r}")
+        return None
+    audit.completed += 1
+    audit.latencies.append(final.at - log[0].at)
+    kinds = [e.type for e in log]
+    expected_kinds = (
+        ["TaskSubmitted", "StepStarted", "ModelResponded"]
+        + ["ToolCompleted"] * calls
+        + ["StepStarted", "ModelResponded", "TaskCompleted"]
+    )
+    if kinds != expected_kinds:
+        audit.problem(f"{tag} ({task_id}): log {kinds}")
+    return final
+
+
+async def audit_call(
+    client: Client,
+    tag: str,
+    task_id: str,
+    call: ToolCall,
+    result: ToolMessage,
+    counters: dict[str, int],
+    audit: Audit,
+) -> tuple[int, bool]:
+    """One tool call: a success ran its side effect exactly once and answered the sum, an
+    "unknown outcome" ran it at most once, nothing else may happen. Returns what it adds to
+    the task's sum and whether its outcome is unknown."""
+    audit.tool_calls += 1
+    key = str(call.args["call_key"])
+    count = counters.get(key, 0)
+    if result.tool_call_id != call.id:
+        audit.problem(f"{tag}: result {result.tool_call_id} in the place of {call.id}")
+    if result.status == "success":
+        audit.succeeded_calls += 1
+        if result.content != str(int(call.args["a"]) + int(call.args["b"])):
+            audit.problem(f"{tag}: {key} answered {result.content!r}")
+        if count != 1:
+            audit.problem(f"{tag}: {key} succeeded but its side effect ran {count} times")
+        return int(call.args["a"]) + int(call.args["b"]), False
+    if UNKNOWN in str(result.content):
+        audit.unknown_calls += 1
+        if count > 1:
+            audit.problem(f"{tag}: {key} (unknown outcome) ran {count} times")
+        raw = await client.redis.hget(client.names.task_calls(task_id), call.id)
+        record = json.loads(raw) if raw else {}
+        if record.get("message", {}).get("status") == "success":
+            audit.spurious_unknown += 1
+        return 0, True
+    audit.problem(f"{tag}: {key} failed: {result.content!r}")
+    return 0, False
+
+
+def audit_answer(
+    tag: str,
+    task_id: str,
+    final: TaskCompleted,
+    pairs: list[tuple[int, int]],
+    total: int,
+    unknown: int,
+    audit: Audit,
+) -> None:
+    """With every outcome known the successes sum to the task's pairs; either way the
+    answer is what the scripted model makes of the results it saw."""
     if unknown:
         audit.unknown_tasks += 1
     else:
