@@ -56,6 +56,57 @@ def pids(stack: ServiceProcesses) -> dict[str, set[int]]:
     return {name: {p.pid for p in procs} for name, procs in stack.procs.items()}
 
 
+def assert_every_service_reported(
+    report: dict[str, Any], stack: ServiceProcesses, names: Names
+) -> None:
+    """Every service: its announced consumers are this test's processes, its input
+    streams are read by its group and nothing is left undelivered."""
+    for service in SERVICES:
+        info = report["services"][service]
+        assert info["live"] == len(stack.procs[service]), (service, info)
+        live = [c for c in info["consumers"] if c["announced"]]
+        assert {c["pid"] for c in live} == pids(stack)[service]
+        assert all(c["name"].startswith(f"{service}-") for c in live)
+        assert all(c["uptime_s"] is not None and c["uptime_s"] >= 0 for c in live)
+        streams = {s["stream"]: s for s in info["streams"]}
+        assert set(streams) == set(names.inputs_of(service))
+        for s in streams.values():
+            assert s["group"] == GROUPS[service] and s["exists"]
+            assert s["lag"] == 0, (service, s)  # everything delivered
+
+
+def assert_tool_call_held(report: dict[str, Any], names: Names) -> None:
+    """The held tool call is the one entry delivered and not acked; one dead letter."""
+    (tools_stream,) = report["services"]["tools"]["streams"]
+    assert tools_stream["pending"] == 1 and tools_stream["length"] == 1
+    (tools_consumer,) = report["services"]["tools"]["consumers"]
+    assert tools_consumer["pending"] == 1
+    assert report["dlq"] == {"stream": names.dlq, "length": 1}
+    assert report["tasks"]["running"] == 1
+    assert report["tasks"]["state_keys"] == 1
+
+
+def assert_command_line_reports(url: str, prefix: str) -> None:
+    """The command line, while the tool call is held: one JSON object, and a table."""
+    env = {"REDIS_URL": url, "LOOPLINE_PREFIX": prefix}
+    out = cli(["status", "--json"], env)
+    assert out.returncode == 0, out.stderr
+    as_json = json.loads(out.stdout)
+    assert as_json["tasks"]["running_by_phase"] == {"tools": 1}
+    assert as_json["dlq"]["length"] == 1
+    assert as_json["services"]["tools"]["streams"][0]["pending"] == 1
+    out = cli(["status"], env)
+    assert out.returncode == 0, out.stderr
+    table = out.stdout
+    assert "SERVICE" in table and "LAG" in table and "PENDING" in table
+    assert "dead letters: 1" in table
+    assert "tasks in flight: 1 (tools 1)" in table
+    for service in SERVICES:
+        assert f"\n{service} " in table
+    out = cli(["status", "--no-tasks", "--json"], env)
+    assert json.loads(out.stdout)["tasks"] is None
+
+
 async def test_status_of_a_running_deployment(stack: ServiceProcesses) -> None:
     names = Names(stack.prefix)
     url = stack.redis_url
@@ -84,46 +135,9 @@ async def test_status_of_a_running_deployment(stack: ServiceProcesses) -> None:
 
             report = await wait_for(held, timeout=60, interval=0.2)
 
-            # every service: its announced consumers are this test's processes
-            for service in SERVICES:
-                info = report["services"][service]
-                assert info["live"] == len(stack.procs[service]), (service, info)
-                live = [c for c in info["consumers"] if c["announced"]]
-                assert {c["pid"] for c in live} == pids(stack)[service]
-                assert all(c["name"].startswith(f"{service}-") for c in live)
-                assert all(c["uptime_s"] is not None and c["uptime_s"] >= 0 for c in live)
-                streams = {s["stream"]: s for s in info["streams"]}
-                assert set(streams) == set(names.inputs_of(service))
-                for s in streams.values():
-                    assert s["group"] == GROUPS[service] and s["exists"]
-                    assert s["lag"] == 0, (service, s)  # everything delivered
-            # the held tool call is the one entry delivered and not acked
-            (tools_stream,) = report["services"]["tools"]["streams"]
-            assert tools_stream["pending"] == 1 and tools_stream["length"] == 1
-            (tools_consumer,) = report["services"]["tools"]["consumers"]
-            assert tools_consumer["pending"] == 1
-            assert report["dlq"] == {"stream": names.dlq, "length": 1}
-            assert report["tasks"]["running"] == 1
-            assert report["tasks"]["state_keys"] == 1
-
-            # the command line: one JSON object, and a table
-            env = {"REDIS_URL": url, "LOOPLINE_PREFIX": stack.prefix}
-            out = cli(["status", "--json"], env)
-            assert out.returncode == 0, out.stderr
-            as_json = json.loads(out.stdout)
-            assert as_json["tasks"]["running_by_phase"] == {"tools": 1}
-            assert as_json["dlq"]["length"] == 1
-            assert as_json["services"]["tools"]["streams"][0]["pending"] == 1
-            out = cli(["status"], env)
-            assert out.returncode == 0, out.stderr
-            table = out.stdout
-            assert "SERVICE" in table and "LAG" in table and "PENDING" in table
-            assert "dead letters: 1" in table
-            assert "tasks in flight: 1 (tools 1)" in table
-            for service in SERVICES:
-                assert f"\n{service} " in table
-            out = cli(["status", "--no-tasks", "--json"], env)
-            assert json.loads(out.stdout)["tasks"] is None
+            assert_every_service_reported(report, stack, names)
+            assert_tool_call_held(report, names)
+            assert_command_line_reports(url, stack.prefix)
 
             Path(GATE).touch()  # release the tool: the task completes
             done = await client.wait(task_id)
