@@ -77,6 +77,10 @@ class AgentSpec(BaseModel):
     middleware: list[MiddlewareSpec] = Field(default_factory=list)
     tool_schemas: list[dict[str, Any]] | None = None
     name: str = "agent"
+    tool_timeout_s: float | None = Field(default=None, gt=0)
+    """How long one tool call may run (None: the tools service's LOOPLINE_TOOL_TIMEOUT_S)."""
+    tool_timeouts: dict[str, float] = Field(default_factory=dict)
+    """Per tool name, overriding ``tool_timeout_s``."""
 
     @property
     def agent_id(self) -> str:

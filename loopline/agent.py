@@ -201,12 +201,16 @@ def create_agent(
     middleware: Sequence[Any] = (),
     name: str = "agent",
     max_steps: int | None = None,
+    tool_timeout_s: float | None = None,
+    tool_timeouts: dict[str, float] | None = None,
     redis_url: str | None = None,
     settings: Settings | None = None,
 ) -> Agent:
     """Build an agent. ``model``: a name (``"openai:gpt-4o-mini"``) or a chat model;
     ``tools``: LangChain tools, typed functions with docstrings, or import paths;
-    ``middleware``: loopline's or LangChain's built-in middleware instances, or specs."""
+    ``middleware``: loopline's or LangChain's built-in middleware instances, or specs;
+    ``tool_timeout_s`` / ``tool_timeouts`` (per tool name): how long a tool call may run
+    (default: the tools service's ``LOOPLINE_TOOL_TIMEOUT_S``)."""
     settings = settings or Settings()
     url, embedded = resolve_url(redis_url or settings.redis_url)
     refs, schemas = _tool_refs(list(tools or ()), embedded)
@@ -217,6 +221,8 @@ def create_agent(
         middleware=[to_spec(m, embedded=embedded) for m in middleware],
         tool_schemas=schemas,
         name=name,
+        tool_timeout_s=tool_timeout_s,
+        tool_timeouts=dict(tool_timeouts or {}),
     )
     agent = Agent(spec, url=url, embedded=embedded, settings=settings)
     agent.max_steps = max_steps

@@ -23,7 +23,16 @@ from loopline.middleware import from_spec
 from services import toolbox
 from services.errors import ConfigurationError
 
-_FIELDS = {"model", "tools", "system_prompt", "middleware", "name", "max_steps"}
+_FIELDS = {
+    "model",
+    "tools",
+    "system_prompt",
+    "middleware",
+    "name",
+    "max_steps",
+    "tool_timeout_s",
+    "tool_timeouts",
+}
 
 
 def load_agent_file(path: str | Path) -> tuple[AgentSpec, int | None]:

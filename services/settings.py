@@ -63,6 +63,14 @@ class Settings(BaseSettings):
     graceful_timeout_s: float = Field(default=30.0, ge=0)
     """On SIGTERM, how long in-flight handlers may run before the process exits."""
 
+    tool_timeout_s: float = Field(default=300.0, gt=0)
+    """How long a tool call may run before it fails with a timeout (an agent can set its
+    own, per tool too: ``tool_timeout_s``, ``tool_timeouts``)."""
+
+    tool_stuck_max: int = Field(default=64, ge=1)
+    """Sync tool threads that may still run past their call's end (a timeout, a task that
+    ended) before the tools process hands its work over and exits to be restarted."""
+
     tool_modules: list[str] = Field(default_factory=list)
     """Modules the tools service imports at start, so import errors show at once."""
 

@@ -3,6 +3,7 @@ tools service processes import them as a user's deployment would."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -75,3 +76,25 @@ def flaky(key: str, failures: int) -> str:
     if attempt <= failures:
         raise RuntimeError(f"attempt {attempt} failed")
     return f"succeeded on attempt {attempt}"
+
+
+def hang(seconds: float) -> str:
+    """Hang in a thread for a long time (a tool that never answers in time)."""
+    time.sleep(seconds)
+    return "woke up"
+
+
+async def hang_async(seconds: float) -> str:
+    """Hang in the event loop's task for a long time, cancellably."""
+    await asyncio.sleep(seconds)
+    return "woke up"
+
+
+def exit_now(code: int) -> str:
+    """Raise SystemExit, as a careless script would."""
+    raise SystemExit(code)
+
+
+async def interrupt_async(code: int) -> str:
+    """Raise KeyboardInterrupt from an async tool."""
+    raise KeyboardInterrupt(code)

@@ -20,12 +20,13 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from contracts.events import ToolRequested, ToolResumed
 from contracts.messages import Message, ToolCall, ToolMessage
 from services import toolbox
 from services.loop import approvals
@@ -49,6 +50,19 @@ class Parked:
 
 
 Outcome = ToolMessage | Parked
+Limit = Callable[[], AbstractAsyncContextManager[None]]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One call to run: its tool, the agent's wrap_tool_call middleware around it, and
+    its time limit (``services.tools.limits``)."""
+
+    task_id: str
+    tool: BaseTool
+    call: ToolCall
+    wrappers: list[Any]
+    limit: Limit
 
 
 # KEYS: the task's calls hash. ARGV: call id, running marker. Takes a parked call for its
@@ -98,45 +112,41 @@ class ToolCalls:
         self._read_agent_state = rt.redis.register_script(_AGENT_STATE)
         self.lease_s = rt.settings.claim_idle_ms / 1000
 
-    async def run(self, event: ToolRequested, tool: BaseTool, wrappers: list[Any]) -> Outcome:
+    async def run(self, job: Job) -> Outcome:
         """Run a requested call unless a delivery before ran it (or runs it now)."""
-        calls_key = self.rt.names.task_calls(event.task_id)
-        call = event.call
-        if toolbox.is_idempotent(tool) and not wrappers:
+        calls_key = self.rt.names.task_calls(job.task_id)
+        call = job.call
+        if toolbox.is_idempotent(job.tool) and not job.wrappers:
             # Running it again is harmless by its declaration, so no lease (one round trip
             # fewer): a redelivery runs it again, and the transition takes one result.
             # With wrap_tool_call middleware the record also parks calls for humans.
-            return await self._record_done(calls_key, await run_tool(tool, call))
-        if await self.rt.command("HSETNX", calls_key, call.id, self._first_marker(wrappers)):
-            return await self._run_leased(event.task_id, tool, call, wrappers, None)
+            result = await run_tool(job.tool, call, limit=job.limit)
+            return await self._record_done(calls_key, result)
+        if await self.rt.command("HSETNX", calls_key, call.id, self._first_marker(job)):
+            return await self._run_leased(job, None)
         found: Any = await self.rt.redis.hget(calls_key, call.id)
         record = json.loads(found) if found else {}
         if record.get("state") == "waiting":
             # Parked for a human: tell the loop again (it asks only once).
             return await self._parked_request(calls_key, call.id)
-        return await self._run_unless_known(event.task_id, tool, call, wrappers, record, None)
+        return await self._run_unless_known(job, record, None)
 
-    async def resume(
-        self, event: ToolResumed, tool: BaseTool, wrappers: list[Any]
-    ) -> Outcome | None:
+    async def resume(self, job: Job, decision: dict[str, Any]) -> Outcome | None:
         """Run a parked call with its decision, once: the delivery that takes the parked
         record runs it; a duplicate waits for it or re-publishes its result. None: the
         task's keys are gone (it ended long ago), nothing to answer."""
-        calls_key = self.rt.names.task_calls(event.task_id)
-        call = event.call
+        calls_key = self.rt.names.task_calls(job.task_id)
         taken, found = await self._take_parked(
-            keys=[calls_key], args=[call.id, self._first_marker(wrappers)]
+            keys=[calls_key], args=[job.call.id, self._first_marker(job)]
         )
         if int(taken) == 1:
-            return await self._run_leased(event.task_id, tool, call, wrappers, event.decision)
+            return await self._run_leased(job, decision)
         if not found:
             return None
         record = json.loads(found)
         if record.get("state") == "waiting":  # not reachable: the script took it
-            raise StillRunning(f"tool call {call.id} could not be taken")
-        return await self._run_unless_known(
-            event.task_id, tool, call, wrappers, record, event.decision
-        )
+            raise StillRunning(f"tool call {job.call.id} could not be taken")
+        return await self._run_unless_known(job, record, decision)
 
     # -- leases ------------------------------------------------------------------------
 
@@ -151,9 +161,9 @@ class ToolCalls:
             record["started"] = started
         return json.dumps(record)
 
-    def _first_marker(self, wrappers: list[Any]) -> str:
+    def _first_marker(self, job: Job) -> str:
         """The lease taken before a call runs: a wrapped call has not reached its tool."""
-        return self._marker(False if wrappers else None)
+        return self._marker(False if job.wrappers else None)
 
     async def _keep_lease(self, lease: Lease) -> None:
         """While the tool runs, renew its lease, so a duplicate delivery of the same call
@@ -163,64 +173,45 @@ class ToolCalls:
             await self.rt.redis.hset(lease.calls_key, lease.call_id, self._marker(lease.started))
 
     async def _run_unless_known(
-        self,
-        task_id: str,
-        tool: BaseTool,
-        call: ToolCall,
-        wrappers: list[Any],
-        record: dict[str, Any],
-        decision: dict[str, Any] | None,
+        self, job: Job, record: dict[str, Any], decision: dict[str, Any] | None
     ) -> Outcome:
         """A delivery that did not take the call: its recorded outcome, a retry later while
         a live worker runs it, or (its lease ran out: the worker died mid-run) a run again
         if the tool is idempotent or had not started (only its middleware ran), else the
         model is told the outcome is unknown."""
-        calls_key = self.rt.names.task_calls(task_id)
+        calls_key = self.rt.names.task_calls(job.task_id)
+        call = job.call
         if record.get("state") == "done":
             return ToolMessage.model_validate(record["message"])
         if float(record.get("until", 0)) > time.time():
             # This duplicate stays pending and is retried (by then the result is recorded
             # and gets re-published).
             raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
-        if not toolbox.is_idempotent(tool) and record.get("started", True):
+        if not toolbox.is_idempotent(job.tool) and record.get("started", True):
             return await self._record_done(calls_key, unknown_outcome(call))
-        await self.rt.redis.hset(calls_key, call.id, self._first_marker(wrappers))
-        return await self._run_leased(task_id, tool, call, wrappers, decision)
+        await self.rt.redis.hset(calls_key, call.id, self._first_marker(job))
+        return await self._run_leased(job, decision)
 
-    async def _run_leased(
-        self,
-        task_id: str,
-        tool: BaseTool,
-        call: ToolCall,
-        wrappers: list[Any],
-        decision: dict[str, Any] | None,
-    ) -> Outcome:
-        """Run a call whose lease this worker holds (``wrappers``: the agent's
-        wrap_tool_call middleware); record its outcome."""
-        lease = Lease(self.rt.names.task_calls(task_id), call.id, False if wrappers else None)
+    async def _run_leased(self, job: Job, decision: dict[str, Any] | None) -> Outcome:
+        """Run a call whose lease this worker holds; record its outcome."""
+        calls_key = self.rt.names.task_calls(job.task_id)
+        lease = Lease(calls_key, job.call.id, False if job.wrappers else None)
         renew = asyncio.create_task(self._keep_lease(lease))
         try:
-            outcome = await self._run_chain(task_id, tool, call, wrappers, decision, lease)
+            outcome = await self._run_chain(job, decision, lease)
         finally:
             renew.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renew
         if isinstance(outcome, Parked):  # after the lease stopped: nothing overwrites it
-            return await self._park(lease.calls_key, call.id, outcome)
-        return await self._record_done(lease.calls_key, outcome)
+            return await self._park(calls_key, job.call.id, outcome)
+        return await self._record_done(calls_key, outcome)
 
-    async def _run_chain(
-        self,
-        task_id: str,
-        tool: BaseTool,
-        call: ToolCall,
-        wrappers: list[Any],
-        decision: dict[str, Any] | None,
-        lease: Lease,
-    ) -> Outcome:
+    async def _run_chain(self, job: Job, decision: dict[str, Any] | None, lease: Lease) -> Outcome:
         """The tool, inside its wrap_tool_call middleware when it has any."""
-        if not wrappers:
-            return await run_tool(tool, call)
+        call = job.call
+        if not job.wrappers:
+            return await run_tool(job.tool, call, limit=job.limit)
 
         async def tool_starts() -> None:
             """Past the middleware: from now on a dead worker's call may have had effects."""
@@ -228,10 +219,17 @@ class ToolCalls:
                 lease.started = True
                 await self.rt.redis.hset(lease.calls_key, call.id, self._marker(True))
 
-        extra, messages = await self._agent_state(task_id)
+        extra, messages = await self._agent_state(job.task_id)
         try:
             return await run_wrapped(
-                wrappers, tool, call, extra, decision, messages, before_tool=tool_starts
+                job.wrappers,
+                job.tool,
+                call,
+                extra,
+                decision,
+                messages,
+                before_tool=tool_starts,
+                limit=job.limit,
             )
         except approvals.Interrupted as asked:
             return Parked(approvals.as_jsonable(asked.value), asked.response_schema)

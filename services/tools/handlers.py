@@ -5,7 +5,9 @@ report the result: to the loop, or through the task's transition applied here
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
+import logging
+import os
+import signal
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -19,8 +21,12 @@ from services.hooks import hooks_for
 from services.loop import approvals
 from services.runtime import Handler, Runtime
 from services.tasks.handover import LoopHandOver
-from services.tools.calls import Outcome, Parked, ToolCalls
-from services.tools.logic import refused, too_large
+from services.tools.calls import Job, Outcome, Parked, ToolCalls
+from services.tools.limits import CallLimits, timeout_of
+from services.tools.logic import guarded, refused, too_large
+from services.tools.threads import ToolThreads
+
+log = logging.getLogger("loopline.tools")
 
 CallEvent = ToolRequested | ToolResumed
 
@@ -31,9 +37,11 @@ class ToolsService:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.calls = ToolCalls(rt)
+        self.limits = CallLimits(rt)
         self.hand_over = LoopHandOver(rt)  # results of hook-free agents skip the loop stream
         self._by_agent: dict[str, dict[str, BaseTool]] = {}
         self._executor_set = False
+        self._stuck_reported = False
 
     async def on_call(self, event: AnyEvent) -> None:
         if not isinstance(event, ToolRequested | ToolResumed):
@@ -47,21 +55,35 @@ class ToolsService:
             await self._report_done(event, spec, outcome)
 
     def _set_executor(self) -> None:
-        """Sync tools run in threads: as many as calls may be in flight."""
+        """Sync tools run in threads that a hung tool cannot exhaust."""
         if not self._executor_set:
-            workers = self.rt.settings.concurrency("tools")
-            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(workers))
+            threads = ToolThreads(self.rt.settings.tool_stuck_max, self._on_stuck)
+            asyncio.get_running_loop().set_default_executor(threads)
             self._executor_set = True
+
+    def _on_stuck(self, stuck: int) -> None:
+        """Too many threads of abandoned sync calls: hand the work over and exit (SIGTERM
+        runs the graceful shutdown), for the supervisor to start a fresh process."""
+        if self._stuck_reported:
+            return
+        self._stuck_reported = True
+        log.error(
+            "%d sync tool calls still run past their end (LOOPLINE_TOOL_STUCK_MAX=%d): "
+            "handing this process's work over and exiting",
+            stuck,
+            self.rt.settings.tool_stuck_max,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def _tools_of(self, agent_id: str, spec: AgentSpec) -> dict[str, BaseTool]:
         found = self._by_agent.get(agent_id)
         if found is None:
             found = {}
             for extra in middleware_tools(spec):  # tools that middleware add
-                made = toolbox.as_tool(extra)
+                made = guarded(toolbox.as_tool(extra))
                 found[made.name] = made
             for ref in spec.tools:
-                made = toolbox.resolve(ref)
+                made = guarded(toolbox.resolve(ref))
                 found[made.name] = made
             self._by_agent[agent_id] = found
         return found
@@ -76,9 +98,17 @@ class ToolsService:
             return refused(event.call, list(tools))
         hooks = hooks_for(event.agent_id, spec)
         wrappers: list[Any] = [m for _, m in hooks.with_hook("wrap_tool_call")]
+        timeout_s = timeout_of(spec, tool.name, self.rt.settings.tool_timeout_s)
+        job = Job(
+            event.task_id,
+            tool,
+            event.call,
+            wrappers,
+            limit=lambda: self.limits.limit(event.task_id, timeout_s),
+        )
         if isinstance(event, ToolResumed):
-            return await self.calls.resume(event, tool, wrappers)
-        return await self.calls.run(event, tool, wrappers)
+            return await self.calls.resume(job, event.decision)
+        return await self.calls.run(job)
 
     async def _report_parked(self, event: CallEvent, parked: Parked) -> None:
         await self.rt.publish(
@@ -118,4 +148,6 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     approvals.install()  # per-call human approvals interrupt in this consumer
     for module in rt.settings.tool_modules:  # import errors show at start, not mid-task
         __import__(module)
-    return {rt.names.tools: ToolsService(rt).on_call}
+    service = ToolsService(rt)
+    rt.background.append(service.limits)
+    return {rt.names.tools: service.on_call}

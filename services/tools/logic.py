@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from contracts.messages import Message, ToolCall, ToolMessage, from_langchain
+from services.tools.threads import ToolAborted
 
 # LangChain's (langgraph ToolNode) texts, so the model reads the same errors.
 INVALID_TOOL_NAME_ERROR_TEMPLATE = (
@@ -68,6 +73,36 @@ def too_large(call: ToolCall, size: int, limit: int) -> ToolMessage:
     )
 
 
+def guarded(tool: BaseTool) -> BaseTool:
+    """The tool with its ``BaseException``s (``SystemExit``, ``KeyboardInterrupt``,
+    ``GeneratorExit``, ...) turned into ``ToolAborted``, an ordinary error of its call.
+    LangChain runs an async tool in a task of its own, whose ``KeyboardInterrupt`` or
+    ``SystemExit`` asyncio lets end the event loop, so the guard goes around the tool's
+    own ``_arun`` (sync tools are guarded by their threads, ``services.tools.threads``).
+    A cancellation of the call passes through."""
+    if getattr(tool, _GUARDED, False):
+        return tool
+    original = tool._arun
+
+    @functools.wraps(original)  # LangChain reads the signature (run_manager, config)
+    async def arun(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await original(*args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            raise
+        except BaseException as exc:
+            raise ToolAborted(exc) from None
+
+    object.__setattr__(tool, "_arun", arun)
+    object.__setattr__(tool, _GUARDED, True)
+    return tool
+
+
+_GUARDED = "_loopline_guarded"
+
+
 def _validation_text(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors():
@@ -76,9 +111,21 @@ def _validation_text(exc: ValidationError) -> str:
     return "\n".join(parts)
 
 
-async def run_tool(tool: BaseTool, call: ToolCall, *, raise_errors: bool = False) -> ToolMessage:
+def unlimited() -> AbstractAsyncContextManager[None]:
+    return contextlib.nullcontext()
+
+
+async def run_tool(
+    tool: BaseTool,
+    call: ToolCall,
+    *,
+    raise_errors: bool = False,
+    limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
+) -> ToolMessage:
     """Invoke the tool with the call; a raising tool answers with an error message (as
-    ToolNode with ``handle_tool_errors=True``), invalid arguments with ToolNode's text."""
+    ToolNode with ``handle_tool_errors=True``), invalid arguments with ToolNode's text.
+    ``limit``: the call's time limit (``services.tools.limits``); a call past it fails
+    with ``TimeoutError``."""
     payload: dict[str, Any] = {
         "id": call.id,
         "name": call.name,
@@ -86,7 +133,8 @@ async def run_tool(tool: BaseTool, call: ToolCall, *, raise_errors: bool = False
         "type": "tool_call",
     }
     try:
-        result = await tool.ainvoke(payload)
+        async with limit():
+            result = await tool.ainvoke(payload)
     except ValidationError as exc:
         content = TOOL_INVOCATION_ERROR_TEMPLATE.format(
             tool_name=call.name, tool_kwargs=call.args, error=_validation_text(exc)
@@ -110,6 +158,7 @@ async def run_wrapped(
     decision: dict[str, Any] | None = None,
     messages: Sequence[Message] = (),
     before_tool: Callable[[], Awaitable[None]] | None = None,
+    limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
 ) -> ToolMessage:
     """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
     middleware outermost, as LangChain composes it. The state a wrapper sees is
@@ -144,6 +193,7 @@ async def run_wrapped(
             target,
             ToolCall(id=wanted["id"], name=wanted["name"], args=wanted.get("args", {})),
             raise_errors=True,
+            limit=limit,
         )
         return to_langchain(answer)
 
