@@ -198,3 +198,22 @@ async def test_the_step_limit_ends_the_task_and_clears_its_deadline_in_the_scrip
     assert await events_on(rt.redis, rt.names.model, ModelRequested) == []
     log = await events_on(rt.redis, rt.names.task_log("t4"))
     assert log[-1].type == "TaskFailed" and "step limit" in log[-1].reason
+
+
+async def test_retention_expires_only_the_tasks_own_keys(rt: Runtime) -> None:
+    """A task that ends in a fused commit gets its retention TTL on its own keys; the
+    shared streams and the deadline set the same script touched keep none."""
+    loop = Loop(rt)
+    await rt.redis.zadd(rt.names.deadlines, {"someone-else": 1e12})
+    await start_task(rt, "t5", max_steps=1)
+    reply = reply_with_calls("t5", 1)
+    await handle(await deliver(rt, "model", dump_event(reply)), loop.model_responded(reply))
+    entry = await deliver(rt, "tools", dump_event(result("t5", "c0")))
+    await handle(entry, loop.tool_completed(result("t5", "c0"), 3))
+    assert entry.committed  # the step limit ended it in the fused script
+
+    for key in (rt.names.task_state("t5"), rt.names.task_messages("t5"), rt.names.task_log("t5")):
+        assert 0 < await rt.redis.ttl(key) <= 3600
+    for shared in (rt.names.tools, rt.names.model, rt.names.deadlines):
+        assert await rt.redis.exists(shared) == 1
+        assert await rt.redis.ttl(shared) == -1, shared
