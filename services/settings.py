@@ -71,6 +71,16 @@ class Settings(BaseSettings):
     """Sync tool threads that may still run past their call's end (a timeout, a task that
     ended) before the tools process hands its work over and exits to be restarted."""
 
+    trim_interval_s: float = Field(default=60.0, gt=0)
+    """How often each service trims its input streams below what every group has
+    acknowledged (``services.trimming``)."""
+
+    public_maxlen: int = Field(default=100_000, ge=1)
+    """Entries a public stream (todos, edits, approvals, dead letters) keeps at most."""
+
+    public_max_age_s: float = Field(default=7 * 24 * 3600, gt=0)
+    """How long a public stream keeps an entry."""
+
     tool_modules: list[str] = Field(default_factory=list)
     """Modules the tools service imports at start, so import errors show at once."""
 
