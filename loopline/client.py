@@ -51,6 +51,51 @@ async def read_stream(
     return [(entry_id.decode(), fields.get(data_key, b"")) for entry_id, fields in reply[0][1]]
 
 
+LOST_STATE = (
+    "the task's state was lost: Redis restarted without persistence (or failed over and "
+    "lost writes), and the task with it; submit it again"
+)
+LOST_CHECK_S = 2.0
+"""How often a client waiting on a quiet task checks that its state still exists."""
+
+
+class LostTaskWatch:
+    """Tells a client that waits on a task whose state Redis lost: the server restarted
+    (its run id changed) or the log it was reading is gone, and the task's state with it.
+    Nothing would ever be logged for such a task, so without this its client waits
+    forever."""
+
+    def __init__(self, client: Client, task_id: str) -> None:
+        self.client = client
+        self.task_id = task_id
+        self.run_id = ""
+        self.seen = False
+        self._next = 0.0
+
+    async def begin(self) -> None:
+        self.run_id = await self._run_id()
+        self._next = asyncio.get_running_loop().time() + LOST_CHECK_S
+
+    async def lost(self) -> TaskFailed | None:
+        now = asyncio.get_running_loop().time()
+        if now < self._next:
+            return None
+        self._next = now + LOST_CHECK_S
+        names, redis = self.client.names, self.client.redis
+        if await redis.exists(names.task_state(self.task_id), names.task_log(self.task_id)):
+            return None
+        if not self.seen and await self._run_id() == self.run_id:
+            return None  # not started yet (queued): its log appears when it starts
+        return TaskFailed(task_id=self.task_id, step=0, reason=LOST_STATE)
+
+    async def _run_id(self) -> str:
+        try:
+            info: Any = await self.client.redis.info("server")
+        except aioredis.ResponseError:  # INFO not allowed for this user
+            return ""
+        return str(info.get("run_id", ""))
+
+
 class TaskFailedError(RuntimeError):
     """The task ended without an answer; ``event`` says why."""
 
@@ -272,8 +317,10 @@ class Client:
         """The task's log from entry ``after`` on, as (entry id, event). Resume after a
         disconnect by passing the last entry id seen: no gaps, no duplicates. With
         ``follow`` it waits for new events and ends after the task's terminal event."""
+        watch = LostTaskWatch(self, task_id)
+        await watch.begin()
         async for entry_id, event in self._follow(
-            self.names.task_log(task_id), after, follow=follow, block_ms=block_ms
+            self.names.task_log(task_id), after, follow=follow, block_ms=block_ms, idle=watch
         ):
             yield entry_id, event
             if follow and isinstance(event, TERMINAL):
@@ -315,17 +362,30 @@ class Client:
             yield item
 
     async def _follow(
-        self, key: str, after: str, *, follow: bool, block_ms: int
+        self,
+        key: str,
+        after: str,
+        *,
+        follow: bool,
+        block_ms: int,
+        idle: LostTaskWatch | None = None,
     ) -> AsyncIterator[tuple[str, AnyEvent]]:
-        """A stream's events after ``after``; with ``follow``, waiting for more forever."""
+        """A stream's events after ``after``; with ``follow``, waiting for more forever
+        (``idle``: asked while nothing arrives whether the task's state was lost)."""
         last = after
         while True:
             entries = await read_stream(
                 self.redis, key, last, block_ms=block_ms if follow else None
             )
             if not entries:
-                if follow:
-                    continue
-                return
+                if not follow:
+                    return
+                lost = await idle.lost() if idle is not None else None
+                if lost is not None:
+                    yield last, lost
+                    return
+                continue
+            if idle is not None:
+                idle.seen = True
             for last, raw in entries:
                 yield last, parse_event(raw)
