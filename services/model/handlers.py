@@ -10,7 +10,7 @@ from contracts.events import AnyEvent, ModelFailed, ModelRequested, ModelRespond
 from contracts.messages import AIMessage, from_langchain
 from loopline.middleware import ratelimit
 from services.agent_view import system_message
-from services.context.engine import apply_edits
+from services.editing.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
 from services.hooks import hooks_for
 from services.loop.inline import LoopHandOver

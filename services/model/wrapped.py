@@ -65,7 +65,7 @@ class EditsAtPosition:
         return _model_name(request.model, self.spec) == self.spec.model.model_name
 
     async def awrap_model_call(self, request: Any, handler: Any) -> Any:
-        from services.context.engine import apply_edits
+        from services.editing.engine import apply_edits
 
         if not request.messages:  # as LangChain's: nothing to edit
             return await handler(request)
