@@ -36,9 +36,9 @@ from contracts.events import (
     parse_event,
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage
+from services import approvals
 from services.errors import BadEvent, UnknownTask
 from services.hooks import HookSet, hooks_for
-from services.loop import approvals
 from services.loop.deadlines import DeadlineSweeper
 from services.loop.hookrun import model_turn, start_step
 from services.loop.logic import (
