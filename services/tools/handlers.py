@@ -28,12 +28,13 @@ from contracts.events import (
     ToolResumed,
 )
 from contracts.messages import Message, ToolMessage
-from services import approvals, toolbox
+from services import approvals
 from services.agent_view import middleware_tools
 from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, PermanentError
 from services.hooks import hooks_for
 from services.loop.inline import LoopHandOver
 from services.runtime import Handler, Runtime
+from services.spec import toolbox
 from services.tools.logic import refused, run_tool, run_wrapped, too_large, unknown_outcome
 
 
