@@ -60,7 +60,7 @@ class _Factory:
 
 def _remembered_spec(middleware: Remembers) -> MiddlewareSpec:
     return MiddlewareSpec(
-        type=builtin_name(type(middleware)), params=params.to_json(middleware._loopline_params)
+        type=builtin_name(type(middleware)), params=params.to_json(params_of(middleware))
     )
 
 
