@@ -2,6 +2,6 @@
 
 from loopline.agent import Agent, create_agent, subscribe
 from loopline.client import Client, TaskFailedError
-from services.toolbox import idempotent
+from services.spec.toolbox import idempotent
 
 __all__ = ["Agent", "Client", "TaskFailedError", "create_agent", "idempotent", "subscribe"]

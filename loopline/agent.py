@@ -16,9 +16,9 @@ from contracts.agent import AgentSpec, ModelSpec
 from contracts.events import AnyEvent, ApprovalRequested, TaskFailed, ToolInterrupted
 from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
 from loopline.client import Client, TaskFailedError
-from loopline.middleware import to_spec
-from services import toolbox
 from services.settings import Settings
+from services.spec import toolbox
+from services.spec.middleware import to_spec
 
 
 def resolve_url(redis_url: str | None = None) -> tuple[str, bool]:
@@ -41,7 +41,7 @@ def _model_spec(model: Any, embedded: bool) -> ModelSpec:
     if not isinstance(model, BaseChatModel):
         raise TypeError(f"model must be a name, a ModelSpec or a chat model, not {model!r}")
     if embedded:
-        from services.model.chat import register_local_model
+        from services.spec.models import register_local_model
 
         name = str(getattr(model, "model_name", None) or type(model).__name__)
         return ModelSpec(name=name, ref=register_local_model(model))

@@ -19,9 +19,9 @@ import yaml
 from pydantic import ValidationError
 
 from contracts.agent import AgentSpec
-from loopline.middleware import from_spec
-from services import toolbox
 from services.errors import ConfigurationError
+from services.spec import toolbox
+from services.spec.middleware import from_spec
 
 _FIELDS = {
     "model",

@@ -481,6 +481,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
     import logging
 
+    from services.registry import factory
     from services.runtime import build_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -496,7 +497,7 @@ def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
         print(f"embedded server: REDIS_URL={url}", flush=True)
     assert url is not None
     asyncio.run(_check_redis(url))
-    app, _ = build_app(list(services), url=url, settings=settings)
+    app, _ = build_app(list(services), factory, url=url, settings=settings)
     print(f"serving {', '.join(services)} on {url} (prefix {settings.prefix!r})", flush=True)
     from services.runtime import tune_gc
 

@@ -50,9 +50,10 @@ class ServiceThread:
     ``asyncio.run`` or their own loops freely while the services keep running."""
 
     def __init__(self, url: str, settings: Settings, services: tuple[str, ...] = SERVICES):
+        from services.registry import factory
         from services.runtime import build_app
 
-        self.app, self.runtime = build_app(services, url=url, settings=settings)
+        self.app, self.runtime = build_app(services, factory, url=url, settings=settings)
         self._loop = asyncio.new_event_loop()
         self._started: Future[None] = Future()
         self._thread = threading.Thread(target=self._run, name="loopline-services", daemon=True)

@@ -12,8 +12,9 @@ from typing import Any
 
 from contracts.agent import AgentSpec
 from contracts.messages import SystemMessage
-from loopline.middleware.todo import TodoListMiddleware
-from services import toolbox
+from services.middleware.todo import TodoListMiddleware
+from services.spec import toolbox
+from services.spec.middleware import NATIVE, build
 
 
 def system_message(spec: AgentSpec, *, before: int | None = None) -> SystemMessage | None:
@@ -42,8 +43,6 @@ def _content_blocks(message: SystemMessage) -> list[str | dict[str, Any]]:
 
 def middleware_tools(spec: AgentSpec) -> list[Any]:
     """Tools that users' middleware add (their ``tools`` attribute), in middleware order."""
-    from services.hooks import NATIVE, build
-
     found: list[Any] = []
     for mw in spec.middleware:
         if mw.type not in NATIVE:
@@ -53,8 +52,6 @@ def middleware_tools(spec: AgentSpec) -> list[Any]:
 
 def tool_schemas(spec: AgentSpec) -> list[dict[str, Any]]:
     """Middleware tools first (in middleware order), then the agent's: LangChain's order."""
-    from services.hooks import NATIVE, build
-
     schemas: list[dict[str, Any]] = []
     for mw in spec.middleware:
         if mw.type == "TodoListMiddleware":

@@ -6,34 +6,22 @@ the tools consumer. A hook sees the state LangChain would give it (``messages`` 
 fields middleware keep, stored with the task) and its updates are applied the way
 LangGraph applies them between nodes, so a user's middleware runs unchanged.
 
-Middleware come from the agent spec: loopline's own (todos and context editing, which the
-services implement natively), LangChain's built-in class names, import paths
-(``package.module:Name``, a class or an instance), or ``local:`` instances in embedded mode.
+Middleware come from the agent spec, built by ``services.spec.middleware`` (todos and
+context editing, which the services implement natively, are not run as hooks).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.agent import AgentSpec, MiddlewareSpec
-from services.errors import ConfigurationError
+from contracts.agent import AgentSpec
+from services.spec.middleware import NATIVE, build
 
-NATIVE = {"TodoListMiddleware", "ContextEditingMiddleware"}
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
-LOCAL_PREFIX = "local:"
-_local: dict[str, Any] = {}
-
-
-def register_local(instance: Any) -> str:
-    ref = f"{LOCAL_PREFIX}{type(instance).__name__}:{id(instance)}"
-    _local[ref] = instance
-    return ref
 
 
 def _base() -> Any:
@@ -49,43 +37,6 @@ def overrides(instance: Any, hook: str) -> bool:
     sync = getattr(cls, hook, None) is not getattr(base, hook, None)
     asyn = getattr(cls, f"a{hook}", None) is not getattr(base, f"a{hook}", None)
     return bool(sync or asyn)
-
-
-def build(spec: MiddlewareSpec) -> Any:
-    """An instance for a spec that is not one of loopline's native middleware."""
-    if spec.type.startswith(LOCAL_PREFIX):
-        found = _local.get(spec.type)
-        if found is None:
-            raise ConfigurationError(
-                f"middleware {spec.type} is an in-process object of another process; "
-                "name middleware by import path when services run separately"
-            )
-        return found
-    if ":" in spec.type:
-        module_name, _, attr = spec.type.partition(":")
-        try:
-            target: Any = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigurationError(f"middleware {spec.type!r}: {exc}") from exc
-        for part in attr.split("."):
-            target = getattr(target, part, None)
-            if target is None:
-                raise ConfigurationError(f"middleware {spec.type!r}: no {attr} in {module_name}")
-    else:
-        from loopline.middleware import builtin_class
-
-        try:
-            return builtin_class(spec.type)(**spec.params)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise ConfigurationError(f"middleware {spec.type}: {exc}") from exc
-    if inspect.isclass(target):
-        try:
-            return target(**spec.params)
-        except TypeError as exc:
-            raise ConfigurationError(f"middleware {spec.type}: {exc}") from exc
-    if spec.params:
-        raise ConfigurationError(f"middleware {spec.type} is an instance: it takes no params")
-    return target
 
 
 @dataclass

@@ -549,13 +549,13 @@ ServiceFactory = Callable[[Runtime], dict[str, Handler]]
 
 def build_app(
     services: Sequence[str],
+    factory: Callable[[str], ServiceFactory],
     *,
     url: str | None = None,
     settings: Settings | None = None,
 ) -> tuple[FastStream, Runtime]:
-    """One FastStream app running the given services on one broker connection."""
-    from services import registry
-
+    """One FastStream app running the given services on one broker connection;
+    ``factory(service)`` gives each service's handlers (``services.registry.factory``)."""
     settings = settings or Settings()
     url = url or settings.redis_url
     if not url:
@@ -570,7 +570,7 @@ def build_app(
     consumers: list[StreamConsumer] = []
     for service in services:
         runtime.consumers.setdefault(service, consumer_name(service))
-        handlers = registry.factory(service)(runtime)
+        handlers = factory(service)(runtime)
         for stream, handler in handlers.items():
             runtime.stream_services[stream] = service
             consumers.append(StreamConsumer(runtime, service, stream, handler))

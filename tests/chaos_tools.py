@@ -19,7 +19,7 @@ import time
 
 import redis
 
-from services.toolbox import idempotent
+from services.spec.toolbox import idempotent
 
 _URL = os.environ.get("CHAOS_COUNTER_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1"
 _KEY = os.environ.get("CHAOS_COUNTER_KEY", "chaos:counter")

@@ -27,15 +27,15 @@ from contracts.messages import (
     ToolMessage,
     to_langchain,
 )
-from services.context import counting
-from services.context.counting import (
+from services.editing import counting
+from services.editing.counting import (
     ApproximateCounter,
     ModelCounter,
     TokenCounter,
     install_offline_tiktoken_cache,
     make_counter,
 )
-from services.context.engine import (
+from services.editing.engine import (
     ClearToolUses,
     EditResult,
     apply_edits,

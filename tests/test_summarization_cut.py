@@ -11,7 +11,7 @@ from langchain.agents.middleware import SummarizationMiddleware as LcSummarizati
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from loopline.middleware import SummarizationMiddleware, to_spec
-from loopline.middleware.builtins import safe_cutoff_point
+from services.middleware.builtins import safe_cutoff_point
 
 
 @st.composite

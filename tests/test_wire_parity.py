@@ -24,7 +24,7 @@ from contracts import ContextEdited, HumanMessage, TodosUpdated
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
-from services.context.counting import install_offline_tiktoken_cache
+from services.editing.counting import install_offline_tiktoken_cache
 from tests import tooling
 from tests.support import ServiceProcesses, services_on, twin_servers
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from langchain_core.tools import tool
 
-from services.toolbox import idempotent
+from services.spec.toolbox import idempotent
 
 
 def add(a: int, b: int, note: str = "") -> int:

@@ -18,11 +18,11 @@ from contracts.events import (
     dump_event,
 )
 from contracts.messages import Message
-from loopline.middleware.context_editing import ContextEditingMiddleware
 from services.agent_view import system_message
-from services.context.counting import TokenCounter, make_counter
-from services.context.engine import base_tokens_for, edit_context
+from services.editing.counting import TokenCounter, make_counter
+from services.editing.engine import base_tokens_for, edit_context
 from services.errors import BadEvent
+from services.middleware.context_editing import ContextEditingMiddleware
 from services.runtime import Handler, Runtime
 from services.tasks.store import TaskStore
 

@@ -12,8 +12,8 @@ from contracts.events import (
     ToolCompleted,
     ToolInterrupted,
 )
+from services import approvals
 from services.errors import BadEvent
-from services.loop import approvals
 from services.loop.deadlines import DeadlineSweeper
 from services.runtime import Handler, Runtime
 from services.tasks.loop import Loop

@@ -14,15 +14,7 @@ from langchain_core.runnables import Runnable
 from contracts.agent import AgentSpec, ModelSpec
 from services.agent_view import tool_schemas
 from services.errors import ConfigurationError
-
-_local_models: dict[str, BaseChatModel] = {}
-
-
-def register_local_model(model: BaseChatModel) -> str:
-    """An in-process model object for embedded mode (any LangChain chat model)."""
-    ref = f"local:{id(model)}"
-    _local_models[ref] = model
-    return ref
+from services.spec.models import local_model
 
 
 def endpoint_configured(spec: ModelSpec) -> bool:
@@ -38,13 +30,7 @@ def endpoint_configured(spec: ModelSpec) -> bool:
 
 def build_chat_model(spec: ModelSpec) -> BaseChatModel:
     if spec.ref:
-        local = _local_models.get(spec.ref)
-        if local is None:
-            raise ConfigurationError(
-                f"model {spec.ref} is an in-process object of another process; give the "
-                "model by name when services run separately"
-            )
-        return local
+        return local_model(spec.ref)
     provider, _, _ = spec.name.rpartition(":")
     if spec.name == "fake" or provider == "fake":
         from services.model.fake import ScriptedChatModel

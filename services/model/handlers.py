@@ -8,11 +8,11 @@ from typing import Any
 
 from contracts.events import AnyEvent, ModelFailed, ModelRequested, ModelResponded
 from contracts.messages import AIMessage, from_langchain
-from loopline.middleware import ratelimit
 from services.agent_view import system_message
-from services.context.engine import apply_edits
+from services.editing.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
 from services.hooks import hooks_for
+from services.middleware import ratelimit
 from services.model.chat import ModelPool, prompt_of
 from services.model.lcview import LangChainViews
 from services.model.wrapped import call_with_middleware

@@ -40,7 +40,7 @@ class EditsAtPosition:
         unedited: list[Any],
         edits: Sequence[AppliedEdit] | None,
     ) -> None:
-        from loopline.middleware.context_editing import ContextEditingMiddleware
+        from services.middleware.context_editing import ContextEditingMiddleware
 
         self.middleware = ContextEditingMiddleware.from_spec(mw_spec)
         self.spec = spec
@@ -65,7 +65,7 @@ class EditsAtPosition:
         return _model_name(request.model, self.spec) == self.spec.model.model_name
 
     async def awrap_model_call(self, request: Any, handler: Any) -> Any:
-        from services.context.engine import apply_edits
+        from services.editing.engine import apply_edits
 
         if not request.messages:  # as LangChain's: nothing to edit
             return await handler(request)
@@ -101,7 +101,7 @@ def chain_of(
 ) -> list[Any]:
     from langchain.agents.middleware import TodoListMiddleware as LcTodoListMiddleware
 
-    from loopline.middleware.todo import TodoListMiddleware
+    from services.middleware.todo import TodoListMiddleware
 
     wrappers = dict(hooks.with_hook("wrap_model_call"))
     editors = sum(1 for mw in spec.middleware if mw.type == "ContextEditingMiddleware")

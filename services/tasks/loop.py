@@ -35,9 +35,9 @@ from contracts.events import (
     parse_event,
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
+from services import approvals
 from services.errors import BadEvent, UnknownTask
 from services.hooks import HookSet, hooks_for
-from services.loop import approvals
 from services.runtime import Runtime
 from services.tasks.hookrun import ModelTurn, model_turn, start_step
 from services.tasks.per_call import PerCallApprovals

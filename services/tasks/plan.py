@@ -6,8 +6,8 @@ from contracts.agent import AgentSpec
 from contracts.events import ContextRequested, Event, ModelRequested, ToolRequested
 from contracts.messages import AIMessage, ToolCall, ToolMessage
 from contracts.streams import Names
-from loopline.middleware.todo import PARALLEL_WRITE_TODOS_ERROR
 from services.agent_view import has_todos
+from services.middleware.todo import PARALLEL_WRITE_TODOS_ERROR
 
 WRITE_TODOS = "write_todos"
 

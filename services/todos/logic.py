@@ -9,7 +9,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from contracts.messages import ToolCall, ToolMessage
 from contracts.todos import TODO_STATUSES, Todo
-from services.tools.logic import TOOL_INVOCATION_ERROR_TEMPLATE
+from services.tool_errors import TOOL_INVOCATION_ERROR_TEMPLATE
 
 _TODOS = TypeAdapter(list[Todo])
 

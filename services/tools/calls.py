@@ -28,9 +28,9 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from contracts.messages import Message, ToolCall, ToolMessage
-from services import toolbox
-from services.loop import approvals
+from services import approvals
 from services.runtime import Runtime
+from services.spec import toolbox
 from services.tools.logic import run_tool, run_wrapped, unknown_outcome
 
 

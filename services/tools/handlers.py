@@ -14,12 +14,12 @@ from langchain_core.tools import BaseTool
 
 from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, ToolCompleted, ToolInterrupted, ToolRequested, ToolResumed
-from services import toolbox
+from services import approvals
 from services.agent_view import middleware_tools
 from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, PermanentError
 from services.hooks import hooks_for
-from services.loop import approvals
 from services.runtime import Handler, Runtime
+from services.spec import toolbox
 from services.tasks.handover import LoopHandOver
 from services.tools.calls import Job, Outcome, Parked, ToolCalls
 from services.tools.limits import CallLimits, timeout_of

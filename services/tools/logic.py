@@ -13,18 +13,12 @@ from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from contracts.messages import Message, ToolCall, ToolMessage, from_langchain
+from services.tool_errors import (
+    INVALID_TOOL_NAME_ERROR_TEMPLATE,
+    TOOL_CALL_ERROR_TEMPLATE,
+    TOOL_INVOCATION_ERROR_TEMPLATE,
+)
 from services.tools.threads import ToolAborted
-
-# LangChain's (langgraph ToolNode) texts, so the model reads the same errors.
-INVALID_TOOL_NAME_ERROR_TEMPLATE = (
-    "Error: {requested_tool} is not a valid tool, try one of [{available_tools}]."
-)
-TOOL_CALL_ERROR_TEMPLATE = "Error: {error}\n Please fix your mistakes."
-TOOL_INVOCATION_ERROR_TEMPLATE = (
-    "Error invoking tool '{tool_name}' with kwargs {tool_kwargs} with error:\n"
-    " {error}\n"
-    " Please fix the error and try again."
-)
 
 
 def failure_message(call: ToolCall, exc: Exception) -> ToolMessage:
@@ -174,8 +168,8 @@ async def run_wrapped(
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
     from contracts.messages import to_langchain
+    from services import approvals
     from services.hooks import call_wrapped
-    from services.loop import approvals
 
     request = ToolCallRequest(
         tool_call={"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"},

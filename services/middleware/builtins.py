@@ -8,95 +8,26 @@ another process. Existing agent code moves over by changing one import.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
-import sys
 from typing import Any
 
 from langchain.agents import middleware as lc
 
-from contracts.agent import MiddlewareSpec
 
-
-class _Remembers:
-    """Mixin: keeps the keyword arguments the middleware was built with."""
+class Remembers:
+    """Mixin: keeps the keyword arguments the middleware was built with, which
+    ``services.spec.middleware`` turns into the spec's params."""
 
     _loopline_params: dict[str, Any]
 
-    def to_spec(self) -> MiddlewareSpec:
-        return MiddlewareSpec(type=_lc_name(type(self)), params=_jsonable(self._loopline_params))
 
-
-def _lc_name(cls: type) -> str:
+def builtin_name(cls: type) -> str:
+    """The LangChain class name a built-in travels under."""
     for klass in cls.__mro__:
         if klass.__module__.startswith("langchain.agents.middleware"):
             return klass.__name__
     return cls.__name__
-
-
-def _jsonable(value: Any) -> Any:
-    """Models given as objects travel as ``openai:NAME`` strings; functions (a PII
-    detector, say) as ``{"callable": "package.module:name"}``, or a ``local:`` reference
-    to this process's object when they are not importable (embedded mode only)."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "model_name") and hasattr(value, "invoke"):
-        return f"openai:{value.model_name}"
-    if inspect.isfunction(value) or inspect.isbuiltin(value):
-        return {CALLABLE_KEY: _callable_ref(value)}
-    return value
-
-
-CALLABLE_KEY = "callable"
-
-
-def _callable_ref(func: Any) -> str:
-    module = sys.modules.get(getattr(func, "__module__", None) or "")
-    qualname = getattr(func, "__qualname__", "")
-    target: Any = module
-    for part in qualname.split(".") if module is not None and "<" not in qualname else ():
-        target = getattr(target, part, None)
-    if module is not None and module.__name__ != "__main__" and target is func:
-        return f"{module.__name__}:{qualname}"
-    from services.hooks import register_local
-
-    return register_local(func)
-
-
-def _resolve_callables(value: Any) -> Any:
-    """The inverse of ``_jsonable`` for functions: ``{"callable": ref}`` -> the function."""
-    if isinstance(value, dict):
-        if set(value) == {CALLABLE_KEY} and isinstance(value[CALLABLE_KEY], str):
-            return _import_callable(value[CALLABLE_KEY])
-        return {k: _resolve_callables(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_resolve_callables(v) for v in value]
-    return value
-
-
-def _import_callable(ref: str) -> Any:
-    from services.hooks import LOCAL_PREFIX, _local
-
-    if ref.startswith(LOCAL_PREFIX):
-        if ref not in _local:
-            raise ValueError(
-                f"{ref} is an in-process function of another process; give a module-level "
-                "function (package.module:name) when services run separately"
-            )
-        return _local[ref]
-    module_name, _, attr = ref.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"function {ref!r} cannot be imported: {exc}") from exc
-    if not callable(target):
-        raise ValueError(f"{ref} is not callable")
-    return target
 
 
 def _remembering(base: type, *, positional: tuple[str, ...] = ()) -> type:
@@ -109,7 +40,7 @@ def _remembering(base: type, *, positional: tuple[str, ...] = ()) -> type:
         self._loopline_params = params
         base.__init__(self, *args, **kwargs)  # type: ignore[misc]
 
-    return type(base.__name__, (_Remembers, base), {"__init__": __init__, "__doc__": base.__doc__})
+    return type(base.__name__, (Remembers, base), {"__init__": __init__, "__doc__": base.__doc__})
 
 
 ModelCallLimitMiddleware: Any = _remembering(lc.ModelCallLimitMiddleware)
@@ -237,12 +168,12 @@ BY_NAME: dict[str, Any] = {
 
 
 def build_builtin(name: str, params: dict[str, Any]) -> Any:
+    """The built-in ``name`` made from its params (functions as objects, not references)."""
     if name == "RateLimitMiddleware":
-        from loopline.middleware.ratelimit import RateLimitMiddleware
+        from services.middleware.ratelimit import RateLimitMiddleware
 
         return RateLimitMiddleware(**params)
     cls = BY_NAME[name]
-    params = _resolve_callables(params)
     if name == "ModelFallbackMiddleware":
         args = [params.get("first_model"), *params.get("additional_models", [])]
         rest = {k: v for k, v in params.items() if k not in ("first_model", "additional_models")}

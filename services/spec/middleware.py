@@ -1,48 +1,37 @@
-"""Middleware for loopline agents, with LangChain v1's names, parameters and defaults.
+"""A ``MiddlewareSpec`` to and from its middleware instance.
 
-Each class converts to a ``MiddlewareSpec`` (its name and parameters) that travels with the
-agent spec, so the consumer that owns the middleware's stage can rebuild it. Instances of
-LangChain's own classes passed to ``create_agent`` are converted to these.
+A spec names one of loopline's own middleware (todos, context editing, the rate limit),
+one of LangChain's built-in classes (rebuilt from its remembered arguments), an import
+path (``package.module:Name``, a class built with the spec's params or an instance), or a
+``local:`` instance of this process (embedded mode). ``to_spec`` is what ``create_agent``
+calls on the user's objects; ``from_spec`` validates a spec (agent files); ``build`` is
+what the services call to get the instance whose hooks they run.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
-from langchain.agents.middleware import (
-    AgentMiddleware,
-    AgentState,
-    ModelRequest,
-    ModelResponse,
-    after_agent,
-    after_model,
-    before_agent,
-    before_model,
-    dynamic_prompt,
-    hook_config,
-    wrap_model_call,
-    wrap_tool_call,
-)
+from langchain.agents.middleware import AgentMiddleware
 
 from contracts.agent import MiddlewareSpec
-from loopline.middleware.builtins import (
+from services.errors import ConfigurationError
+from services.middleware.builtins import (
     BY_NAME,
-    HumanInTheLoopMiddleware,
-    LLMToolSelectorMiddleware,
-    ModelCallLimitMiddleware,
-    ModelFallbackMiddleware,
-    ModelRetryMiddleware,
-    PIIMiddleware,
-    SummarizationMiddleware,
-    ToolCallLimitMiddleware,
-    ToolRetryMiddleware,
+    Remembers,
     build_builtin,
+    builtin_name,
     params_of,
 )
-from loopline.middleware.context_editing import ClearToolUsesEdit, ContextEditingMiddleware
-from loopline.middleware.ratelimit import RateLimitMiddleware
-from loopline.middleware.todo import TodoListMiddleware
+from services.middleware.context_editing import ContextEditingMiddleware
+from services.middleware.ratelimit import RateLimitMiddleware
+from services.middleware.todo import TodoListMiddleware
+from services.spec import imports, local, params
+
+# Implemented by the services themselves rather than run as hooks.
+NATIVE = {"TodoListMiddleware", "ContextEditingMiddleware"}
 
 BUILTIN: dict[str, Any] = {
     "TodoListMiddleware": TodoListMiddleware,
@@ -65,8 +54,14 @@ class _Factory:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __call__(self, **params: Any) -> Any:
-        return build_builtin(self.name, params)
+    def __call__(self, **given: Any) -> Any:
+        return build_builtin(self.name, params.from_json(given))
+
+
+def _remembered_spec(middleware: Remembers) -> MiddlewareSpec:
+    return MiddlewareSpec(
+        type=builtin_name(type(middleware)), params=params.to_json(params_of(middleware))
+    )
 
 
 def to_spec(middleware: Any, *, embedded: bool = False) -> MiddlewareSpec:
@@ -76,6 +71,8 @@ def to_spec(middleware: Any, *, embedded: bool = False) -> MiddlewareSpec:
         return middleware
     if isinstance(middleware, dict):
         return MiddlewareSpec.model_validate(middleware)
+    if isinstance(middleware, Remembers):
+        return _remembered_spec(middleware)
     if hasattr(middleware, "to_spec"):
         spec: MiddlewareSpec = middleware.to_spec()
         return spec
@@ -91,15 +88,11 @@ def to_spec(middleware: Any, *, embedded: bool = False) -> MiddlewareSpec:
             edits=middleware.edits, token_count_method=middleware.token_count_method
         ).to_spec()
     if name in BY_NAME and type(middleware).__module__.startswith("langchain.agents"):
-        rebuilt = build_builtin(name, params_of(middleware))
-        converted: MiddlewareSpec = rebuilt.to_spec()
-        return converted
+        return _remembered_spec(build_builtin(name, params_of(middleware)))
     if not isinstance(middleware, AgentMiddleware):
         raise ValueError(f"{middleware!r} is not a middleware (subclass AgentMiddleware)")
     if embedded:
-        from services.hooks import register_local
-
-        return MiddlewareSpec(type=register_local(middleware))
+        return MiddlewareSpec(type=local.register_instance(middleware))
     path = _import_path(middleware)
     if path:
         return MiddlewareSpec(type=path)
@@ -119,44 +112,44 @@ def _import_path(instance: Any) -> str | None:
 
 def from_spec(spec: MiddlewareSpec) -> Any:
     """Build (and so validate) the middleware a spec names."""
-    if spec.type in ("TodoListMiddleware", "ContextEditingMiddleware"):
+    if spec.type in NATIVE:
         return BUILTIN[spec.type].from_spec(spec)
     if ":" not in spec.type and spec.type not in BUILTIN:
         raise ValueError(
             f"unknown middleware type {spec.type!r}; supported: {', '.join(sorted(BUILTIN))} "
             "or an import path package.module:Name"
         )
-    from services.hooks import build
-
     return build(spec)
 
 
-__all__ = [
-    "AgentMiddleware",
-    "AgentState",
-    "ClearToolUsesEdit",
-    "ContextEditingMiddleware",
-    "HumanInTheLoopMiddleware",
-    "LLMToolSelectorMiddleware",
-    "ModelCallLimitMiddleware",
-    "ModelFallbackMiddleware",
-    "ModelRequest",
-    "ModelResponse",
-    "ModelRetryMiddleware",
-    "PIIMiddleware",
-    "RateLimitMiddleware",
-    "SummarizationMiddleware",
-    "TodoListMiddleware",
-    "ToolCallLimitMiddleware",
-    "ToolRetryMiddleware",
-    "after_agent",
-    "after_model",
-    "before_agent",
-    "before_model",
-    "dynamic_prompt",
-    "from_spec",
-    "hook_config",
-    "to_spec",
-    "wrap_model_call",
-    "wrap_tool_call",
-]
+def build(spec: MiddlewareSpec) -> Any:
+    """An instance for a spec that is not one of loopline's native middleware."""
+    if local.is_local(spec.type):
+        found = local.lookup(spec.type)
+        if found is None:
+            raise ConfigurationError(
+                f"middleware {spec.type} is an in-process object of another process; "
+                "name middleware by import path when services run separately"
+            )
+        return found
+    if ":" not in spec.type:
+        try:
+            return builtin_class(spec.type)(**spec.params)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ConfigurationError(f"middleware {spec.type}: {exc}") from exc
+    try:
+        target = imports.resolve(spec.type)
+    except imports.ModuleNotImportable as exc:
+        raise ConfigurationError(f"middleware {spec.type!r}: {exc}") from exc
+    except imports.NameNotFound as exc:
+        raise ConfigurationError(
+            f"middleware {spec.type!r}: no {exc.attr} in {exc.module_name}"
+        ) from exc
+    if inspect.isclass(target):
+        try:
+            return target(**spec.params)
+        except TypeError as exc:
+            raise ConfigurationError(f"middleware {spec.type}: {exc}") from exc
+    if spec.params:
+        raise ConfigurationError(f"middleware {spec.type} is an instance: it takes no params")
+    return target

@@ -53,7 +53,7 @@ class ClearToolUsesEdit:
         return params
 
     def engine_edit(self) -> Any:
-        from services.context.engine import ClearToolUses
+        from services.editing.engine import ClearToolUses
 
         return ClearToolUses(
             trigger=self.trigger,
@@ -133,8 +133,8 @@ class ContextEditingMiddleware:
         Messages may be ``langchain_core`` messages (returned as such) or loopline's.
         ``system_message`` and ``model`` matter only for ``token_count_method="model"``.
         """
-        from services.context.counting import make_counter
-        from services.context.engine import base_tokens_for, edit_context
+        from services.editing.counting import make_counter
+        from services.editing.engine import base_tokens_for, edit_context
 
         as_langchain = bool(messages) and not isinstance(messages[0], MESSAGE_TYPES)
         ours: list[Message] = [

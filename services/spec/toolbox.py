@@ -8,15 +8,14 @@ as LangChain's ``create_agent`` makes them (``langchain_core.tools.tool``).
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from langchain_core.tools import BaseTool, tool
 
 from services.errors import ConfigurationError
+from services.spec import imports, local
 
-LOCAL_PREFIX = "local:"
-_local: dict[str, BaseTool] = {}
+LOCAL_PREFIX = local.LOCAL_PREFIX
 _imported: dict[str, BaseTool] = {}
 
 
@@ -56,8 +55,7 @@ def as_tool(obj: Any) -> BaseTool:
 def register_local(obj: Any) -> str:
     """Make an in-process tool available to this process's services; returns its ref."""
     made = as_tool(obj)
-    _local[made.name] = made
-    return LOCAL_PREFIX + made.name
+    return local.register(made.name, made)
 
 
 def tool_ref(obj: Any) -> str:
@@ -79,8 +77,8 @@ def tool_ref(obj: Any) -> str:
 
 
 def resolve(ref: str) -> BaseTool:
-    if ref.startswith(LOCAL_PREFIX):
-        found = _local.get(ref[len(LOCAL_PREFIX) :])
+    if local.is_local(ref):
+        found: BaseTool | None = local.lookup(ref, BaseTool)
         if found is None:
             raise ConfigurationError(
                 f"tool {ref!r} is an in-process tool of another process; name tools by "
@@ -94,14 +92,11 @@ def resolve(ref: str) -> BaseTool:
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"tool path {ref!r} must look like package.module:name")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
+        obj = imports.resolve(ref)
+    except imports.ModuleNotImportable as exc:
         raise ConfigurationError(f"tool path {ref!r}: cannot import {module_name}: {exc}") from exc
-    obj: Any = module
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise ConfigurationError(f"tool path {ref!r}: {module_name} has no {attr}")
+    except imports.NameNotFound as exc:
+        raise ConfigurationError(f"tool path {ref!r}: {module_name} has no {attr}") from exc
     made = as_tool(obj)
     _imported[ref] = made
     return made

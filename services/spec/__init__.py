@@ -1,0 +1,9 @@
+"""The spec layer: from an ``AgentSpec`` to the objects it names, for ``loopline`` (which
+turns a user's objects into a spec) and the services (which rebuild them) alike.
+
+- ``middleware``: a ``MiddlewareSpec`` to and from its middleware instance;
+- ``toolbox``: tool references to LangChain tools and their schemas;
+- ``models``: in-process chat models (embedded mode);
+- ``local``: the one registry of in-process objects named by ``local:`` references;
+- ``imports``: the one resolver of ``package.module:name`` references.
+"""
