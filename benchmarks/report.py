@@ -257,8 +257,8 @@ def to_markdown(fig: dict[str, Any]) -> str:
                 "",
                 "End to end: the same steps with the real `langchain_openai.ChatOpenAI` on "
                 "both sides, over HTTP to the scripted OpenAI-compatible server "
-                "(`python -m loopline.scripted`, its own process); loopline's model service "
-                "reaches it through `OPENAI_BASE_URL`. "
+                "(`python -m loopline.testing.scripted`, its own process); loopline's model "
+                "service reaches it through `OPENAI_BASE_URL`. "
                 f"{http['tasks_per_side']} tasks of {http['steps_per_task']} model calls "
                 "per side, in interleaved rounds.",
                 "",

@@ -23,8 +23,13 @@ from contracts import AIMessage, HumanMessage, TaskCompleted, ToolMessage
 from contracts.streams import SERVICES, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
 from loopline.status import status
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    responder_by_prompt,
+)
 from services.redisconn import sync_client
 from tests.support import ServiceProcesses, wait_for
 
