@@ -21,6 +21,7 @@ from redis.crc import key_slot
 
 from contracts import AIMessage, HumanMessage, TaskCompleted, ToolMessage
 from contracts.streams import SERVICES, Names
+from loopline import lifetime
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.status import status
@@ -91,7 +92,7 @@ class RedisCluster3:
         for port in self.ports:
             log = (self.dir / f"redis-{port}.log").open("wb")
             self.procs.append(
-                subprocess.Popen(
+                lifetime.spawn(
                     [
                         REDIS_SERVER,
                         "--port", str(port),

@@ -23,6 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
+from loopline import lifetime
 from loopline.demo import DEMO_TURNS
 from loopline.testing.scripted import (
     Reply,
@@ -258,7 +259,7 @@ def _free_port() -> int:
 
 def _start_cli(*args: str) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
-    proc = subprocess.Popen(
+    proc = lifetime.spawn(
         [sys.executable, "-m", "loopline.testing.scripted", "--port", str(port), *args],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
