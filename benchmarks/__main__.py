@@ -24,6 +24,7 @@ from typing import Any
 
 from benchmarks import report, suite
 from benchmarks.stack import REPO_ROOT, RedisServer
+from loopline import lifetime
 from services.runtime import tune_gc
 from services.settings import Settings
 
@@ -58,25 +59,27 @@ def recovery(url: str) -> dict[str, Any]:
             p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
         ),
     }
+    proc = lifetime.spawn(  # a child that goes with this process, however it goes
+        [sys.executable, "-m", "benchmarks.recovery"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.recovery"],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        out, err = proc.communicate(timeout=900)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
         return {"note": "`python -m benchmarks.recovery` did not finish within 15 minutes."}
-    if done.returncode != 0:
+    if proc.returncode != 0:
         return {
             "note": "`python -m benchmarks.recovery` failed:\n\n```\n"
-            + done.stderr[-1500:]
+            + err.decode(errors="replace")[-1500:]
             + "\n```"
         }
     path = report.RESULTS_DIR / "recovery.md"
-    text = path.read_text() if path.exists() else done.stdout
+    text = path.read_text() if path.exists() else out.decode(errors="replace")
     summary = ""
     for label in ("median", "max"):
         m = re.search(rf"\|\s*{label}\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|", text)

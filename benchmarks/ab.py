@@ -18,7 +18,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from benchmarks import loopline_side as ll
 from benchmarks import suite
 from benchmarks.stack import REPO_ROOT, RedisServer, Services, drop_prefix, fake_agent, new_prefix
 from contracts.streams import Names
+from loopline import lifetime
 from loopline.client import Client
 from services.runtime import tune_gc
 from services.settings import Settings
@@ -119,11 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("revs", nargs="+", help="git revisions or source tree paths")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="loopline-ab-") as tmp:
-        trees: dict[str, Any] = {rev: export(rev, Path(tmp)) for rev in args.revs}
+    tmp = lifetime.temporary_directory("loopline-ab-")  # goes with this process, however
+    try:
+        trees: dict[str, Any] = {rev: export(rev, tmp) for rev in args.revs}
         trees["working tree"] = REPO_ROOT
         tune_gc(Settings().gc_threshold)  # the LangChain reference gets the services' GC
         text = table(asyncio.run(run(trees, args.rounds)))
+    finally:
+        lifetime.remove_now(tmp)
     print(text)
     out = Path(__file__).parent / "results" / "ab.md"
     out.write_text(f"# `python -m benchmarks.ab {' '.join(args.revs)}`\n\n{text}\n")

@@ -21,6 +21,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from loopline import lifetime
+
 PAYLOAD = json.dumps(
     {
         "version": 1,
@@ -65,7 +67,7 @@ async def echo(url: str, prefix: str) -> None:
 
 async def measure(url: str, prefix: str, round_trips: int) -> list[float]:
     """Per-hop latencies in seconds (each round trip / 2)."""
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.rawhop", "echo", url, prefix])
+    proc = lifetime.spawn([sys.executable, "-m", "benchmarks.rawhop", "echo", url, prefix])
     r = aioredis.Redis.from_url(url)
     ping, pong = f"{prefix}:ping", f"{prefix}:pong"
     try:

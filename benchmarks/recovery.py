@@ -1,8 +1,9 @@
 """Recovery time: from a consumer's SIGKILL to its pending work being done.
 
 Services run as OS processes (two tools replicas) with ``LOOPLINE_CLAIM_IDLE_MS=2000``.
-Each run submits a task whose one tool call blocks (``tests.chaos_tools:wait_for_release``,
-declared idempotent) until the benchmark releases it. Once the call runs on a known
+Each run submits a task whose one tool call blocks
+(``loopline.testing.held_tool:wait_for_release``, declared idempotent) until the benchmark
+releases it. Once the call runs on a known
 replica, after a random part of the idle time (so the kill falls anywhere between two
 heartbeats), that replica gets SIGKILL and the call is released. The other replica's
 reclaimer takes the entry over once it has been idle ``claim_idle_ms`` and runs the call
@@ -34,12 +35,14 @@ from contracts.messages import HumanMessage
 from contracts.streams import DATA_FIELD, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, first_user_text
-from tests.chaos_tools import release_key, started_key
-from tests.support import RedisProvider, ServiceProcesses, unique_prefix
+from loopline.testing.harness import unique_prefix
+from loopline.testing.held_tool import release_key, started_key
+from loopline.testing.processes import ServiceProcesses
+from loopline.testing.redis_provider import RedisProvider
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, first_user_text
 
 RESULTS_FILE = Path(__file__).parent / "results" / "recovery.md"
-TOOL = "tests.chaos_tools:wait_for_release"
+TOOL = "loopline.testing.held_tool:wait_for_release"
 TARGET_RATIO = 2.0
 
 

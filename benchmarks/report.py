@@ -306,7 +306,7 @@ def _step_http_lines(http: dict[str, Any]) -> list[str]:
         "",
         "End to end: the same steps with the real `langchain_openai.ChatOpenAI` on "
         "both sides, over HTTP to the scripted OpenAI-compatible server "
-        "(`python -m loopline.scripted`, its own process); loopline's model service "
+        "(`python -m loopline.testing.scripted`, its own process); loopline's model service "
         "reaches it through `OPENAI_BASE_URL`. "
         f"{http['tasks_per_side']} tasks of {http['steps_per_task']} model calls "
         "per side, in interleaved rounds.",

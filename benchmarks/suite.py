@@ -20,12 +20,12 @@ from benchmarks import langchain_side as lc
 from benchmarks import loopline_side as ll
 from benchmarks import rawhop
 from benchmarks.stack import (
-    ScriptedServerProcess,
     Services,
     drop_prefix,
     fake_agent,
     http_agent,
     new_prefix,
+    scripted_server,
 )
 from contracts.streams import Names
 from loopline.client import Client
@@ -203,7 +203,7 @@ async def step_latency_http(url: str, plan: Plan) -> dict[str, Any]:
     prefix = new_prefix()
     ours: list[float] = []
     theirs: list[float] = []
-    with ScriptedServerProcess(steps) as model_server:
+    with scripted_server(steps) as model_server:
         env = {"OPENAI_BASE_URL": model_server.url, "OPENAI_API_KEY": "unused"}
         agent, model = lc.make_http_agent(model_server.url)
         with Services(url, prefix, env=env):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopline.scripted import Reply, ScriptedToolCall
+from contracts.replies import Reply, ScriptedToolCall
 
 DEMO_PROMPT = "Research how Redis Streams consumer groups recover lost work, then summarize."
 

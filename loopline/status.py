@@ -10,6 +10,9 @@
   delivered and not acknowledged (being handled, or waiting to be reclaimed). ``lag`` is
   null when Redis cannot tell (after entries were deleted from the middle of a stream).
 - **dead letters**: ``XLEN`` of the dead-letter stream.
+- **the server**: ``INFO server`` (kind, version, pid, port); when it is the embedded
+  server of a loopline process (``loopline up`` or a program calling ``create_agent`` with
+  no ``REDIS_URL``), that process's pid, read from the server's folder name.
 - **tasks in flight**: task state hashes whose ``status`` is ``running``, by phase
   (``model``, ``tools``, ``approval``: waiting for a human). Nothing maintains a count, so
   this SCANs the keyspace for ``<prefix>:task:*:state`` (``COUNT`` 1000 per call) and reads
@@ -26,12 +29,15 @@ Every other figure costs a few commands per stream.
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 from contracts.streams import GROUPS, SERVICES, Names
+from loopline.embedded_server import owner_of
 from services.redisconn import async_client
 
 SCAN_COUNT = 1000
@@ -102,6 +108,28 @@ async def _tasks(redis: aioredis.Redis, names: Names) -> dict[str, Any]:
     }
 
 
+async def _server(redis: aioredis.Redis) -> dict[str, Any] | None:
+    """Which server answers, and whose embedded server it is; None on a Redis Cluster
+    (each node answers for itself) or where INFO is not allowed."""
+    if isinstance(redis, RedisCluster):
+        return None
+    try:
+        info: Any = await redis.info("server")
+    except aioredis.ResponseError:  # an ACL user without INFO
+        return None
+    if not isinstance(info, dict) or "process_id" not in info:
+        return None
+    folder = os.path.dirname(str(info.get("config_file") or ""))
+    owner = owner_of(folder) if folder else None
+    return {
+        "name": str(info.get("server_name") or "redis"),
+        "version": str(info.get("valkey_version") or info.get("redis_version") or ""),
+        "pid": int(info["process_id"]),
+        "port": int(info.get("tcp_port") or 0),
+        "embedded": None if owner is None else {"owner_pid": owner, "folder": folder},
+    }
+
+
 async def collect(redis: aioredis.Redis, names: Names, *, tasks: bool = True) -> dict[str, Any]:
     """The status of the deployment with these names, as one JSON-able dict."""
     announced_raw: Any = await redis.hgetall(names.consumers)
@@ -132,6 +160,7 @@ async def collect(redis: aioredis.Redis, names: Names, *, tasks: bool = True) ->
         }
     report: dict[str, Any] = {
         "prefix": names.prefix,
+        "server": await _server(redis),
         "services": services,
         "dlq": {"stream": names.dlq, "length": int(await redis.xlen(names.dlq))},
         "tasks": await _tasks(redis, names) if tasks else None,
@@ -188,8 +217,22 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h"
 
 
+def _server_line(server: dict[str, Any]) -> str:
+    line = (
+        f"server: {server['name']} {server['version']}, pid {server['pid']}, port {server['port']}"
+    )
+    embedded = server.get("embedded")
+    if embedded:
+        line += (
+            f"; the embedded server of process {embedded['owner_pid']}, "
+            f"which it stops with itself ({embedded['folder']})"
+        )
+    return line
+
+
 def render(report: dict[str, Any]) -> str:
     """The report as compact tables for a terminal."""
+    head = [_server_line(report["server"]), ""] if report.get("server") else []
     rows = [["SERVICE", "CONSUMERS", "STREAM", "LENGTH", "LAG", "PENDING"]]
     for service, info in report["services"].items():
         for i, stream in enumerate(info["streams"]):
@@ -204,7 +247,7 @@ def render(report: dict[str, Any]) -> str:
                     _num(stream["pending"]),
                 ]
             )
-    lines = _table(rows)
+    lines = head + _table(rows)
     dlq = report["dlq"]
     lines.append("")
     lines.append(f"dead letters: {dlq['length']} ({dlq['stream']}; see `loopline dlq list`)")

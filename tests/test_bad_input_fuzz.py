@@ -20,7 +20,12 @@ from hypothesis import strategies as st
 from contracts import AgentSpec, HumanMessage, TaskCompleted
 from contracts.streams import DATA_FIELD, Names
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    responder_by_prompt,
+)
 from tests.support import (
     REPO_ROOT,
     ServiceProcesses,

@@ -16,7 +16,7 @@ from langchain_openai import ChatOpenAI
 from contracts import HumanMessage, TaskCompleted
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, first_user_text
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, first_user_text
 from tests import tooling
 from tests.support import ServiceProcesses, unique_prefix
 

@@ -42,9 +42,10 @@ from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, TaskCompleted, ToolCompleted
 from contracts.messages import AIMessage, HumanMessage, ToolCall, ToolMessage
 from contracts.streams import GROUPS, SERVICES, Names
+from loopline import lifetime
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, first_user_text
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, first_user_text
 from tests.support import ServiceProcesses, unique_prefix
 
 TOOL = "tests.chaos_tools:add_counted"
@@ -463,7 +464,7 @@ async def test_nothing_lost_nothing_twice_while_consumers_are_killed(
                 await audit_task(client, tag, task_id, counters, audit)
             letters = await client.dead_letters(20)
         alive = {name: procs.alive(name) for name in procs.services}
-    reclaimed = reclaims(supervisor.logs())
+        reclaimed = reclaims(supervisor.logs())  # read before stop() removes the logs
     over = {k: v for k, v in counters.items() if v > 1}
 
     print(
@@ -515,7 +516,7 @@ class RedisServer:
         args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory)]
         args += ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
         log = (self.directory / "redis.log").open("ab")
-        self.proc = subprocess.Popen(["redis-server", *args], stdout=log, stderr=log)
+        self.proc = lifetime.spawn(["redis-server", *args], stdout=log, stderr=log)
         client = syncredis.Redis.from_url(self.url, socket_connect_timeout=0.5)
         try:
             for _ in range(100):

@@ -17,7 +17,13 @@ import redis as syncredis
 
 from contracts import TodosUpdated
 from contracts.streams import DATA_FIELD, Names
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from loopline import lifetime
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    responder_by_prompt,
+)
 from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix
 
 TODO_TURNS = [
@@ -66,7 +72,7 @@ def up(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[dict[str, str
         "PYTHONPATH": str(REPO_ROOT),
     }
     log = Path(f"/tmp/loopline-up-{env['LOOPLINE_PREFIX']}.log")
-    proc = subprocess.Popen(
+    proc = lifetime.spawn(
         [sys.executable, "-m", "loopline", "up"],
         env=env,
         stdout=log.open("wb"),
@@ -277,7 +283,7 @@ def test_embedded_create_agent_with_in_process_tools() -> None:
     script = r"""
 import os, json
 from loopline import create_agent
-from loopline.scripted import ScriptedOpenAIServer, Reply, ScriptedToolCall
+from loopline.testing.scripted import ScriptedOpenAIServer, Reply, ScriptedToolCall
 calls = []
 def secret(name: str) -> str:
     '''Tell a secret.'''
@@ -333,7 +339,7 @@ import json
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_openai import ChatOpenAI
 from loopline import create_agent
-from loopline.scripted import ScriptedOpenAIServer, Reply, ScriptedToolCall
+from loopline.testing.scripted import ScriptedOpenAIServer, Reply, ScriptedToolCall
 calls = []
 def transfer(amount: int) -> str:
     '''Move money.'''

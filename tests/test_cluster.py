@@ -21,10 +21,16 @@ from redis.crc import key_slot
 
 from contracts import AIMessage, HumanMessage, TaskCompleted, ToolMessage
 from contracts.streams import SERVICES, Names
+from loopline import lifetime
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
 from loopline.status import status
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    responder_by_prompt,
+)
 from services.redisconn import sync_client
 from tests.support import ServiceProcesses, wait_for
 
@@ -86,7 +92,7 @@ class RedisCluster3:
         for port in self.ports:
             log = (self.dir / f"redis-{port}.log").open("wb")
             self.procs.append(
-                subprocess.Popen(
+                lifetime.spawn(
                     [
                         REDIS_SERVER,
                         "--port", str(port),

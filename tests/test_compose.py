@@ -295,7 +295,7 @@ def deployment(
                             "sh",
                             "-c",
                             'printf "%s" "$$LOOPLINE_TEST_SCRIPT" > /tmp/script.json && '
-                            "exec python -m loopline.scripted --host 0.0.0.0 --port 8000 "
+                            "exec python -m loopline.testing.scripted --host 0.0.0.0 --port 8000 "
                             "--script /tmp/script.json",
                         ],
                     },

@@ -23,7 +23,12 @@ from contracts import HumanMessage, TaskCompleted, TaskFailed, ToolMessage
 from contracts.streams import DATA_FIELD, GROUPS, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    responder_by_prompt,
+)
 from services.reliability import Reclaimer
 from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix, wait_for
 

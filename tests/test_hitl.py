@@ -23,7 +23,7 @@ from contracts import ApprovalRequested, HumanMessage, TaskCompleted
 from contracts.streams import GROUPS, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests import tooling
 from tests.support import ServiceProcesses, run_cli, services_on, twin_servers
 

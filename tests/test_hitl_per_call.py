@@ -34,7 +34,7 @@ from contracts.events import (
 from contracts.streams import DATA_FIELD, GROUPS, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests import tooling
 from tests.support import (
     ServiceProcesses,

@@ -17,7 +17,7 @@ from langchain_openai import ChatOpenAI
 from contracts import HumanMessage, TaskCompleted
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests import middlewares, tooling
 from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix
 

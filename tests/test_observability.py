@@ -15,7 +15,7 @@ import pytest
 from contracts import HumanMessage, TaskCompleted
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests.support import ServiceProcesses, unique_prefix
 
 TURNS = [

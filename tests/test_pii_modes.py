@@ -24,7 +24,7 @@ from langchain_openai import ChatOpenAI
 
 from loopline.agent import create_agent
 from loopline.client import TaskFailedError
-from loopline.scripted import (
+from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,

@@ -23,7 +23,7 @@ from contracts.messages import to_langchain
 from loopline.agent import Agent, create_agent
 from loopline.client import Client
 from loopline.middleware import HumanInTheLoopMiddleware
-from loopline.scripted import (
+from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,

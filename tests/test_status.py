@@ -19,8 +19,13 @@ from contracts import HumanMessage, TaskCompleted
 from contracts.streams import DATA_FIELD, GROUPS, SERVICES, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
 from loopline.status import render, status
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    responder_by_prompt,
+)
 from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix, wait_for
 
 GATE = f"/tmp/loopline-status-gate-{uuid.uuid4().hex[:8]}"

@@ -26,7 +26,12 @@ from loopline.middleware import (
     TodoListMiddleware,
     to_spec,
 )
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    responder_by_prompt,
+)
 from services.agent_view import system_message
 from services.todos.logic import parse_todos
 from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix

@@ -27,7 +27,7 @@ from langchain_openai import ChatOpenAI
 from contracts import HumanMessage, TaskCompleted, TaskFailed
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import (
+from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,

@@ -23,7 +23,7 @@ from langchain_openai import ChatOpenAI
 from contracts import ContextEdited, HumanMessage, TodosUpdated
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.editing.counting import install_offline_tiktoken_cache
 from tests import tooling
 from tests.support import ServiceProcesses, services_on, twin_servers

@@ -21,7 +21,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from pydantic import Field
 
-from loopline.scripted import Reply, replies_from_json
+from contracts.replies import Reply, replies_from_json
 
 
 class ScriptedChatModel(BaseChatModel):

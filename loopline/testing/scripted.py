@@ -3,8 +3,10 @@
 Tests, benchmarks and ``loopline demo`` need a model endpoint that is deterministic, free,
 offline and fast, yet speaks the real wire protocol so the production client stack
 (``langchain_openai.ChatOpenAI`` -> ``openai`` -> ``httpx``) is exercised end to end instead
-of being mocked away. Only the standard library is used so the server can run anywhere the
-package is importable, including a bare container started by docker compose.
+of being mocked away. Only the standard library (and the pure-data reply format of
+``contracts.replies``) is used, so the server runs anywhere the package is importable,
+including a bare container started by docker compose:
+``python -m loopline.testing.scripted [--script FILE]``.
 """
 
 from __future__ import annotations
@@ -19,144 +21,33 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, cast
 
+from contracts.replies import Reply, ScriptedToolCall, replies_from_json
+from loopline.testing import chat_wire as wire
+
 __all__ = [
-    "DEMO_TURNS",
     "Reply",
     "ScriptedOpenAIServer",
     "ScriptedToolCall",
+    "first_user_text",
     "load_script",
     "main",
     "replies_from_json",
+    "responder_by_prompt",
 ]
 
-_DEFAULT_MODEL = "scripted"
-_STREAM_PIECE = 8  # characters per streamed delta, small enough that clients must reassemble
-
-
-@dataclass(frozen=True)
-class ScriptedToolCall:
-    """One tool call the scripted model will emit.
-
-    ``id`` may be left out: a deterministic one is derived from the turn and position so
-    repeated runs produce byte-identical conversations.
-    """
-
-    name: str
-    args: dict[str, Any]
-    id: str | None = None
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One scripted assistant turn.
-
-    Token counts can be pinned so tests of accounting/budget logic get exact numbers;
-    left as ``None`` they are estimated from the payload sizes.
-    """
-
-    content: str = ""
-    tool_calls: tuple[ScriptedToolCall, ...] = ()
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-
-_DONE_REPLY = Reply(content="done")
-
-DEMO_TURNS: tuple[Reply, ...] = (
-    Reply(
-        content="Let me plan this and gather some facts first.",
-        tool_calls=(
-            ScriptedToolCall(
-                name="write_todos",
-                args={
-                    "todos": [
-                        {
-                            "content": "Look up Redis Streams consumer groups",
-                            "status": "in_progress",
-                        },
-                        {"content": "Summarise the delivery guarantees", "status": "pending"},
-                    ]
-                },
-            ),
-            ScriptedToolCall(name="lookup", args={"query": "redis streams consumer groups"}),
-            ScriptedToolCall(name="lookup", args={"query": "redis streams XACK at-least-once"}),
-        ),
-    ),
-    Reply(
-        tool_calls=(
-            ScriptedToolCall(
-                name="write_todos",
-                args={
-                    "todos": [
-                        {"content": "Look up Redis Streams consumer groups", "status": "completed"},
-                        {"content": "Summarise the delivery guarantees", "status": "completed"},
-                    ]
-                },
-            ),
-        ),
-    ),
-    Reply(
-        content=(
-            "Redis Streams consumer groups give each message to one consumer in the group; "
-            "messages stay pending until XACK, so delivery is at-least-once and idempotent "
-            "handlers are required."
-        ),
-    ),
-)
-
-
-def replies_from_json(data: Any) -> tuple[Reply, ...]:
-    """Build replies from the JSON script format so compose files need no Python."""
-    if not isinstance(data, list):
-        raise ValueError("script must be a JSON list of turns")
-    replies: list[Reply] = []
-    for t, turn in enumerate(data):
-        if not isinstance(turn, dict):
-            raise ValueError(f"turn {t} must be an object")
-        calls: list[ScriptedToolCall] = []
-        for i, call in enumerate(turn.get("tool_calls") or []):
-            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-                raise ValueError(f"turn {t} tool_calls[{i}] needs a string 'name'")
-            args = call.get("args", {})
-            if not isinstance(args, dict):
-                raise ValueError(f"turn {t} tool_calls[{i}].args must be an object")
-            call_id = call.get("id")
-            calls.append(
-                ScriptedToolCall(
-                    name=call["name"],
-                    args=args,
-                    id=str(call_id) if call_id is not None else None,
-                )
-            )
-        prompt_tokens = turn.get("prompt_tokens")
-        completion_tokens = turn.get("completion_tokens")
-        replies.append(
-            Reply(
-                content=str(turn.get("content") or ""),
-                tool_calls=tuple(calls),
-                prompt_tokens=int(prompt_tokens) if prompt_tokens is not None else None,
-                completion_tokens=(
-                    int(completion_tokens) if completion_tokens is not None else None
-                ),
-            )
-        )
-    return tuple(replies)
+DONE_REPLY = Reply(content="done")
+"""What a conversation gets once its script has run out and no turn ends it."""
 
 
 def load_script(path: str | Path) -> tuple[Reply, ...]:
-    """Read a JSON script file (see :func:`replies_from_json`)."""
+    """Read a JSON script file (the format of :func:`contracts.replies.replies_from_json`)."""
     return replies_from_json(json.loads(Path(path).read_text(encoding="utf-8")))
-
-
-class _BadRequest(Exception):
-    """Raised while parsing a request; mapped to an OpenAI-style 400."""
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -229,7 +120,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         route = self._route()
         if route == "/models":
-            model = {"id": _DEFAULT_MODEL, "object": "model", "created": 0, "owned_by": "loopline"}
+            model = {
+                "id": wire.DEFAULT_MODEL,
+                "object": "model",
+                "created": 0,
+                "owned_by": "loopline",
+            }
             self._send_json(HTTPStatus.OK, {"object": "list", "data": [model]})
         elif route == "/health":
             self._send_json(HTTPStatus.OK, {"status": "ok"})
@@ -243,8 +139,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_not_found()
             return
         try:
-            body = _parse_body(raw)
-        except _BadRequest as exc:
+            body = wire.parse_request(raw)
+        except wire.BadRequest as exc:
             self._send_error(HTTPStatus.BAD_REQUEST, str(exc), "invalid_request_error")
             return
         owner = self._srv.owner
@@ -259,16 +155,16 @@ class _Handler(BaseHTTPRequestHandler):
         if owner.latency > 0:
             time.sleep(owner.latency)
         completion_id = f"chatcmpl-{owner._next_id()}"
-        model = _DEFAULT_MODEL
+        model = wire.DEFAULT_MODEL
         if owner.model_name_echo:
-            model = str(body.get("model") or _DEFAULT_MODEL)
+            model = str(body.get("model") or wire.DEFAULT_MODEL)
         if body.get("stream"):
             opts = body.get("stream_options")
             include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-            events = _stream_events(completion_id, model, reply, turn, body, include_usage)
+            events = wire.stream_events(completion_id, model, reply, turn, body, include_usage)
             self._send_sse(events)
         else:
-            self._send_json(HTTPStatus.OK, _completion(completion_id, model, reply, turn, body))
+            self._send_json(HTTPStatus.OK, wire.completion(completion_id, model, reply, turn, body))
 
     # -- responses -----------------------------------------------------------------------
 
@@ -304,127 +200,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
-
-
-def _parse_body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _BadRequest(f"Could not parse request body as JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise _BadRequest("Request body must be a JSON object")
-    if not isinstance(body.get("messages"), list):
-        raise _BadRequest("'messages' is a required property and must be an array")
-    return cast(dict[str, Any], body)
-
-
-def _call_id(call: ScriptedToolCall, turn: int, index: int) -> str:
-    return call.id if call.id is not None else f"call_{turn}_{index}_{call.name}"
-
-
-def _tool_calls_json(reply: Reply, turn: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": _call_id(call, turn, i),
-            "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.args)},
-        }
-        for i, call in enumerate(reply.tool_calls)
-    ]
-
-
-def _usage(reply: Reply, body: dict[str, Any]) -> dict[str, int]:
-    prompt = reply.prompt_tokens
-    if prompt is None:
-        prompt = len(json.dumps(body.get("messages", []))) // 4
-    completion = reply.completion_tokens
-    if completion is None:
-        completion = len(reply.content) // 4 + 1
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-
-
-def _finish_reason(reply: Reply) -> str:
-    return "tool_calls" if reply.tool_calls else "stop"
-
-
-def _completion(
-    completion_id: str, model: str, reply: Reply, turn: int, body: dict[str, Any]
-) -> dict[str, Any]:
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": reply.content if reply.content or not reply.tool_calls else None,
-    }
-    if reply.tool_calls:
-        message["tool_calls"] = _tool_calls_json(reply, turn)
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": _finish_reason(reply),
-            }
-        ],
-        "usage": _usage(reply, body),
-    }
-
-
-def _stream_events(
-    completion_id: str,
-    model: str,
-    reply: Reply,
-    turn: int,
-    body: dict[str, Any],
-    include_usage: bool,
-) -> Iterator[str]:
-    created = int(time.time())
-
-    def chunk(
-        delta: dict[str, Any] | None, finish: str | None = None, usage: dict[str, int] | None = None
-    ) -> str:
-        payload: dict[str, Any] = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": (
-                []
-                if delta is None
-                else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
-            ),
-        }
-        if include_usage:
-            payload["usage"] = usage
-        return f"data: {json.dumps(payload)}\n\n"
-
-    yield chunk({"role": "assistant", "content": ""})
-    content = reply.content
-    for start in range(0, len(content), _STREAM_PIECE):
-        yield chunk({"content": content[start : start + _STREAM_PIECE]})
-    for i, call in enumerate(reply.tool_calls):
-        head = {
-            "index": i,
-            "id": _call_id(call, turn, i),
-            "type": "function",
-            "function": {"name": call.name, "arguments": ""},
-        }
-        yield chunk({"tool_calls": [head]})
-        arguments = json.dumps(call.args)
-        for start in range(0, len(arguments), _STREAM_PIECE):
-            piece = arguments[start : start + _STREAM_PIECE]
-            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-    yield chunk({}, _finish_reason(reply))
-    if include_usage:
-        yield chunk(None, usage=_usage(reply, body))
-    yield "data: [DONE]\n\n"
 
 
 class ScriptedOpenAIServer:
@@ -555,44 +330,7 @@ class ScriptedOpenAIServer:
         for reply in reversed(self.turns):
             if not reply.tool_calls:
                 return reply, turn
-        return _DONE_REPLY, turn
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the server in the foreground until SIGINT/SIGTERM (for docker compose)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m loopline.scripted",
-        description="Scripted OpenAI-compatible chat-completions server.",
-    )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--script", type=Path, help="JSON list of turns; default: DEMO_TURNS")
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
-    args = parser.parse_args(None if argv is None else list(argv))
-
-    turns = load_script(args.script) if args.script is not None else DEMO_TURNS
-    stopping = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-
-    server = ScriptedOpenAIServer(turns, latency=args.latency, host=args.host, port=args.port)
-    with server:
-        print(
-            f"scripted OpenAI server listening on {args.host}:{server.port} "
-            f"({len(turns)} turns); base_url={server.url}",
-            flush=True,
-        )
-        while not stopping.is_set():
-            stopping.wait(0.5)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return DONE_REPLY, turn
 
 
 def first_user_text(body: dict[str, Any]) -> str:
@@ -619,7 +357,51 @@ def responder_by_prompt(
                 turn = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
                 if turn < len(turns):
                     return turns[turn]
-                return next((r for r in reversed(turns) if not r.tool_calls), _DONE_REPLY)
+                return next((r for r in reversed(turns) if not r.tool_calls), DONE_REPLY)
         return Reply(content=f"no script for prompt {text[:40]!r}")
 
     return respond
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the server in the foreground until SIGINT/SIGTERM (for docker compose)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m loopline.testing.scripted",
+        description="Scripted OpenAI-compatible chat-completions server.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--script", type=Path, help="JSON list of turns; default: the demo's script"
+    )
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
+    args = parser.parse_args(None if argv is None else list(argv))
+
+    if args.script is not None:
+        turns = load_script(args.script)
+    else:
+        from loopline.demo import DEMO_TURNS
+
+        turns = DEMO_TURNS
+    stopping = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    server = ScriptedOpenAIServer(turns, latency=args.latency, host=args.host, port=args.port)
+    with server:
+        print(
+            f"scripted OpenAI server listening on {args.host}:{server.port} "
+            f"({len(turns)} turns); base_url={server.url}",
+            flush=True,
+        )
+        while not stopping.is_set():
+            stopping.wait(0.5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""The ``loopline`` command line. Errors a user can cause end in one line saying what to
+do; a traceback means a bug in loopline.
+
+- ``parser``: every command's arguments;
+- ``tasks``: ``run``, ``submit``, ``watch``, ``cancel``, ``demo``;
+- ``approvals``: ``approvals``, ``decide``;
+- ``operations``: ``status``, ``stats``, ``dlq``, ``schema``, ``asyncapi``;
+- ``serving``: ``up``, ``serve``;
+- ``render``: how events, results, statistics and dead letters are shown;
+- ``common``: the one-line user error, settings, reaching Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loopline.cli.common import UsageError, fail
+from loopline.cli.parser import build_parser
+from loopline.cli.render import describe
+from services.errors import ConfigurationError
+
+__all__ = ["UsageError", "build_parser", "console", "describe", "fail", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (UsageError, ConfigurationError) as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def console() -> None:
+    """The console script: exit with main's status."""
+    raise SystemExit(main())

@@ -1,0 +1,3 @@
+from loopline.cli import main
+
+raise SystemExit(main())

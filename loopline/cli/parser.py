@@ -1,0 +1,106 @@
+"""Every command's arguments, in one place and in the order ``loopline --help`` lists
+them; each command's function lives in the module of its group."""
+
+from __future__ import annotations
+
+import argparse
+
+from contracts.streams import SERVICES
+from loopline.cli.approvals import cmd_approvals, cmd_decide
+from loopline.cli.operations import cmd_asyncapi, cmd_dlq, cmd_schema, cmd_stats, cmd_status
+from loopline.cli.serving import cmd_serve, cmd_up
+from loopline.cli.tasks import cmd_cancel, cmd_demo, cmd_run, cmd_submit, cmd_watch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loopline", description="LLM agents as an event-driven pipeline on Redis Streams"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("up", help="run every service in one process (embedded without REDIS_URL)")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("serve", help="run one service")
+    p.add_argument("name", choices=SERVICES)
+    p.set_defaults(func=cmd_serve)
+
+    for name, func, help_text in (
+        ("run", cmd_run, "submit a task, show progress, print the answer"),
+        ("submit", cmd_submit, "submit a task and print its id"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("prompt")
+        p.add_argument("--agent", metavar="FILE", help="agent file (YAML or JSON)")
+        p.add_argument("--max-steps", type=int, default=None)
+        if name == "run":
+            p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("watch", help="follow the todos or edits stream, or one task's log")
+    p.add_argument("what", choices=("todos", "edits", "task"))
+    p.add_argument("task_id", nargs="?")
+    p.add_argument("--from-start", action="store_true")
+    p.add_argument("--no-follow", action="store_true", help="print what is there and exit")
+    p.add_argument("--json", action="store_true", help="JSON lines")
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("cancel", help="stop a running task")
+    p.add_argument("task_id")
+    p.add_argument("--reason", default="cancelled from the command line")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("stats", help="per-agent counts and stage latencies from the task logs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("approvals", help="tasks waiting for a human decision")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_approvals)
+
+    p = sub.add_parser("decide", help="answer a task waiting for approval")
+    p.add_argument("task_id")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--approve", action="store_true")
+    group.add_argument("--reject", nargs="?", const="", metavar="MESSAGE")
+    group.add_argument("--respond", metavar="MESSAGE")
+    group.add_argument("--edit", metavar="JSON", help='new args, or {"name": ..., "args": {...}}')
+    group.add_argument(
+        "--decisions",
+        metavar="JSON",
+        help="LangChain decisions, in order (per-call mode: {call id: decision})",
+    )
+    p.add_argument(
+        "--call", metavar="ID", help="per-call mode: the waiting call to answer (its tool call id)"
+    )
+    p.set_defaults(func=cmd_decide)
+
+    p = sub.add_parser("dlq", help="dead letters: list, show, replay or drop")
+    p.add_argument("action", choices=("list", "show", "replay", "drop"))
+    p.add_argument("id", nargs="?")
+    p.add_argument("--count", type=int, default=100)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_dlq)
+
+    p = sub.add_parser("demo", help="a scripted scenario end to end, no API key needed")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("schema", help="JSON Schema of every event")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser(
+        "status", help="services and consumers, lag and pending, dead letters, tasks in flight"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--no-tasks", action="store_true", help="skip counting tasks (a SCAN of every key)"
+    )
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("asyncapi", help="the AsyncAPI document of every stream and event")
+    from loopline.asyncapi import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=cmd_asyncapi)
+    return parser

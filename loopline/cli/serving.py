@@ -1,0 +1,65 @@
+"""Commands that run services: ``up`` (every service in one process, on the embedded
+server without ``REDIS_URL``) and ``serve NAME`` (one service of a deployment)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from contracts.streams import SERVICES
+from loopline.cli.common import UsageError, check_redis, resolve_url, settings
+
+
+def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
+    import logging
+
+    from services.registry import factory
+    from services.runtime import build_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    current = settings()
+    url, embedded = (current.redis_url, False) if current.redis_url else (None, True)
+    if embedded:
+        if not allow_embedded:
+            raise UsageError(
+                "serve needs REDIS_URL (services of one deployment share a Redis); "
+                "`loopline up` runs every service on an embedded server"
+            )
+        url, _ = resolve_url(current)
+        print(f"embedded server: REDIS_URL={url}", flush=True)
+    assert url is not None
+    asyncio.run(check_redis(url))
+    app, _ = build_app(list(services), factory, url=url, settings=current)
+    print(f"serving {', '.join(services)} on {url} (prefix {current.prefix!r})", flush=True)
+    from services.runtime import tune_gc
+
+    tune_gc(current.gc_threshold)
+    # asyncio's own event loop: under uvloop, a SIGTERM while a sync tool ran in a thread
+    # sometimes left the tool's result undelivered until the graceful timeout
+    # (tests/test_delivery.py::test_sigterm_lets_an_in_flight_tool_finish failed 1 in 3).
+    asyncio.run(_run_app(app))
+    return 0
+
+
+async def _run_app(app: object) -> None:
+    """Run until SIGTERM/SIGINT; SIGUSR1 prints every asyncio task's stack to stderr (for
+    an operator asking what a stuck process waits on)."""
+    import signal
+
+    def dump() -> None:
+        for task in asyncio.all_tasks():
+            print(f"task {task.get_name()}: {task.get_coro()}", file=sys.stderr)
+            task.print_stack(limit=6, file=sys.stderr)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
+    await app.run()  # type: ignore[attr-defined]
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    return _serve(SERVICES, allow_embedded=True)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    return _serve([args.name], allow_embedded=False)

@@ -1,0 +1,184 @@
+"""Commands that start and follow tasks: ``run``, ``submit``, ``watch``, ``cancel`` and
+``demo`` (a scripted ``run``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from contracts.agent import AgentSpec
+from contracts.events import ApprovalRequested, TaskCompleted, TaskFailed
+from contracts.messages import HumanMessage
+from loopline.cli.common import (
+    UsageError,
+    check_redis,
+    deployment,
+    load_agent,
+    resolve_url,
+    settings,
+)
+from loopline.cli.render import describe, json_line, run_result
+
+if TYPE_CHECKING:
+    from loopline.client import Client
+
+Final = TaskCompleted | TaskFailed | ApprovalRequested
+
+
+async def _run_task(
+    spec: AgentSpec,
+    prompt: str,
+    *,
+    max_steps: int | None,
+    as_json: bool,
+    follow: bool = True,
+    quiet: bool = False,
+) -> int:
+    from loopline.client import Client
+    from services.model.chat import endpoint_configured
+
+    current = settings()
+    if not endpoint_configured(spec.model):
+        raise UsageError(
+            "no model endpoint configured: set OPENAI_BASE_URL (any OpenAI-compatible "
+            "server) and/or OPENAI_API_KEY, or try `loopline demo`"
+        )
+    url, embedded = resolve_url(current)
+    await check_redis(url)
+    if embedded:
+        from loopline.embedded import ensure_services
+
+        ensure_services(url, current)
+    async with Client(url, current.prefix) as client:
+        task_id = await client.submit(spec, [HumanMessage(content=prompt)], max_steps=max_steps)
+        if not follow:
+            print(task_id)
+            return 0
+        final = await _follow(client, task_id, as_json=as_json, quiet=quiet)
+        messages = await client.messages(task_id)
+        todos = await client.todos(task_id)
+    if as_json:
+        print(run_result(task_id, final, messages, todos))
+    elif isinstance(final, TaskCompleted):
+        print(final.answer)
+    return 0 if isinstance(final, TaskCompleted | ApprovalRequested) else 1
+
+
+async def _follow(client: Client, task_id: str, *, as_json: bool, quiet: bool) -> Final | None:
+    """Show the task's progress on stderr until it ends or waits for a human."""
+    final: Final | None = None
+    async for _, event in client.events(task_id):
+        if not as_json and not quiet and (line := describe(event)):
+            print(line, file=sys.stderr)
+        if isinstance(event, TaskCompleted | TaskFailed | ApprovalRequested):
+            final = event
+        if isinstance(event, ApprovalRequested):
+            if not as_json:
+                print(
+                    f"task {task_id} waits for a human: loopline decide {task_id} --approve",
+                    file=sys.stderr,
+                )
+            break
+    return final
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    spec, file_max_steps = load_agent(args.agent)
+    return asyncio.run(
+        _run_task(spec, args.prompt, max_steps=args.max_steps or file_max_steps, as_json=args.json)
+    )
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    if not settings().redis_url:
+        raise UsageError(
+            "submit needs REDIS_URL (a running deployment); without one use `loopline run`"
+        )
+    spec, file_max_steps = load_agent(args.agent)
+    return asyncio.run(
+        _run_task(
+            spec,
+            args.prompt,
+            max_steps=args.max_steps or file_max_steps,
+            as_json=False,
+            follow=False,
+        )
+    )
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    current = settings()
+    if not current.redis_url:
+        raise UsageError("watch needs REDIS_URL: the deployment whose streams to read")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_watch(args, current.redis_url, current.prefix))
+    return 0
+
+
+async def _watch(args: argparse.Namespace, url: str, prefix: str) -> None:
+    from loopline.client import Client
+
+    await check_redis(url)
+    async with Client(url, prefix) as client:
+        if args.what == "task":
+            if not args.task_id:
+                raise UsageError("watch task needs a TASK_ID")
+            source = client.events(args.task_id, follow=not args.no_follow)
+        else:
+            source = client.subscribe(
+                args.what, from_start=args.from_start, follow=not args.no_follow
+            )
+        async for entry_id, event in source:
+            if args.json:
+                print(json_line(entry_id, event))
+            else:
+                line = describe(event)
+                if line:
+                    tid = "" if args.what == "task" else f"[{event.task_id[:8]}] "
+                    print(f"{tid}{line}")
+            sys.stdout.flush()
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from loopline.client import Client
+
+    url, prefix = deployment()
+
+    async def main() -> int:
+        await check_redis(url)
+        async with Client(url, prefix) as client:
+            if await client.status(args.task_id) is None:
+                raise UsageError(f"no task {args.task_id} (finished tasks expire)")
+            await client.cancel(args.task_id, args.reason)
+            async for _, event in client.events(args.task_id):
+                if isinstance(event, TaskCompleted | TaskFailed):
+                    print(describe(event))
+        return 0
+
+    return asyncio.run(main())
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from loopline.agentfile import agent_from_dict
+    from loopline.demo import DEMO_AGENT, DEMO_PROMPT, DEMO_TURNS
+    from loopline.testing.scripted import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(DEMO_TURNS) as server:
+        os.environ["OPENAI_BASE_URL"] = server.url
+        print(
+            "loopline demo: the model is SCRIPTED: a local OpenAI-compatible server at "
+            f"{server.url} replays a fixed script; no API key is used.",
+            file=sys.stderr,
+        )
+        spec, _ = agent_from_dict(DEMO_AGENT)
+        print(f"prompt: {DEMO_PROMPT}", file=sys.stderr)
+        code = asyncio.run(_run_task(spec, DEMO_PROMPT, max_steps=None, as_json=args.json))
+        print(
+            f"(the scripted model answered {len(server.requests)} requests over HTTP)",
+            file=sys.stderr,
+        )
+    return code
