@@ -11,11 +11,16 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from loopline.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, responder_by_prompt
 
 from contracts import HumanMessage, ToolMessage
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    responder_by_prompt,
+)
 from tests.support import ServiceProcesses, unique_prefix
 
 TOOLS = [
