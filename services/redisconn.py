@@ -34,6 +34,8 @@ from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import ClusterNode, RedisCluster
 
+from services.secrets import redact_url
+
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 CLUSTER_FLAG = "LOOPLINE_REDIS_CLUSTER"
 
@@ -64,7 +66,7 @@ def parse_cluster_url(url: str) -> ClusterAddress:
     """Seed nodes and credentials of a cluster URL (any of the schemes above)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise ValueError(f"not a Redis URL: {url!r}")
+        raise ValueError(f"not a Redis URL: {redact_url(url)!r}")
     ssl = scheme.lower().startswith("rediss")
     netloc = rest.split("/", 1)[0].split("?", 1)[0]
     creds, _, hosts = netloc.rpartition("@")
@@ -81,7 +83,7 @@ def parse_cluster_url(url: str) -> ClusterAddress:
             host, _, port = item.partition(":")
         nodes.append((host or "localhost", int(port or 6379)))
     if not nodes:
-        raise ValueError(f"no cluster node in {url!r}")
+        raise ValueError(f"no cluster node in {redact_url(url)!r}")
     return ClusterAddress(tuple(nodes), unquote(user) or None, unquote(password) or None, ssl)
 
 

@@ -16,6 +16,9 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("REDIS_URL", "LOOPLINE_REDIS_URL")
     )
     prefix: str = "loopline"
+    redis_wait_s: float = Field(default=60.0, ge=0)
+    """How long ``loopline serve`` / ``up`` wait for Redis to answer at start (with
+    backoff), so the start order of a deployment's containers does not matter."""
     max_steps: int = Field(default=50, ge=1)
     """Model calls a task may make before it fails (a task can lower it)."""
 

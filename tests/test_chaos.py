@@ -23,9 +23,7 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -42,9 +40,9 @@ from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, TaskCompleted, ToolCompleted
 from contracts.messages import AIMessage, HumanMessage, ToolCall, ToolMessage
 from contracts.streams import GROUPS, SERVICES, Names
-from loopline import lifetime
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
+from loopline.testing.redis_server import RedisServer
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, first_user_text
 from tests.support import ServiceProcesses, unique_prefix
 
@@ -492,58 +490,6 @@ async def test_nothing_lost_nothing_twice_while_consumers_are_killed(
 
 
 # -- Redis restarted under the pipeline --------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """A redis-server of the test's own, with an append-only file, to kill and restart."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
-
-    def start(self) -> RedisServer:
-        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory)]
-        args += ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
-        log = (self.directory / "redis.log").open("ab")
-        self.proc = lifetime.spawn(["redis-server", *args], stdout=log, stderr=log)
-        client = syncredis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        try:
-            for _ in range(100):
-                with contextlib.suppress(syncredis.ConnectionError):
-                    if client.ping():
-                        return self
-                time.sleep(0.05)
-        finally:
-            client.close()
-        raise RuntimeError(
-            f"redis-server did not start: {(self.directory / 'redis.log').read_text()}"
-        )
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-            self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc = None
 
 
 async def retrying(make: Any, timeout: float = 30.0) -> Any:

@@ -16,7 +16,9 @@ class UsageError(Exception):
 
 
 def fail(message: str) -> NoReturn:
-    one_line = " ".join(message.split())  # a user error is one line, never a dump
+    from services.secrets import redact
+
+    one_line = redact(" ".join(message.split()))  # one line, never a dump, no secret
     print(f"loopline: error: {one_line}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -25,23 +27,41 @@ def settings() -> Settings:
     return Settings()
 
 
-async def check_redis(url: str) -> None:
-    """Fail with one line (what to do) when Redis does not answer at ``url``."""
+async def check_redis(url: str, wait_s: float = 0.0) -> None:
+    """Fail with one line (what to do) when Redis does not answer at ``url``; with
+    ``wait_s``, keep asking (with backoff, each attempt logged) for that long first."""
+    import asyncio
+    import logging
+    import time
+
     import redis.asyncio as aioredis
     from redis.exceptions import RedisClusterException
 
     from services.redisconn import async_client
+    from services.secrets import redact_url
 
-    client = async_client(url, socket_connect_timeout=3)
-    try:
-        await client.ping()
-    except (aioredis.ConnectionError, aioredis.TimeoutError, RedisClusterException, OSError) as exc:
-        raise UsageError(
-            f"cannot reach Redis at {url} ({exc}); start it, fix REDIS_URL, "
-            "or unset REDIS_URL to use the embedded server"
-        ) from exc
-    finally:
-        await client.aclose()
+    unreachable = (aioredis.ConnectionError, aioredis.TimeoutError, RedisClusterException, OSError)
+    deadline = time.monotonic() + wait_s
+    delay = 0.2
+    while True:
+        # no retries of its own: this loop retries, and logs each attempt
+        client = async_client(url, socket_connect_timeout=3, retry=None)
+        try:
+            await client.ping()
+            return
+        except unreachable as exc:
+            if time.monotonic() + delay > deadline:
+                raise UsageError(
+                    f"cannot reach Redis at {redact_url(url)} ({exc}); start it, fix "
+                    "REDIS_URL, or unset REDIS_URL to use the embedded server"
+                ) from exc
+            logging.getLogger("loopline").warning(
+                "waiting for Redis at %s (%s); retrying in %.1fs", redact_url(url), exc, delay
+            )
+        finally:
+            await client.aclose()
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
 
 
 def resolve_url(current: Settings) -> tuple[str, bool]:

@@ -13,12 +13,12 @@ from loopline.cli.common import UsageError, check_redis, resolve_url, settings
 
 
 def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
-    import logging
 
     from services.registry import factory
     from services.runtime import build_app
+    from services.secrets import install_redacting_logs, redact_url
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    install_redacting_logs("%(asctime)s %(levelname)s %(name)s %(message)s")
     current = settings()
     url, embedded = (current.redis_url, False) if current.redis_url else (None, True)
     if embedded:
@@ -28,11 +28,14 @@ def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
                 "`loopline up` runs every service on an embedded server"
             )
         url, _ = resolve_url(current)
-        print(f"embedded server: REDIS_URL={url}", flush=True)
+        print(f"embedded server: REDIS_URL={redact_url(url)}", flush=True)
     assert url is not None
-    asyncio.run(check_redis(url))
+    asyncio.run(check_redis(url, current.redis_wait_s))
     app, _ = build_app(list(services), factory, url=url, settings=current)
-    print(f"serving {', '.join(services)} on {url} (prefix {current.prefix!r})", flush=True)
+    print(
+        f"serving {', '.join(services)} on {redact_url(url)} (prefix {current.prefix!r})",
+        flush=True,
+    )
     from services.runtime import tune_gc
 
     tune_gc(current.gc_threshold)
