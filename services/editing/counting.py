@@ -149,14 +149,6 @@ class ModelCounter:
         return 3
 
     def count_message(self, message: Message) -> int:
-        # ChatOpenAI raises on text that spells a special token ("<|endoftext|>"), which
-        # would wedge a task whose tool output contains one; count it as plain text.
-        encoding = self._encoding
-
-        def encode(text: str) -> list[int]:
-            tokens: list[int] = encoding.encode(text, disallowed_special=())
-            return tokens
-
         num_tokens = self.tokens_per_message
         for key, value in _convert_message_to_dict(to_langchain(message)).items():
             # Same loop body as ChatOpenAI, so odd content counts the same way too.
@@ -164,35 +156,41 @@ class ModelCounter:
                 num_tokens += 3
                 continue
             if isinstance(value, list):
-                for val in value:
-                    if isinstance(val, str) or val["type"] == "text":
-                        text = val["text"] if isinstance(val, dict) else val
-                        num_tokens += len(encode(text))
-                    elif val["type"] == "image_url":
-                        if val["image_url"].get("detail") == "low":
-                            num_tokens += 85
-                        else:
-                            image_size = _url_to_size(val["image_url"]["url"])
-                            if not image_size:
-                                continue
-                            num_tokens += _count_image_tokens(*image_size)
-                    elif val["type"] == "function":
-                        num_tokens += len(encode(val["function"]["arguments"]))
-                        num_tokens += len(encode(val["function"]["name"]))
-                    elif val["type"] == "file":
-                        warnings.warn(
-                            "Token counts for file inputs are not supported. Ignoring file inputs.",
-                            stacklevel=2,
-                        )
-                    else:
-                        raise ValueError(f"Unrecognized content block type\n\n{val}")
+                num_tokens += sum(self._count_block(block) for block in value)
             elif not value:
                 continue
             else:
-                num_tokens += len(encode(str(value)))
+                num_tokens += len(self._encode(str(value)))
             if key == "name":
                 num_tokens += self.tokens_per_name
         return num_tokens
+
+    def _encode(self, text: str) -> list[int]:
+        # ChatOpenAI raises on text that spells a special token ("<|endoftext|>"), which
+        # would wedge a task whose tool output contains one; count it as plain text.
+        tokens: list[int] = self._encoding.encode(text, disallowed_special=())
+        return tokens
+
+    def _count_block(self, val: Any) -> int:
+        """One block of a list content, as ChatOpenAI counts it."""
+        if isinstance(val, str) or val["type"] == "text":
+            text = val["text"] if isinstance(val, dict) else val
+            return len(self._encode(text))
+        if val["type"] == "image_url":
+            if val["image_url"].get("detail") == "low":
+                return 85
+            image_size = _url_to_size(val["image_url"]["url"])
+            return _count_image_tokens(*image_size) if image_size else 0
+        if val["type"] == "function":
+            function = val["function"]
+            return len(self._encode(function["arguments"])) + len(self._encode(function["name"]))
+        if val["type"] == "file":
+            warnings.warn(
+                "Token counts for file inputs are not supported. Ignoring file inputs.",
+                stacklevel=3,
+            )
+            return 0
+        raise ValueError(f"Unrecognized content block type\n\n{val}")
 
 
 def make_counter(method: str, model_name: str) -> TokenCounter:
