@@ -481,7 +481,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
     import logging
 
-    from services.runtime import build_app
+    from services.app import build_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = _settings()
@@ -498,7 +498,7 @@ def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
     asyncio.run(_check_redis(url))
     app, _ = build_app(list(services), url=url, settings=settings)
     print(f"serving {', '.join(services)} on {url} (prefix {settings.prefix!r})", flush=True)
-    from services.runtime import tune_gc
+    from services.app import tune_gc
 
     tune_gc(settings.gc_threshold)
     # asyncio's own event loop: under uvloop, a SIGTERM while a sync tool ran in a thread

@@ -1,6 +1,6 @@
 """The context service as a FastStream app: `faststream run services.context.app:app`
 (needs REDIS_URL), or `loopline serve context`."""
 
-from services.runtime import build_app
+from services.app import build_app
 
 app, runtime = build_app(["context"])
