@@ -55,10 +55,10 @@ class StreamConsumer:
         self._stopping = True
         self._room.set()  # a reader waiting for room looks at the flag again
         reader = self._read_task
-        if (
-            reader is not None
-            and not (await asyncio.wait([reader], timeout=self.block_ms / 1000 + 2))[0]
-        ):
+        if reader is None:
+            return
+        done, _ = await asyncio.wait([reader], timeout=self.block_ms / 1000 + 2)
+        if not done:
             reader.cancel()
             await asyncio.wait([reader], timeout=2)  # never wait on a cancelled read forever
 
