@@ -25,7 +25,7 @@ from typing import Any
 from benchmarks import report, suite
 from benchmarks.stack import REPO_ROOT, RedisServer
 from loopline import lifetime
-from services.runtime import tune_gc
+from services.app import tune_gc
 from services.settings import Settings
 
 ALL = ("step", "throughput", "flat", "concurrency", "context", "recovery")
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     # The in-process LangChain baseline gets the garbage collector settings the services
-    # run with (``services.runtime.tune_gc``): the comparison is of the code, not of GC.
+    # run with (``services.app.tune_gc``): the comparison is of the code, not of GC.
     gc_threshold = Settings().gc_threshold
     tune_gc(gc_threshold)
     server = RedisServer(args.redis_url).start()

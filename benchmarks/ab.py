@@ -29,7 +29,7 @@ from benchmarks.stack import REPO_ROOT, RedisServer, Services, drop_prefix, fake
 from contracts.streams import Names
 from loopline import lifetime
 from loopline.client import Client
-from services.runtime import tune_gc
+from services.app import tune_gc
 from services.settings import Settings
 
 

@@ -1,6 +1,6 @@
 """The AsyncAPI document of a loopline deployment: every stream and every event.
 
-The services consume their streams with loopline's own readers (``services.runtime``), not
+The services consume their streams with loopline's own readers (``services.consumer``), not
 with FastStream subscribers, so the app that runs them gives FastStream nothing to
 document. This module declares the same topology on a FastStream broker that never
 connects: one subscriber per consumed stream (with its service's consumer group) and one

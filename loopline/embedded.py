@@ -55,8 +55,8 @@ class ServiceThread:
     ``asyncio.run`` or their own loops freely while the services keep running."""
 
     def __init__(self, url: str, settings: Settings, services: tuple[str, ...] = SERVICES):
+        from services.app import build_app
         from services.registry import factory
-        from services.runtime import build_app
 
         self.app, self.runtime = build_app(services, factory, url=url, settings=settings)
         self._loop = asyncio.new_event_loop()

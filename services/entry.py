@@ -11,15 +11,12 @@ goes on as usual and the entry is committed when its handler returns.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.streams import DATA_FIELD
-
-ScriptCall = Callable[..., Awaitable[Any]]
-"""A registered script: ``await script(keys=[...], args=[...])``."""
 
 Outbox = list[tuple[str, bytes]]
 Write = tuple[str, str, str | bytes]

@@ -47,7 +47,7 @@ class Settings(BaseSettings):
 
     gc_threshold: int = Field(default=50_000, ge=0)
     """Allocations between young-generation collections in ``loopline serve`` processes
-    (0: Python's default, 700); see ``services.runtime.tune_gc``."""
+    (0: Python's default, 700); see ``services.app.tune_gc``."""
 
     transcript_cache_tasks: int = Field(default=4096, ge=1)
     """Tasks whose transcript a process keeps in memory (the history is append-only, so a

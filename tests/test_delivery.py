@@ -1,4 +1,4 @@
-"""Delivery guarantees on real Redis: reclaim, retry cap, dead letters, tools that run at
+"""Delivery guarantees on real Redis: reclaim after a kill, dead letters, tools that run at
 most once, graceful shutdown, cancellation, deadlines and size limits."""
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 import redis as syncredis
-import redis.asyncio as aioredis
 
 from contracts import HumanMessage, TaskCompleted, TaskFailed, ToolMessage
-from contracts.streams import DATA_FIELD, GROUPS, Names
+from contracts.streams import DATA_FIELD, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.testing.scripted import (
@@ -29,7 +28,6 @@ from loopline.testing.scripted import (
     ScriptedToolCall,
     responder_by_prompt,
 )
-from services.reliability import Reclaimer
 from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix, wait_for
 
 RECORD = f"/tmp/loopline-effects-{uuid.uuid4().hex[:8]}.jsonl"
@@ -219,81 +217,3 @@ async def test_oversized_and_unknown_entries_are_dead_lettered(
     assert "exceeds the limit of 20000 bytes" in errors
     assert "UnknownTask" in errors
     r.close()
-
-
-# -- the reclaimer on its own, against real Redis -------------------------------------
-
-
-async def test_reclaimer_retries_then_dead_letters_with_the_last_error(
-    redis_client: aioredis.Redis, prefix: str
-) -> None:
-    names = Names(prefix)
-    stream = names.tools
-    await redis_client.xgroup_create(stream, GROUPS["tools"], id="0", mkstream=True)
-    await redis_client.xadd(stream, {DATA_FIELD: b'{"type": "x"}'})
-    # a consumer fetches it and dies without acking
-    await redis_client.xreadgroup(GROUPS["tools"], "dead-one", {stream: ">"})
-    attempts: list[Any] = []
-    letters: list[tuple[str, int]] = []
-
-    async def failing(payload: Any) -> None:
-        attempts.append(payload)
-        raise RuntimeError(f"attempt {len(attempts)} failed")
-
-    async def dead_letter(s: str, entry_id: str, payload: Any, error: str, n: int) -> None:
-        letters.append((error, n))
-
-    reclaimer = Reclaimer(
-        redis=redis_client,
-        service="tools",
-        consumer="alive",
-        streams={stream: failing},
-        claim_idle_ms=10,
-        max_deliveries=3,
-        errors_key=names.errors,
-        consumers_key=names.consumers,
-        dead_letter=dead_letter,
-    )
-    for _ in range(6):
-        await asyncio.sleep(0.03)
-        await reclaimer.run_once()
-    assert len(attempts) == 2  # deliveries 2 and 3; the 4th goes to the DLQ instead
-    assert letters == [
-        ("gave up after 3 deliveries; last error: RuntimeError: attempt 2 failed", 3)
-    ]
-    pending: Any = await redis_client.xpending(stream, GROUPS["tools"])
-    assert pending["pending"] == 0
-    assert await redis_client.hlen(names.errors) == 0
-
-
-async def test_release_makes_unfinished_entries_claimable_at_once(
-    redis_client: aioredis.Redis, prefix: str
-) -> None:
-    names = Names(prefix)
-    stream = names.model
-    await redis_client.xgroup_create(stream, GROUPS["model"], id="0", mkstream=True)
-    for _ in range(3):
-        await redis_client.xadd(stream, {DATA_FIELD: b"{}"})
-    await redis_client.xreadgroup(GROUPS["model"], "leaving", {stream: ">"})
-
-    async def ok(payload: Any) -> None:
-        return None
-
-    def make(consumer: str) -> Reclaimer:
-        return Reclaimer(
-            redis=redis_client,
-            service="model",
-            consumer=consumer,
-            streams={stream: ok},
-            claim_idle_ms=60_000,
-            max_deliveries=5,
-            errors_key=names.errors,
-            consumers_key=names.consumers,
-            dead_letter=None,  # type: ignore[arg-type]
-        )
-
-    assert await make("other").run_once() == 0  # not idle for a minute yet
-    assert await make("leaving").release() == 3
-    assert await make("other").run_once() == 3
-    pending: Any = await redis_client.xpending(stream, GROUPS["model"])
-    assert pending["pending"] == 0

@@ -14,8 +14,8 @@ from loopline.cli.common import UsageError, check_redis, resolve_url, settings
 
 def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
 
+    from services.app import build_app
     from services.registry import factory
-    from services.runtime import build_app
     from services.secrets import install_redacting_logs, redact_url
 
     install_redacting_logs("%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -36,7 +36,7 @@ def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
         f"serving {', '.join(services)} on {redact_url(url)} (prefix {current.prefix!r})",
         flush=True,
     )
-    from services.runtime import tune_gc
+    from services.app import tune_gc
 
     tune_gc(current.gc_threshold)
     # asyncio's own event loop: under uvloop, a SIGTERM while a sync tool ran in a thread

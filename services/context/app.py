@@ -1,7 +1,7 @@
 """The context service as a FastStream app: `faststream run services.context.app:app`
 (needs REDIS_URL), or `loopline serve context`."""
 
+from services.app import build_app
 from services.registry import factory
-from services.runtime import build_app
 
 app, runtime = build_app(["context"], factory)

@@ -1,7 +1,7 @@
 """The loop service as a FastStream app: `faststream run services.loop.app:app`
 (needs REDIS_URL), or `loopline serve loop`."""
 
+from services.app import build_app
 from services.registry import factory
-from services.runtime import build_app
 
 app, runtime = build_app(["loop"], factory)

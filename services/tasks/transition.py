@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from contracts.streams import DATA_FIELD, Names
-from services.entry import COMMIT_LUA, CURRENT, PendingCommit, ScriptCall, commit_parts
+from services.connection import ScriptCall
+from services.entry import COMMIT_LUA, CURRENT, PendingCommit, commit_parts
 from services.tasks.state import TaskKeys, TaskState
 
 Register = Callable[[str], ScriptCall]

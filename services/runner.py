@@ -1,0 +1,273 @@
+"""One entry runner for every stream entry a service handles, whether its consumer read it
+or its reclaimer took it over from a consumer that died.
+
+Running an entry: parse it, run the handler with the entry as the current one (what the
+handler publishes and writes is queued on it, ``services.entry``), then settle its fate,
+decided in one place from how the handler ended (``fate_of``), as FastStream's
+acknowledgement middleware does:
+
+- ``ACK``: the handler returned. Its publishes and writes are committed with the XACK in
+  one script (``Runtime.commit``), unless a fused transition committed it already.
+- ``RETRY``: any other exception. The entry stays pending with its error recorded
+  (committed with what the handler queued, which is idempotent for redelivery); the
+  reclaimer delivers it again once it has been idle ``claim_idle_ms``.
+- ``DEAD_LETTER``: a ``PermanentError`` or a validation error (an oversized, malformed
+  or unknown event). A ``DeadLettered`` event with the reason is committed with the ack.
+
+An entry delivered more than ``max_deliveries`` times is dead-lettered with its last error
+without running the handler again. A redelivered entry's commit also clears the error its
+last delivery recorded. While an entry runs longer than a third of the claim idle time, the
+stream's ``Heartbeat`` keeps the reclaimers of other processes off it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+
+from contracts.events import DeadLettered, dump_event, parse_event
+from contracts.streams import DATA_FIELD, GROUPS
+from services import telemetry
+from services.entry import CURRENT, PendingCommit
+from services.errors import PermanentError
+from services.runtime import Handler, Runtime
+
+log = logging.getLogger("loopline")
+
+
+class Fate(enum.Enum):
+    """What becomes of a stream entry once its handler ended."""
+
+    ACK = "ack"
+    RETRY = "retry"
+    DEAD_LETTER = "dead-letter"
+
+
+def fate_of(failure: BaseException | None) -> Fate:
+    """The one map from how a handler ended to its entry's fate (``services.errors``
+    draws the tree): permanent failures can never succeed, anything else may next time."""
+    if failure is None:
+        return Fate.ACK
+    if isinstance(failure, PermanentError | ValidationError):
+        return Fate.DEAD_LETTER
+    return Fate.RETRY
+
+
+def describe(failure: BaseException) -> str:
+    return f"{type(failure).__name__}: {failure}"
+
+
+def entry_payload(fields: Any) -> Any:
+    """The event a stream entry holds: the ``__data__`` field, else all fields."""
+    if isinstance(fields, dict):
+        data = fields.get(DATA_FIELD.encode(), fields.get(DATA_FIELD))
+        if data is not None:
+            return data
+        return {_text(k): _text(v) for k, v in fields.items()}
+    return fields
+
+
+def decode_event(payload: Any, max_bytes: int) -> Any:
+    """Parse a payload into an event or raise a PermanentError / ValidationError."""
+    if isinstance(payload, bytes | str) and len(payload) > max_bytes:
+        raise PermanentError(
+            f"event of {len(payload)} bytes exceeds the limit of {max_bytes} bytes "
+            "(LOOPLINE_MAX_EVENT_BYTES)"
+        )
+    if isinstance(payload, dict | bytes | str):
+        try:
+            return parse_event(payload)
+        except ValidationError:
+            raise
+        except ValueError as exc:
+            raise PermanentError(f"not a JSON event: {exc}") from exc
+    raise PermanentError(f"not a JSON object: {type(payload).__name__}")
+
+
+def dead_letter_data(
+    stream: str, entry_id: str, payload: Any, error: str, deliveries: int = 1
+) -> bytes:
+    """The DeadLettered event for an entry, encoded (no size limit: an oversized entry is
+    kept whole, so nothing is lost)."""
+    if isinstance(payload, bytes):
+        text = payload.decode("utf-8", "replace")
+    else:
+        text = payload if isinstance(payload, str) else repr(payload)
+    task_id = ""
+    with contextlib.suppress(ValidationError, ValueError):
+        task_id = str(parse_event(text).task_id)
+    event = DeadLettered(
+        task_id=task_id,
+        stream=stream,
+        entry_id=entry_id,
+        payload=text,
+        error=error,
+        deliveries=deliveries,
+    )
+    return dump_event(event)
+
+
+class Heartbeat:
+    """Keeps the entries this process runs on one stream claimed, however long a tool or
+    model call lasts: every third of the claim idle time, one XCLAIM for all the entries
+    running longer than that resets their idle time, so only the entries of dead or stuck
+    consumers ever look idle to a reclaimer. Costs nothing for shorter handlers."""
+
+    def __init__(
+        self, redis: aioredis.Redis, stream: str, group: str, consumer: str, every_s: float
+    ) -> None:
+        self.redis = redis
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer
+        self.every_s = every_s
+        self.running: dict[str, float] = {}
+        """Entry id -> when it started running (``time.monotonic``)."""
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._beat(), name=f"heartbeat {self.stream}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait([self._task], timeout=5)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.every_s)
+            due = time.monotonic() - self.every_s
+            ids: list[Any] = [entry_id for entry_id, since in self.running.items() if since <= due]
+            if ids:
+                with contextlib.suppress(aioredis.RedisError):
+                    await self.redis.xclaim(
+                        self.stream, self.group, self.consumer, 0, ids, justid=True
+                    )
+
+
+class EntryRunner:
+    """Runs one service's handler of one stream on its entries and settles their fates."""
+
+    def __init__(
+        self, runtime: Runtime, service: str, stream: str, handler: Handler, consumer: str
+    ) -> None:
+        self.rt = runtime
+        self.service = service
+        self.stream = stream
+        self.group = GROUPS[service]
+        self.consumer = consumer
+        self.handler = handler
+        self._commit = runtime.committer.commit  # Runtime.commit, one call fewer per entry
+        settings = runtime.settings
+        self.max_bytes = settings.max_event_bytes
+        self.max_deliveries = settings.max_deliveries
+        self.heartbeat = Heartbeat(
+            runtime.redis, stream, self.group, consumer, settings.claim_idle_ms / 3000
+        )
+
+    def start(self) -> None:
+        self.heartbeat.start()
+
+    async def stop(self) -> None:
+        await self.heartbeat.stop()
+
+    async def run(self, raw_id: bytes | str, fields: Any, deliveries: int = 1) -> None:
+        """Run the entry (delivered ``deliveries`` times, this one included) and settle it.
+        A cancelled entry stays pending as it is. Raises only for cancellation, or when
+        Redis fails before the handler ran (the entry stays pending)."""
+        entry = PendingCommit(self.stream, self.group, _text(raw_id))
+        payload = entry_payload(fields)
+        if deliveries > self.max_deliveries:
+            await self._give_up(entry, payload, deliveries)
+            return
+        running = self.heartbeat.running
+        running[entry.entry_id] = time.monotonic()
+        token = CURRENT.set(entry)
+        try:
+            failure: Exception | None = None
+            try:
+                event = decode_event(payload, self.max_bytes)
+                with telemetry.consuming(self.service, self.stream, event):
+                    await self.handler(event)
+            except Exception as exc:
+                failure = exc
+            await self._settle(entry, payload, failure, deliveries)
+        finally:
+            CURRENT.reset(token)
+            running.pop(entry.entry_id, None)
+
+    async def _settle(
+        self, entry: PendingCommit, payload: Any, failure: Exception | None, deliveries: int
+    ) -> None:
+        """Apply the entry's fate (``fate_of``)."""
+        redelivered = deliveries > 1
+        if entry.committed:  # a fused transition sent it all, with the ack
+            if failure is not None:  # a failure after the commit: a bug
+                log.error(
+                    "%s %s failed after its commit: %r", self.stream, entry.entry_id, failure,
+                    exc_info=failure,
+                )  # fmt: skip
+            if redelivered:
+                with contextlib.suppress(aioredis.RedisError):
+                    await self.rt.redis.hdel(self.rt.names.errors, self._error_field(entry))
+            return
+        clear_error = self._error_field(entry) if redelivered else None
+        fate = fate_of(failure)
+        if fate is Fate.ACK:
+            try:
+                await self._commit(entry, clear_error=clear_error)
+            except Exception as exc:  # stays pending: the reclaimer redelivers it
+                log.error("committing %s %s failed: %r", self.stream, entry.entry_id, exc)
+        elif fate is Fate.DEAD_LETTER:
+            assert failure is not None
+            await self._dead_letter(entry, payload, describe(failure), deliveries, clear_error)
+        else:
+            assert failure is not None
+            log.error(
+                "handling %s %s failed: %r", self.stream, entry.entry_id, failure,
+                exc_info=failure,
+            )  # fmt: skip
+            error = (self._error_field(entry), describe(failure))
+            with contextlib.suppress(Exception):
+                await self._commit(entry, ack=False, error=error)
+
+    async def _give_up(self, entry: PendingCommit, payload: Any, deliveries: int) -> None:
+        """An entry delivered too often: dead-letter it with its last recorded error."""
+        field = self._error_field(entry)
+        last_error = _text(await self.rt.redis.hget(self.rt.names.errors, field) or b"unknown")
+        reason = f"gave up after {deliveries - 1} deliveries; last error: {last_error}"
+        await self._dead_letter(entry, payload, reason, deliveries - 1, field)
+
+    async def _dead_letter(
+        self,
+        entry: PendingCommit,
+        payload: Any,
+        reason: str,
+        deliveries: int,
+        clear_error: str | None,
+    ) -> None:
+        """Commit the entry's ``DeadLettered`` event with its ack (and what its handler
+        queued before it failed)."""
+        letter = dead_letter_data(self.stream, entry.entry_id, payload, reason, deliveries)
+        entry.outbox.append((self.rt.names.dlq, letter))
+        try:
+            await self._commit(entry, clear_error=clear_error)
+        except Exception:
+            log.exception("dead-lettering %s %s failed", self.stream, entry.entry_id)
+            return
+        log.warning("dead-lettered %s %s: %s", self.stream, entry.entry_id, reason)
+
+    def _error_field(self, entry: PendingCommit) -> str:
+        """The entry's field in the errors hash: its last failure, kept for its redelivery."""
+        return f"{self.stream}|{entry.entry_id}"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

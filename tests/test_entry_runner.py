@@ -1,0 +1,205 @@
+"""One entry runner for read and reclaimed entries, on a real Redis: a reclaimed entry
+commits what its handler published together with its ack, as a read one does; the
+reclaimer gives up on an entry after N deliveries through the same runner; release hands
+a leaving consumer's entries on at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from contracts.events import AnyEvent, DeadLettered, StepStarted, dump_event, parse_event
+from contracts.streams import DATA_FIELD, GROUPS
+from services.consumer import StreamConsumer
+from services.reliability import Reclaimer
+from services.runner import EntryRunner
+from services.runtime import Handler, Runtime
+from services.settings import Settings
+
+SERVICE = "tools"
+GROUP = GROUPS[SERVICE]
+
+
+@pytest.fixture
+async def rt(redis_url: str, prefix: str) -> AsyncIterator[Runtime]:
+    runtime = Runtime(redis_url, Settings(prefix=prefix, max_deliveries=3))
+    await runtime.redis.xgroup_create(runtime.names.tools, GROUP, id="0", mkstream=True)
+    yield runtime
+    await runtime.close()
+
+
+def runner_of(rt: Runtime, handler: Handler, consumer: str = "alive") -> EntryRunner:
+    return EntryRunner(rt, SERVICE, rt.names.tools, handler, consumer)
+
+
+def reclaimer_of(rt: Runtime, runner: EntryRunner, claim_idle_ms: int = 10) -> Reclaimer:
+    return Reclaimer(
+        redis=rt.redis,
+        service=SERVICE,
+        consumer=runner.consumer,
+        runners={runner.stream: runner},
+        claim_idle_ms=claim_idle_ms,
+        consumers_key=rt.names.consumers,
+    )
+
+
+async def put(rt: Runtime, task_id: str, *, fetched: bool = True) -> str:
+    """An entry on the tools stream; ``fetched``: by a consumer that then died without
+    acking it."""
+    event = StepStarted(task_id=task_id, step=1)
+    entry_id: Any = await rt.redis.xadd(rt.names.tools, {DATA_FIELD: dump_event(event)})
+    if fetched:
+        await rt.redis.xreadgroup(GROUP, "dead-one", {rt.names.tools: ">"})
+    return str(entry_id.decode())
+
+
+async def events_on(rt: Runtime, stream: str) -> list[Any]:
+    entries: Any = await rt.redis.xrange(stream)
+    return [parse_event(fields[DATA_FIELD.encode()]) for _, fields in entries]
+
+
+async def pending(rt: Runtime) -> int:
+    info: Any = await rt.redis.xpending(rt.names.tools, GROUP)
+    return int(info["pending"])
+
+
+async def published_and_pending(rt: Runtime, out: str) -> tuple[int, int]:
+    """The output stream's length and the input's pending count, read at one instant."""
+    async with rt.redis.pipeline(transaction=True) as pipe:
+        pipe.xlen(out)
+        pipe.xpending(rt.names.tools, GROUP)
+        length, info = await pipe.execute()
+    return int(length), int(info["pending"])
+
+
+async def test_a_reclaimed_entry_commits_its_publishes_with_its_ack(rt: Runtime) -> None:
+    out = f"{rt.names.prefix}:out"
+    gate = asyncio.Event()
+    reached = asyncio.Event()
+    attempts: list[int] = []
+
+    async def handler(event: AnyEvent) -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("the first delivery fails")
+        await rt.publish(out, StepStarted(task_id=event.task_id, step=2))
+        reached.set()
+        await gate.wait()
+
+    entry_id = await put(rt, "t1", fetched=False)
+    # The first delivery, read by a consumer, fails: it stays pending, its error recorded.
+    consumer = StreamConsumer(rt, runner_of(rt, handler, "first"))
+    consumer.start()
+    try:
+        for _ in range(200):
+            if await rt.redis.hlen(rt.names.errors):
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await consumer.stop()
+    field = f"{rt.names.tools}|{entry_id}"
+    assert await rt.redis.hget(rt.names.errors, field) == b"RuntimeError: the first delivery fails"
+
+    seen: list[tuple[int, int]] = []
+
+    async def watch() -> None:
+        while True:
+            seen.append(await published_and_pending(rt, out))
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    await asyncio.sleep(0.03)  # idle past the claim time
+    # Another process's reclaimer takes it over and runs it through its own runner.
+    reclaim = asyncio.create_task(reclaimer_of(rt, runner_of(rt, handler)).run_once())
+    await asyncio.wait_for(reached.wait(), 5)
+    # The handler has published and not returned: nothing is out, the entry is pending.
+    assert await published_and_pending(rt, out) == (0, 1)
+    gate.set()
+    assert await asyncio.wait_for(reclaim, 5) == 1
+    await asyncio.sleep(0.01)
+    watcher.cancel()
+
+    assert await published_and_pending(rt, out) == (1, 0)
+    assert [(e.type, e.task_id, e.step) for e in await events_on(rt, out)] == [
+        ("StepStarted", "t1", 2)
+    ]
+    # Published and acked at one instant: never one without the other.
+    assert set(seen) <= {(0, 1), (1, 0)} and (1, 0) in seen
+    assert await rt.redis.hlen(rt.names.errors) == 0  # cleared with the ack
+    assert len(attempts) == 2
+
+
+async def test_the_reclaimer_gives_up_after_n_deliveries_with_the_last_error(
+    rt: Runtime,
+) -> None:
+    out = f"{rt.names.prefix}:out"
+    attempts: list[str] = []
+
+    async def failing(event: AnyEvent) -> None:
+        attempts.append(event.task_id)
+        await rt.publish(out, StepStarted(task_id=event.task_id, step=len(attempts)))
+        raise RuntimeError(f"attempt {len(attempts)} failed")
+
+    runner = runner_of(rt, failing)
+    entry_id = await put(rt, "t2")
+    reclaimer = reclaimer_of(rt, runner)
+    for _ in range(6):
+        await asyncio.sleep(0.03)
+        await reclaimer.run_once()
+
+    assert len(attempts) == 2  # deliveries 2 and 3; the 4th goes to the DLQ instead
+    letters = await events_on(rt, rt.names.dlq)
+    assert len(letters) == 1 and isinstance(letters[0], DeadLettered)
+    letter = letters[0]
+    assert letter.error == "gave up after 3 deliveries; last error: RuntimeError: attempt 2 failed"
+    assert (letter.deliveries, letter.entry_id, letter.task_id) == (3, entry_id, "t2")
+    assert letter.stream == rt.names.tools
+    assert json.loads(letter.payload)["task_id"] == "t2"
+    assert await pending(rt) == 0
+    assert await rt.redis.hlen(rt.names.errors) == 0
+    # A failed delivery still commits what its handler queued (with its error, unacked).
+    assert await rt.redis.xlen(out) == 2
+
+
+async def test_a_permanent_error_on_redelivery_is_dead_lettered_with_its_delivery_count(
+    rt: Runtime,
+) -> None:
+    async def unknown(event: AnyEvent) -> None:
+        from services.errors import UnknownTask
+
+        raise UnknownTask(f"no task {event.task_id}")
+
+    runner = runner_of(rt, unknown)
+    await put(rt, "t3")
+    await asyncio.sleep(0.03)
+    assert await reclaimer_of(rt, runner).run_once() == 1
+    (letter,) = await events_on(rt, rt.names.dlq)
+    assert isinstance(letter, DeadLettered)
+    assert (letter.error, letter.deliveries) == ("UnknownTask: no task t3", 2)
+    assert await pending(rt) == 0
+
+
+async def test_release_makes_unfinished_entries_claimable_at_once(rt: Runtime) -> None:
+    handled: list[str] = []
+
+    async def ok(event: AnyEvent) -> None:
+        handled.append(event.task_id)
+
+    for i in range(3):
+        await rt.redis.xadd(
+            rt.names.tools, {DATA_FIELD: dump_event(StepStarted(task_id=f"r{i}", step=1))}
+        )
+    await rt.redis.xreadgroup(GROUP, "leaving", {rt.names.tools: ">"})
+
+    def reclaimer(consumer: str) -> Reclaimer:
+        return reclaimer_of(rt, runner_of(rt, ok, consumer), claim_idle_ms=60_000)
+
+    assert await reclaimer("other").run_once() == 0  # not idle for a minute yet
+    assert await reclaimer("leaving").release() == 3
+    assert await reclaimer("other").run_once() == 3
+    assert sorted(handled) == ["r0", "r1", "r2"]
+    assert await pending(rt) == 0
