@@ -31,6 +31,7 @@ from services.reliability import Reclaimer
 from services.runner import EntryRunner
 from services.runtime import Runtime, ServiceFactory
 from services.settings import Settings
+from services.tasks.loop import Loop
 
 log = logging.getLogger("loopline")
 
@@ -185,6 +186,7 @@ def build_app(
         broker_log.setLevel(logging.WARNING)
     broker = make_broker(url, log_level=logging.DEBUG, logger=broker_log)
     group = ServiceConsumers(runtime, services, factory)
+    runtime.on_refused = Loop(runtime).event_refused  # a dead-lettered event ends its task
     app = FastStream(broker, logger=log)
 
     @app.on_startup

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import json
 import logging
 import time
 from typing import Any
@@ -100,11 +101,9 @@ def dead_letter_data(
         text = payload.decode("utf-8", "replace")
     else:
         text = payload if isinstance(payload, str) else repr(payload)
-    task_id = ""
-    with contextlib.suppress(ValidationError, ValueError):
-        task_id = str(parse_event(text).task_id)
+    found = task_of(text)
     event = DeadLettered(
-        task_id=task_id,
+        task_id=found[0] if found else "",
         stream=stream,
         entry_id=entry_id,
         payload=text,
@@ -112,6 +111,21 @@ def dead_letter_data(
         deliveries=deliveries,
     )
     return dump_event(event)
+
+
+def task_of(payload: Any) -> tuple[str, str] | None:
+    """The task id and event type of a payload, even one that does not validate as its
+    event (a wrong field, say): None when it names no task."""
+    try:
+        data = json.loads(payload) if isinstance(payload, bytes | str) else payload
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    task_id, kind = data.get("task_id"), data.get("type")
+    if not isinstance(task_id, str) or not task_id or not isinstance(kind, str):
+        return None
+    return task_id, kind
 
 
 class Heartbeat:
@@ -253,8 +267,18 @@ class EntryRunner:
         deliveries: int,
         clear_error: str | None,
     ) -> None:
-        """Commit the entry's ``DeadLettered`` event with its ack (and what its handler
-        queued before it failed)."""
+        """End the event's task (``Runtime.on_refused``), then commit the entry's
+        ``DeadLettered`` event with its ack (and what its handler queued before it
+        failed). If the task cannot be ended now (Redis failing), the entry stays pending
+        and is dead-lettered again on its next delivery: no task is left waiting."""
+        try:
+            await self._end_task(payload, reason)
+        except Exception as exc:
+            log.error("ending the task of %s %s failed: %r", self.stream, entry.entry_id, exc)
+            error = (self._error_field(entry), reason)
+            with contextlib.suppress(Exception):
+                await self._commit(entry, ack=False, error=error)
+            return
         letter = dead_letter_data(self.stream, entry.entry_id, payload, reason, deliveries)
         entry.outbox.append((self.rt.names.dlq, letter))
         try:
@@ -263,6 +287,12 @@ class EntryRunner:
             log.exception("dead-lettering %s %s failed", self.stream, entry.entry_id)
             return
         log.warning("dead-lettered %s %s: %s", self.stream, entry.entry_id, reason)
+
+    async def _end_task(self, payload: Any, reason: str) -> None:
+        refused = self.rt.on_refused
+        found = task_of(payload)
+        if refused is not None and found is not None:
+            await refused(found[0], found[1], self.service, reason)
 
     def _error_field(self, entry: PendingCommit) -> str:
         """The entry's field in the errors hash: its last failure, kept for its redelivery."""

@@ -33,6 +33,10 @@ ServiceFactory = Callable[["Runtime"], dict[str, Handler]]
 """A service's handlers by input stream, built for a runtime (``services.registry``)."""
 
 
+RefusedHook = Callable[[str, str, str, str], Awaitable[None]]
+"""(task id, event type, stage, reason) of an event a stage dead-lettered."""
+
+
 class Background(Protocol):
     """A periodic job a service runs beside its handlers (the loop's deadline sweeper)."""
 
@@ -58,6 +62,9 @@ class Runtime:
         self.transcripts = Transcripts(self.connection, self.names, settings.transcript_cache_tasks)
         self.consumers: dict[str, str] = {}  # service -> this process's consumer name
         self.background: list[Background] = []
+        self.on_refused: RefusedHook | None = None
+        """Told when a stage dead-letters an event of a task (``services.runner``), so
+        the task ends (the task state machine's ``Loop.event_refused``)."""
 
     async def close(self) -> None:
         await self.connection.close()

@@ -57,10 +57,14 @@ from services.tasks.transitions import (
     FailTask,
     RecordReply,
     RecordResult,
+    RefuseTask,
     StartTask,
 )
 
 log = logging.getLogger("loopline.loop")
+
+REQUESTS_ABOUT_A_TASK = frozenset({"CancelRequested", "DecisionsSubmitted"})
+"""Events from outside about a task; refusing one leaves the task as it is."""
 
 LAST_RESULT_MAX_BYTES = 2048
 """A step's only tool result rides in the next model request up to this size (JSON):
@@ -213,6 +217,27 @@ class Loop:
 
     async def tool_interrupted(self, event: ToolInterrupted) -> None:
         await self.per_call.interrupted(event)
+
+    async def event_refused(self, task_id: str, event_type: str, stage: str, reason: str) -> None:
+        """A stage dead-lettered one of the task's events (``services.runner``): the task
+        cannot go on, so it ends with the stage and the reason, for its waiting client.
+        Requests about a task from outside (a cancel, decisions) are refused without
+        ending it: a decision that does not fit leaves the task waiting for a good one."""
+        if event_type in REQUESTS_ABOUT_A_TASK:
+            return
+        step = await self.store.current_step(task_id)
+        text = f"the {stage} stage could not handle {event_type}: {reason}"
+        state = await self.store.apply(
+            task_id,
+            RefuseTask(
+                failed_event=self._failed(task_id, step, text),
+                cause=Cause.refused(stage),
+                retention=self.rt.settings.retention_s,
+                create=event_type == "TaskSubmitted",
+            ),
+        )
+        if state.applied:
+            await self._emit(task_id, state)
 
     # -- what a new state asks for -----------------------------------------------------
 

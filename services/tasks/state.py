@@ -72,6 +72,11 @@ class Cause:
         return f"approval:{step}"
 
     @staticmethod
+    def refused(stage: str) -> str:
+        """A stage dead-lettered one of the task's events."""
+        return f"refused:{stage}"
+
+    @staticmethod
     def failed(step: int) -> str:
         """A failure of the loop's own (a hook that raised, middleware that cannot load)."""
         return f"failed:{step}"

@@ -21,6 +21,9 @@ and at most once per cause (``state.Cause``)::
       TOOLS ──DecideCall──▶ TOOLS                     its decision, accepted once
       any   ──FailTask──▶ DONE                        failed: cancel, deadline, model
                                                       failure, a hook that raised
+      any   ──RefuseTask──▶ DONE                      failed: a stage dead-lettered one
+                                                      of its events (a refused
+                                                      submission: from no state at all)
 
 - ``RecordReply`` with every call answered by after_model hooks joins those results and
   starts the next step at once (MODEL).
@@ -127,6 +130,18 @@ class FailTask(Args):
 
 
 @dataclass(frozen=True, slots=True)
+class RefuseTask(Args):
+    """A stage dead-lettered one of the task's events: any phase -> done (failed); a
+    submission refused before its task started gets a failed record (``create``)."""
+
+    LUA = "refuse"
+    failed_event: bytes
+    cause: str
+    retention: int
+    create: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ParkCall(Args):
     """A per-call approval: a gated call of the tools phase waits (the phase stays)."""
 
@@ -167,6 +182,7 @@ ALL: tuple[type[Args], ...] = (
     ApplyHooks,
     AskHuman,
     FailTask,
+    RefuseTask,
     ParkCall,
     DecideCall,
     LogOnce,
