@@ -12,6 +12,7 @@ entries that dead consumers left to the same runners. FastStream runs the app
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from services.runner import EntryRunner
 from services.runtime import Runtime, ServiceFactory
 from services.settings import Settings
 from services.tasks.loop import Loop
+from services.trimming import StreamTrimmer
 
 log = logging.getLogger("loopline")
 
@@ -89,6 +91,41 @@ async def register_consumers(runtime: Runtime) -> None:
             for service, name in runtime.consumers.items()
         },
     )
+
+
+class ConsumerAnnouncer:
+    """Announces this process's consumers again whenever their entries are gone from the
+    consumers hash (Redis restarted without persistence, or was flushed), so ``status``
+    counts the live consumers within seconds of a restart."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="consumer-announcer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        runtime = self.runtime
+        while True:
+            await asyncio.sleep(self.EVERY_S)
+            names = list(runtime.consumers.values())
+            try:
+                if names and not await runtime.redis.hexists(runtime.names.consumers, names[0]):
+                    log.warning("this process's consumers were not listed: announcing again")
+                    await register_consumers(runtime)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis restarting: look again shortly
+                log.debug("checking the consumer list failed", exc_info=True)
 
 
 class ServiceConsumers:
@@ -165,6 +202,21 @@ class ServiceConsumers:
                 log.info("released %d unfinished %s entries", released, reclaimer.service)
 
 
+def trimmer(runtime: Runtime, services: Sequence[str]) -> StreamTrimmer:
+    """Trims the input streams of these services, and (in the loop's process) the public
+    streams (``services.trimming``)."""
+    names, settings = runtime.names, runtime.settings
+    public = [names.todos, names.edits, names.approvals, names.dlq] if "loop" in services else []
+    return StreamTrimmer(
+        runtime.redis,
+        work=[stream for service in services for stream in names.inputs_of(service)],
+        public=public,
+        interval_s=settings.trim_interval_s,
+        public_maxlen=settings.public_maxlen,
+        public_max_age_s=settings.public_max_age_s,
+    )
+
+
 def build_app(
     services: Sequence[str],
     factory: Callable[[str], ServiceFactory],
@@ -187,6 +239,8 @@ def build_app(
     broker = make_broker(url, log_level=logging.DEBUG, logger=broker_log)
     group = ServiceConsumers(runtime, services, factory)
     runtime.on_refused = Loop(runtime).event_refused  # a dead-lettered event ends its task
+    runtime.background.append(trimmer(runtime, services))
+    runtime.background.append(ConsumerAnnouncer(runtime))
     app = FastStream(broker, logger=log)
 
     @app.on_startup

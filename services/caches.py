@@ -6,6 +6,7 @@ starts a new revision, cached apart).
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 
 import redis.asyncio as aioredis
@@ -16,21 +17,37 @@ from contracts.streams import Names
 from services.connection import Connection
 from services.errors import UnknownAgent
 
+log = logging.getLogger("loopline")
+
 
 class AgentSpecs:
-    """Agent specs by id, stored once in Redis and cached for the life of the process."""
+    """Agent specs by id, stored in Redis and cached for the life of the process.
 
-    def __init__(self, redis: aioredis.Redis, names: Names) -> None:
+    A spec is written again by every task that starts with it, and kept for the retention
+    time after the last task that started or ended with it (``touch``): storage stays
+    bounded by the agents in use, and a spec that Redis lost (a restart without
+    persistence) is there again for the next task."""
+
+    def __init__(self, redis: aioredis.Redis, names: Names, retention_s: int) -> None:
         self._redis = redis
         self._names = names
+        self._retention_s = retention_s
         self._specs: dict[str, AgentSpec] = {}
 
     async def save(self, spec: AgentSpec) -> str:
         agent_id = spec.agent_id
-        if agent_id not in self._specs:
-            await self._redis.set(self._names.agent(agent_id), spec.model_dump_json(), nx=True)
-            self._specs[agent_id] = spec
+        self._specs.setdefault(agent_id, spec)
+        await self._redis.set(
+            self._names.agent(agent_id), spec.model_dump_json(), ex=self._retention_s
+        )
         return agent_id
+
+    async def touch(self, agent_id: str) -> None:
+        """A task of the agent ended: keep its spec for the retention time from now."""
+        try:
+            await self._redis.expire(self._names.agent(agent_id), self._retention_s)
+        except aioredis.RedisError as exc:  # the next task's start writes it again
+            log.warning("keeping agent spec %s failed: %r", agent_id, exc)
 
     async def get(self, agent_id: str) -> AgentSpec:
         """Specs are immutable (content-addressed), so a cached copy never goes stale."""

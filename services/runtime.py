@@ -58,7 +58,7 @@ class Runtime:
         # The per-entry commands go through a lean client where the URL allows it.
         self.fast = self.connection.fast
         self.committer = Committer(self.connection, self.names.errors)
-        self.agents = AgentSpecs(self.redis, self.names)
+        self.agents = AgentSpecs(self.redis, self.names, settings.retention_s)
         self.transcripts = Transcripts(self.connection, self.names, settings.transcript_cache_tasks)
         self.consumers: dict[str, str] = {}  # service -> this process's consumer name
         self.background: list[Background] = []

@@ -13,6 +13,7 @@ service then only starts, cancels and times out tasks and runs hooks and approva
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -81,6 +82,7 @@ class Loop:
         self.names = rt.names
         self.store = TaskStore(rt.redis, rt.names, rt.register_script)
         self.per_call = PerCallApprovals(rt, self.store)
+        self._touching: set[asyncio.Task[None]] = set()
 
     # -- events ------------------------------------------------------------------------
 
@@ -248,6 +250,8 @@ class Loop:
         if not state.running:
             rt.forget(task_id)
             await rt.redis.zrem(self.names.deadlines, task_id)
+            if state.agent_id:
+                await rt.agents.touch(state.agent_id)
             return
         spec = await rt.agent(state.agent_id)
         if state.phase == Phase.MODEL:
@@ -299,6 +303,14 @@ class Loop:
         published already."""
         if not state.running:
             self.rt.forget(task_id)
+            self._touch_later(state.agent_id)
+
+    def _touch_later(self, agent_id: str) -> None:
+        """Keep the agent's spec for the retention time from the end of this task (after
+        the commit: nothing may be queued on a committed entry)."""
+        task = asyncio.get_running_loop().create_task(self.rt.agents.touch(agent_id))
+        self._touching.add(task)
+        task.add_done_callback(self._touching.discard)
 
     @staticmethod
     def _resumes(state: TaskState, cause: str, step: int) -> bool:
