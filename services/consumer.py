@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -114,9 +115,9 @@ class StreamConsumer:
                 continue
             if not entries:
                 continue
-            run = self.runner.run
+            run, now = self.runner.run, time.monotonic()
             for entry_id, fields in entries:
-                task = asyncio.create_task(run(entry_id, fields))
+                task = asyncio.create_task(run(entry_id, fields, 1, now))
                 self._running.add(task)
                 task.add_done_callback(self._finished)
             # Let the handlers send their first command before this loop sends its next

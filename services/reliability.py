@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -99,6 +100,7 @@ class Reclaimer:
             reply: Any = await self.redis.xautoclaim(
                 stream, self.group, self.consumer, self.claim_idle_ms, start_id=start, count=1
             )
+            claimed_at = time.monotonic()
             start, entries = _text(reply[0]), reply[1]
             for entry_id_raw, fields in entries:
                 if fields is None:  # deleted while pending
@@ -106,13 +108,14 @@ class Reclaimer:
                     continue
                 taken += 1
                 self.reclaimed += 1
-                await self._take_over(stream, _text(entry_id_raw), fields, runner)
+                await self._take_over(runner, _text(entry_id_raw), fields, claimed_at)
             if start == "0-0":
                 return taken
 
     async def _take_over(
-        self, stream: str, entry_id: str, fields: Any, runner: EntryRunner
+        self, runner: EntryRunner, entry_id: str, fields: Any, claimed_at: float
     ) -> None:
+        stream = runner.stream
         info: Any = await self.redis.xpending_range(
             stream, self.group, min=entry_id, max=entry_id, count=1
         )
@@ -120,7 +123,7 @@ class Reclaimer:
             return
         deliveries = int(info[0]["times_delivered"])
         log.info("reclaimed %s %s (delivery %d)", stream, entry_id, deliveries)
-        await runner.run(entry_id, fields, deliveries)
+        await runner.run(entry_id, fields, deliveries, claimed_at)
 
     async def release(self) -> int:
         """Mark this consumer's unfinished entries idle so others take them at once."""

@@ -130,9 +130,11 @@ def task_of(payload: Any) -> tuple[str, str] | None:
 
 class Heartbeat:
     """Keeps the entries this process runs on one stream claimed, however long a tool or
-    model call lasts: every third of the claim idle time, one XCLAIM for all the entries
-    running longer than that resets their idle time, so only the entries of dead or stuck
-    consumers ever look idle to a reclaimer. Costs nothing for shorter handlers."""
+    model call lasts: an entry claimed a third of the claim idle time ago or longer is
+    claimed again (one XCLAIM for all such entries of the stream, checked every sixth of
+    the claim idle time), so its idle time stays under half the claim idle time and only
+    the entries of dead or stuck consumers ever look idle to a reclaimer. Costs nothing
+    for shorter handlers."""
 
     def __init__(
         self, redis: aioredis.Redis, stream: str, group: str, consumer: str, every_s: float
@@ -142,8 +144,9 @@ class Heartbeat:
         self.group = group
         self.consumer = consumer
         self.every_s = every_s
-        self.running: dict[str, float] = {}
-        """Entry id -> when it started running (``time.monotonic``)."""
+        self.claimed: dict[str, float] = {}
+        """Entry id -> when this consumer last claimed it (``time.monotonic``): read it,
+        took it over, or renewed its claim."""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -155,15 +158,19 @@ class Heartbeat:
             await asyncio.wait([self._task], timeout=5)
 
     async def _beat(self) -> None:
+        claimed = self.claimed
         while True:
-            await asyncio.sleep(self.every_s)
-            due = time.monotonic() - self.every_s
-            ids: list[Any] = [entry_id for entry_id, since in self.running.items() if since <= due]
-            if ids:
-                with contextlib.suppress(aioredis.RedisError):
-                    await self.redis.xclaim(
-                        self.stream, self.group, self.consumer, 0, ids, justid=True
-                    )
+            await asyncio.sleep(self.every_s / 2)
+            now = time.monotonic()
+            due = now - self.every_s
+            ids: list[Any] = [entry_id for entry_id, at in claimed.items() if at <= due]
+            if not ids:
+                continue
+            with contextlib.suppress(aioredis.RedisError):  # due again at the next check
+                await self.redis.xclaim(self.stream, self.group, self.consumer, 0, ids, justid=True)
+                for entry_id in ids:
+                    if entry_id in claimed:  # not finished meanwhile
+                        claimed[entry_id] = now
 
 
 class EntryRunner:
@@ -192,17 +199,24 @@ class EntryRunner:
     async def stop(self) -> None:
         await self.heartbeat.stop()
 
-    async def run(self, raw_id: bytes | str, fields: Any, deliveries: int = 1) -> None:
-        """Run the entry (delivered ``deliveries`` times, this one included) and settle it.
-        A cancelled entry stays pending as it is. Raises only for cancellation, or when
-        Redis fails before the handler ran (the entry stays pending)."""
+    async def run(
+        self,
+        raw_id: bytes | str,
+        fields: Any,
+        deliveries: int = 1,
+        claimed_at: float | None = None,
+    ) -> None:
+        """Run the entry (delivered ``deliveries`` times, this one included; claimed by
+        this consumer at ``claimed_at``, ``time.monotonic``, by default now) and settle
+        it. A cancelled entry stays pending as it is. Raises only for cancellation, or
+        when Redis fails before the handler ran (the entry stays pending)."""
         entry = PendingCommit(self.stream, self.group, _text(raw_id))
         payload = entry_payload(fields)
         if deliveries > self.max_deliveries:
             await self._give_up(entry, payload, deliveries)
             return
-        running = self.heartbeat.running
-        running[entry.entry_id] = time.monotonic()
+        claimed = self.heartbeat.claimed
+        claimed[entry.entry_id] = time.monotonic() if claimed_at is None else claimed_at
         token = CURRENT.set(entry)
         try:
             failure: Exception | None = None
@@ -215,7 +229,7 @@ class EntryRunner:
             await self._settle(entry, payload, failure, deliveries)
         finally:
             CURRENT.reset(token)
-            running.pop(entry.entry_id, None)
+            claimed.pop(entry.entry_id, None)
 
     async def _settle(
         self, entry: PendingCommit, payload: Any, failure: Exception | None, deliveries: int

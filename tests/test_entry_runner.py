@@ -203,3 +203,37 @@ async def test_release_makes_unfinished_entries_claimable_at_once(rt: Runtime) -
     assert await reclaimer("other").run_once() == 3
     assert sorted(handled) == ["r0", "r1", "r2"]
     assert await pending(rt) == 0
+
+
+async def test_one_heartbeat_keeps_read_and_reclaimed_entries_from_other_reclaimers(
+    redis_url: str, prefix: str
+) -> None:
+    rt = Runtime(redis_url, Settings(prefix=prefix, claim_idle_ms=1000))
+    await rt.redis.xgroup_create(rt.names.tools, GROUP, id="0", mkstream=True)
+    handled: list[str] = []
+
+    async def slow(event: AnyEvent) -> None:
+        await asyncio.sleep(2.5)  # well past the claim idle time
+        handled.append(event.task_id)
+
+    runner = runner_of(rt, slow, "alive")
+    runner.start()
+    consumer = StreamConsumer(rt, runner)
+    other = reclaimer_of(rt, runner_of(rt, slow, "other"), claim_idle_ms=1000)
+    try:
+        await put(rt, "reclaimed")  # fetched by a consumer that died
+        await asyncio.sleep(0.03)
+        reclaim = asyncio.create_task(reclaimer_of(rt, runner).run_once())
+        await put(rt, "read", fetched=False)
+        consumer.start()
+        taken_by_other = 0
+        while not reclaim.done() or len(handled) < 2:
+            await asyncio.sleep(0.1)
+            taken_by_other += await other.run_once()
+        assert reclaim.result() == 1
+    finally:
+        await consumer.stop()
+        await runner.stop()
+        await rt.close()
+    assert taken_by_other == 0
+    assert sorted(handled) == ["read", "reclaimed"]
