@@ -240,8 +240,14 @@ class DeadLettered(Event):
     stream: str
     entry_id: str
     payload: str
+    """The entry's payload, at most ``LOOPLINE_MAX_EVENT_BYTES`` of it (``truncated``)."""
     error: str
     deliveries: int = 1
+    payload_bytes: int = 0
+    """The whole payload's size in bytes."""
+    payload_sha256: str = ""
+    """The whole payload's SHA-256 (hex): what was lost when ``truncated``."""
+    truncated: bool = False
 
 
 AnyEvent = Annotated[

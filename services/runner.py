@@ -25,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import hashlib
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -93,24 +95,42 @@ def decode_event(payload: Any, max_bytes: int) -> Any:
 
 
 def dead_letter_data(
-    stream: str, entry_id: str, payload: Any, error: str, deliveries: int = 1
+    stream: str,
+    entry_id: str,
+    payload: Any,
+    error: str,
+    deliveries: int = 1,
+    *,
+    max_bytes: int,
 ) -> bytes:
-    """The DeadLettered event for an entry, encoded (no size limit: an oversized entry is
-    kept whole, so nothing is lost)."""
+    """The DeadLettered event for an entry, encoded: at most ``max_bytes`` of its payload
+    (an oversized entry would otherwise cost its size twice), with the whole payload's
+    size and hash, so a dead letter stays bounded and still says what it held."""
     if isinstance(payload, bytes):
-        text = payload.decode("utf-8", "replace")
+        raw = payload
     else:
-        text = payload if isinstance(payload, str) else repr(payload)
-    found = task_of(text)
+        raw = (payload if isinstance(payload, str) else repr(payload)).encode()
+    kept = raw[:max_bytes].decode("utf-8", "ignore")  # never half a character
+    found = task_of(raw if len(raw) <= max_bytes else kept)
     event = DeadLettered(
         task_id=found[0] if found else "",
         stream=stream,
         entry_id=entry_id,
-        payload=text,
+        payload=kept,
         error=error,
         deliveries=deliveries,
+        payload_bytes=len(raw),
+        payload_sha256=hashlib.sha256(raw).hexdigest(),
+        truncated=len(raw) > max_bytes,
     )
     return dump_event(event)
+
+
+_FIELDS = {name: re.compile(rf'"{name}"\s*:\s*"([^"\\]+)"') for name in ("task_id", "type")}
+
+
+def _named_fields(text: str) -> list[tuple[str, re.Match[str] | None]]:
+    return [(name, pattern.search(text)) for name, pattern in _FIELDS.items()]
 
 
 def task_of(payload: Any) -> tuple[str, str] | None:
@@ -118,8 +138,9 @@ def task_of(payload: Any) -> tuple[str, str] | None:
     event (a wrong field, say): None when it names no task."""
     try:
         data = json.loads(payload) if isinstance(payload, bytes | str) else payload
-    except ValueError:
-        return None
+    except ValueError:  # not JSON, or cut short: look for the fields themselves
+        text = payload.decode("utf-8", "ignore") if isinstance(payload, bytes) else payload
+        data = {name: m[1] for name, m in _named_fields(str(text)) if m is not None}
     if not isinstance(data, dict):
         return None
     task_id, kind = data.get("task_id"), data.get("type")
@@ -293,7 +314,9 @@ class EntryRunner:
             with contextlib.suppress(Exception):
                 await self._commit(entry, ack=False, error=error)
             return
-        letter = dead_letter_data(self.stream, entry.entry_id, payload, reason, deliveries)
+        letter = dead_letter_data(
+            self.stream, entry.entry_id, payload, reason, deliveries, max_bytes=self.max_bytes
+        )
         entry.outbox.append((self.rt.names.dlq, letter))
         try:
             await self._commit(entry, clear_error=clear_error)

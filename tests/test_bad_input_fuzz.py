@@ -17,9 +17,9 @@ import redis as syncredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contracts import AgentSpec, HumanMessage, TaskCompleted
+from contracts import AgentSpec, HumanMessage
 from contracts.streams import DATA_FIELD, Names
-from loopline.client import Client
+from loopline.client import Client, TaskFailedError
 from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
@@ -195,6 +195,12 @@ async def test_dead_letter_round_trip_list_replay_after_a_fix_and_drop(
     )
     async with Client(stack.redis_url, stack.prefix) as client:
         task_id = await client.submit(spec, [HumanMessage(content="fixable")])
+        # The tools stage cannot import the tool: the task ends at once with the reason
+        # (its client is not left waiting), and the event waits in the DLQ.
+        with pytest.raises(TaskFailedError) as failed:
+            await client.wait(task_id)
+        assert failed.value.event.reason.startswith("the tools stage could not handle")
+        assert f"cannot import {FIX_MODULE}" in failed.value.event.reason
 
         def letter_of_task() -> str | None:
             listed = cli(stack, "dlq", "list", "--json")
@@ -210,17 +216,17 @@ async def test_dead_letter_round_trip_list_replay_after_a_fix_and_drop(
         assert f"cannot import {FIX_MODULE}" in shown["error"]
         assert json.loads(shown["payload"])["call"]["name"] == "repaired"
 
-        # the fix: the module is deployed; then the letter is replayed
+        # the fix: the module is deployed; then the letter is replayed. The event runs
+        # again (the tool now imports), but its task has ended: nothing changes for it.
         (FIX_DIR / f"{FIX_MODULE}.py").write_text(
             'def repaired(x: int) -> str:\n    """Fixed."""\n    return f"fixed {x}"\n'
         )
         replayed = cli(stack, "dlq", "replay", entry_id)
         assert replayed.returncode == 0 and "replayed" in replayed.stdout, replayed.stderr
-        done = await client.wait(task_id)
-        assert isinstance(done, TaskCompleted) and done.answer == "repaired works"
-        messages = await client.messages(task_id)
-        assert messages[2].text() == "fixed 2"
         assert letter_of_task() is None  # replay removed it from the DLQ
+        wait_until_acked(syncredis.Redis.from_url(stack.redis_url), Names(stack.prefix), ["tools"])
+        assert await client.status(task_id) == "failed"
+        assert [m.type for m in await client.messages(task_id)] == ["human", "ai"]
 
     r = syncredis.Redis.from_url(stack.redis_url)
     r.xadd(Names(stack.prefix).context, {DATA_FIELD: b"garbage to drop"})

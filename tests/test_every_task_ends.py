@@ -5,13 +5,14 @@ it. The services run as processes on a real Redis; the model is the scripted ser
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from contracts import AgentSpec, HumanMessage, TaskFailed
+from contracts import AgentSpec, DeadLettered, HumanMessage, TaskFailed
 from contracts.streams import DATA_FIELD
 from loopline.client import Client, TaskFailedError
 from loopline.testing.harness import services_on
@@ -159,3 +160,31 @@ async def test_a_refused_cancel_or_decision_leaves_its_task_alone(
         await client.redis.xadd(client.names.tasks, {DATA_FIELD: json.dumps(decisions)})
         await asyncio.sleep(1.5)
         assert await client.status(task_id) == "completed"
+
+
+async def test_an_oversized_submission_ends_its_task_and_its_dead_letter_is_bounded(
+    stack: ServiceProcesses,
+) -> None:
+    """A TaskSubmitted over LOOPLINE_MAX_EVENT_BYTES (1 MiB): its task ends, and its dead
+    letter keeps 1 MiB of it with its whole size and hash, not all 3 MiB."""
+    task_id = uuid.uuid4().hex
+    event = {
+        "type": "TaskSubmitted",
+        "task_id": task_id,
+        "agent": {"model": {"name": "gpt-4o-mini"}},
+        "messages": [{"type": "human", "content": "x" * (3 * 1024 * 1024)}],
+    }
+    data = json.dumps(event).encode()
+    async with Client(stack.redis_url, stack.prefix) as client:
+        await client.redis.xadd(client.names.tasks, {DATA_FIELD: data})
+        failed = await ends_failed(client, task_id)
+
+        async def letter() -> DeadLettered | None:
+            found = [d for _, d in await client.dead_letters(500) if d.task_id == task_id]
+            return found[0] if found else None
+
+        dead = await wait_for(letter, timeout=10)
+    assert "exceeds the limit of 1048576 bytes" in failed.reason
+    assert dead.truncated and dead.payload_bytes == len(data)
+    assert len(dead.payload.encode()) <= 1024 * 1024
+    assert dead.payload_sha256 == hashlib.sha256(data).hexdigest()
