@@ -13,7 +13,7 @@ from typing import Any, ForwardRef, Literal, TypeVar, Union, get_args, get_origi
 
 import typing_extensions
 
-from services.spec.signature import resolve_annotation
+from services.spec.annotations import typed_dict_fields
 
 JSON_SCALARS = (str, int, float, bool, type(None))
 
@@ -90,25 +90,11 @@ def unstorable_type(annotation: Any, _seen: frozenset[int] = frozenset()) -> str
 def _unstorable_field(typed_dict: Any, seen: frozenset[int]) -> str | None:
     if id(typed_dict) in seen:
         return None
-    for annotation in state_annotations(typed_dict).values():
+    for annotation in typed_dict_fields(typed_dict).values():
         found = unstorable_type(annotation, seen | {id(typed_dict)})
         if found:
             return found
     return None
-
-
-def state_annotations(schema: Any) -> dict[str, Any]:
-    """A TypedDict's fields with their annotations resolved where they can be."""
-    try:
-        return typing.get_type_hints(schema, include_extras=True)
-    except Exception:  # one field names what cannot be found: resolve them one by one
-        pass
-    fields: dict[str, Any] = {}
-    for klass in reversed(getattr(schema, "__mro__", (schema,))):
-        for name, annotation in vars(klass).get("__annotations__", {}).items():
-            text = annotation.__forward_arg__ if isinstance(annotation, ForwardRef) else annotation
-            fields[name] = resolve_annotation(text, klass.__module__)
-    return fields
 
 
 def unstorable_state_field(state_schema: Any) -> tuple[str, str] | None:
@@ -119,7 +105,7 @@ def unstorable_state_field(state_schema: Any) -> tuple[str, str] | None:
     if state_schema is None or state_schema is AgentState:
         return None
     base = set(getattr(AgentState, "__annotations__", {}))
-    for name, annotation in state_annotations(state_schema).items():
+    for name, annotation in typed_dict_fields(state_schema).items():
         if name in base:
             continue
         found = unstorable_type(annotation)

@@ -4,31 +4,25 @@ against their annotations, so a spec with a wrong type is refused before anythin
 The parameters of a class are collected along its MRO: an ``__init__`` that takes
 ``**kwargs`` passes the rest on to its base, so the bases' parameters count too (loopline's
 wrappers of LangChain's classes forward everything). Annotations are resolved one by one
-(strings, as ``from __future__ import annotations`` leaves them, against the defining
-module plus the usual ``typing`` names), and checked with pydantic in strict JSON mode:
-what the spec holds is what the constructor receives, so ``"5"`` is not an ``int``. An
-annotation that cannot be resolved, or that pydantic cannot check, is skipped: the check
-may let a wrong value through, never refuse a right one.
+(``services.spec.annotations``) and checked with pydantic in strict JSON mode: what the
+spec holds is what the constructor receives, so ``"5"`` is not an ``int``. An annotation
+that cannot be resolved, or that pydantic cannot check, is skipped: the check may let a
+wrong value through, never refuse a right one.
 """
 
 from __future__ import annotations
 
-import collections.abc
 import inspect
 import json
-import pathlib
 import re
-import sys
 import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from services.spec.annotations import NO_ANNOTATION, checkable, resolve_annotation
 from services.spec.params import CALLABLE_KEY
-
-NO_ANNOTATION = inspect.Parameter.empty
 
 REPR_MAX = 60
 """A given value is quoted in an error up to this many characters."""
@@ -56,53 +50,13 @@ class Signature:
     open: bool = False
 
 
-def _fallback_names() -> dict[str, Any]:
-    """Names annotations use without importing them at run time (``TYPE_CHECKING``)."""
-    names: dict[str, Any] = {n: getattr(typing, n) for n in typing.__all__ if hasattr(typing, n)}
-    names.update({n: getattr(collections.abc, n) for n in collections.abc.__all__})
-    names["Path"] = pathlib.Path
-    try:
-        from langchain_core.language_models import BaseChatModel
-        from langchain_core.messages import BaseMessage
-        from langchain_core.tools import BaseTool
-
-        names.update(BaseChatModel=BaseChatModel, BaseMessage=BaseMessage, BaseTool=BaseTool)
-    except ImportError:  # pragma: no cover - langchain is a dependency
-        pass
-    return names
-
-
-_FALLBACK = _fallback_names()
-
-
-class _Annotations:
-    """An object ``typing.get_type_hints`` resolves one annotation of."""
-
-    def __init__(self, annotation: str) -> None:
-        self.__annotations__ = {"value": annotation}
-
-
-def resolve_annotation(annotation: Any, module: str) -> Any:
-    """The annotation as a type, ``NO_ANNOTATION`` when it names what cannot be found."""
-    if not isinstance(annotation, str):
-        return annotation
-    module_globals = getattr(sys.modules.get(module), "__dict__", {})
-    try:
-        hints = typing.get_type_hints(
-            _Annotations(annotation), globalns={**_FALLBACK, **module_globals}
-        )
-    except Exception:  # a name only a type checker sees, or a syntax typing cannot read
-        return NO_ANNOTATION
-    return hints["value"]
-
-
 def _forwards_everything(sig: inspect.Signature) -> bool:
     kinds = {p.kind for p in sig.parameters.values()}
     return kinds <= {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
 
 
 def _is_vague(annotation: Any) -> bool:
-    return annotation is NO_ANNOTATION or annotation is Any
+    return annotation is NO_ANNOTATION or annotation is Any or annotation is inspect.Parameter.empty
 
 
 def _own_parameters(klass: type) -> inspect.Signature | None:
@@ -160,7 +114,7 @@ _adapters: dict[Any, TypeAdapter[Any] | None] = {}
 
 def _build_adapter(annotation: Any) -> TypeAdapter[Any] | None:
     try:
-        return TypeAdapter(annotation, config=_ARBITRARY)
+        return TypeAdapter(checkable(annotation), config=_ARBITRARY)
     except Exception:  # a type pydantic cannot build a validator for: not checked
         return None
 
@@ -209,18 +163,23 @@ def describe_type(annotation: Any) -> str:
     return text if len(text) <= EXPECTED_MAX else text[: EXPECTED_MAX - 3] + "..."
 
 
-def _describe(annotation: Any) -> str:
+def _describe(annotation: Any, inner: bool = False) -> str:
+    """``inner``: inside brackets, where alternatives read better as ``a | b``."""
     if annotation is type(None) or annotation is None:
         return "None"
-    origin = get_origin(annotation)
+    origin, args = get_origin(annotation), get_args(annotation)
     if origin is Literal:
-        return " or ".join(repr(v) for v in get_args(annotation))
+        return (" | " if inner else " or ").join(repr(v) for v in args)
     if origin is Union or origin is types.UnionType:
-        parts = [_describe(a) for a in get_args(annotation)]
-        joiner = " or " if all(" | " not in p for p in parts) else " | "
-        return joiner.join(parts)
-    if isinstance(annotation, type) and not get_args(annotation):
+        parts = [_describe(a, inner) for a in args]
+        plain = not inner and all(" | " not in p for p in parts)
+        return (" or " if plain else " | ").join(parts)
+    if isinstance(annotation, type) and not args:
         return annotation.__name__
+    if origin is tuple and args and Ellipsis not in args:
+        return "(" + ", ".join(_describe(a, inner=True) for a in args) + ")"
+    if origin in (list, dict) and args:
+        return f"{origin.__name__}[{', '.join(_describe(a, inner=True) for a in args)}]"
     return re.sub(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)", r"\1", str(annotation))
 
 
