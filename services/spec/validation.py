@@ -45,6 +45,8 @@ CHECKED_MAX = 4096
 """Specs remembered as checked, so a busy loop checks each distinct middleware once."""
 
 _checked: set[str] = set()
+_ENCODER = json.JSONEncoder(sort_keys=True)
+"""Made once: ``json.dumps(..., sort_keys=True)`` builds an encoder on every call."""
 
 
 def check_agent(spec: AgentSpec) -> None:
@@ -54,6 +56,20 @@ def check_agent(spec: AgentSpec) -> None:
 
 
 def check_middleware(spec: MiddlewareSpec) -> None:
+    try:
+        key = f"{spec.type}\0{_ENCODER.encode(spec.params)}"
+    except (TypeError, ValueError) as exc:
+        _refuse_unstorable(spec)
+        raise InvalidSpec(f"{_shown_name(spec.type)}: parameters are not JSON: {exc}") from exc
+    if key in _checked:
+        return
+    _check(spec)
+    if len(_checked) >= CHECKED_MAX:
+        _checked.clear()
+    _checked.add(key)
+
+
+def _refuse_unstorable(spec: MiddlewareSpec) -> None:
     unstorable = jsonable.first_unstorable(spec.params, "")
     if unstorable is not None:
         path, value = unstorable
@@ -61,13 +77,6 @@ def check_middleware(spec: MiddlewareSpec) -> None:
             f"{_shown_name(spec.type)}: parameter {path.lstrip('.')} is not "
             f"JSON-serializable ({type(value).__name__}): a spec travels as JSON"
         )
-    key = f"{spec.type}\0{json.dumps(spec.params, sort_keys=True)}"
-    if key in _checked:
-        return
-    _check(spec)
-    if len(_checked) >= CHECKED_MAX:
-        _checked.clear()
-    _checked.add(key)
 
 
 def _shown_name(type_name: str) -> str:
@@ -107,10 +116,10 @@ def _target(spec: MiddlewareSpec) -> Any:
         return BUILTIN[spec.type]
     try:
         return imports.resolve(spec.type)
-    except imports.ModuleNotImportable as exc:
-        raise InvalidSpec(f"middleware {spec.type!r}: {exc}") from exc
     except imports.NameNotFound as exc:
         raise InvalidSpec(f"middleware {spec.type!r}: no {exc.attr} in {exc.module_name}") from exc
+    except Exception as exc:  # not importable, or a module that fails as it imports
+        raise InvalidSpec(f"middleware {spec.type!r}: {exc}") from exc
 
 
 def _parameter_problems(spec: MiddlewareSpec, cls: type) -> list[str]:
