@@ -19,6 +19,7 @@ from loopline.client import Client, TaskFailedError
 from services.settings import Settings
 from services.spec import toolbox
 from services.spec.middleware import to_spec
+from services.spec.validation import check_agent
 
 
 def resolve_url(redis_url: str | None = None) -> tuple[str, bool]:
@@ -190,6 +191,10 @@ def _input_messages(input: dict[str, Any]) -> list[Message]:
     raw = input["messages"]
     if isinstance(raw, str):
         raw = [{"role": "user", "content": raw}]
+    if not raw:
+        # LangChain would call the model with no messages; the loop refuses such a task,
+        # so the caller hears it here rather than from a task that fails after submitting.
+        raise ValueError('the input needs at least one message: "messages" is empty')
     return [m if isinstance(m, MESSAGE_TYPES) else from_langchain(m) for m in raw]
 
 
@@ -224,6 +229,7 @@ def create_agent(
         tool_timeout_s=tool_timeout_s,
         tool_timeouts=dict(tool_timeouts or {}),
     )
+    check_agent(spec)  # a parameter of the wrong type fails here, before any task runs
     agent = Agent(spec, url=url, embedded=embedded, settings=settings)
     agent.max_steps = max_steps
     return agent

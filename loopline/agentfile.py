@@ -22,6 +22,7 @@ from contracts.agent import AgentSpec
 from services.errors import ConfigurationError
 from services.spec import toolbox
 from services.spec.middleware import from_spec
+from services.spec.validation import check_agent
 
 _FIELDS = {
     "model",
@@ -72,8 +73,9 @@ def agent_from_dict(data: Any, *, source: str = "agent") -> tuple[AgentSpec, int
     fields = {k: v for k, v in data.items() if k != "max_steps"}
     try:
         spec = AgentSpec.model_validate({**fields, "tools": tools, "tool_schemas": schemas})
+        check_agent(spec)  # parameters against constructors, types included
         for mw in spec.middleware:
-            from_spec(mw)  # unknown types and bad parameters fail here, not in a service
+            from_spec(mw)  # what only building finds (LangChain's own checks) fails here too
     except (ValidationError, ValueError, TypeError) as exc:
         raise ConfigurationError(f"{source}: {exc}".splitlines()[0]) from exc
     max_steps = data.get("max_steps")

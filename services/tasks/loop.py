@@ -40,6 +40,7 @@ from services import approvals
 from services.errors import BadEvent, UnknownTask
 from services.hooks import HookSet, hooks_for
 from services.runtime import Runtime
+from services.spec.validation import InvalidSpec, check_agent
 from services.tasks.hookrun import ModelTurn, model_turn, start_step
 from services.tasks.per_call import PerCallApprovals
 from services.tasks.plan import (
@@ -90,6 +91,10 @@ class Loop:
         rt = self.rt
         if not event.messages:
             raise BadEvent("TaskSubmitted needs at least one message")
+        try:
+            check_agent(event.agent)  # once per distinct middleware spec: cached
+        except InvalidSpec as exc:
+            raise BadEvent(str(exc)) from exc
         # Messages get ids as LangGraph gives them, so middleware can replace them by id;
         # derived from the task id, so a redelivery stores the same ones.
         inputs = [
