@@ -55,7 +55,7 @@ def first_unstorable(value: Any, where: str) -> tuple[str, Any] | None:
     return where, value
 
 
-def unstorable_type(annotation: Any, _seen: frozenset[int] = frozenset()) -> str | None:
+def unstorable_type(annotation: Any, _seen: frozenset[int] = frozenset()) -> str | None:  # noqa: C901 (one case per kind of type)
     """The name of a type inside ``annotation`` whose values JSON cannot hold (a class
     that is not a TypedDict, a set, a callable); None when every part is JSON or unknown
     (an unresolved name, a type variable, ``Any``: never refused)."""
