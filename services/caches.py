@@ -7,6 +7,7 @@ starts a new revision, cached apart).
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 
 import redis.asyncio as aioredis
@@ -26,13 +27,19 @@ class AgentSpecs:
     A spec is written again by every task that starts with it, and kept for the retention
     time after the last task that started or ended with it (``touch``): storage stays
     bounded by the agents in use, and a spec that Redis lost (a restart without
-    persistence) is there again for the next task."""
+    persistence) is there again for the next task.
+
+    A process renews a spec's time at most once every ``touch_every_s`` (a tenth of the
+    retention, at most a minute): renewing it at every task's end cost a round trip, often
+    a new connection, per task, for a TTL of days."""
 
     def __init__(self, redis: aioredis.Redis, names: Names, retention_s: int) -> None:
         self._redis = redis
         self._names = names
         self._retention_s = retention_s
         self._specs: dict[str, AgentSpec] = {}
+        self.touch_every_s = min(60.0, retention_s / 10)
+        self._touched: dict[str, float] = {}
 
     async def save(self, spec: AgentSpec) -> str:
         agent_id = spec.agent_id
@@ -42,8 +49,17 @@ class AgentSpecs:
         )
         return agent_id
 
+    def touch_due(self, agent_id: str) -> bool:
+        """Whether ``touch`` would renew the spec's time now."""
+        last = self._touched.get(agent_id)
+        return last is None or time.monotonic() - last >= self.touch_every_s
+
     async def touch(self, agent_id: str) -> None:
-        """A task of the agent ended: keep its spec for the retention time from now."""
+        """A task of the agent ended: keep its spec for the retention time from now
+        (less at most ``touch_every_s``, when this process renewed it lately)."""
+        if not self.touch_due(agent_id):
+            return
+        self._touched[agent_id] = time.monotonic()
         try:
             await self._redis.expire(self._names.agent(agent_id), self._retention_s)
         except aioredis.RedisError as exc:  # the next task's start writes it again
