@@ -29,9 +29,9 @@ class AgentSpecs:
     bounded by the agents in use, and a spec that Redis lost (a restart without
     persistence) is there again for the next task.
 
-    A process renews a spec's time at most once every ``touch_every_s`` (a tenth of the
-    retention, at most a minute): renewing it at every task's end cost a round trip, often
-    a new connection, per task, for a TTL of days."""
+    A process writes or renews a spec at most once every ``touch_every_s`` (a tenth of the
+    retention, at most a minute): doing it at every task's start and end cost two round
+    trips per task (the end's often on a new connection), for a TTL of days."""
 
     def __init__(self, redis: aioredis.Redis, names: Names, retention_s: int) -> None:
         self._redis = redis
@@ -42,11 +42,15 @@ class AgentSpecs:
         self._touched: dict[str, float] = {}
 
     async def save(self, spec: AgentSpec) -> str:
+        """Store a starting task's spec, for the retention time from now; written at most
+        every ``touch_every_s`` by this process (a spec Redis lost is back within that)."""
         agent_id = spec.agent_id
         self._specs.setdefault(agent_id, spec)
-        await self._redis.set(
-            self._names.agent(agent_id), spec.model_dump_json(), ex=self._retention_s
-        )
+        if self.touch_due(agent_id):
+            self._touched[agent_id] = time.monotonic()
+            await self._redis.set(
+                self._names.agent(agent_id), spec.model_dump_json(), ex=self._retention_s
+            )
         return agent_id
 
     def touch_due(self, agent_id: str) -> bool:
