@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -26,12 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool
+from redis.exceptions import RedisError
 
 from contracts.messages import Message, ToolCall, ToolMessage
 from services import approvals
 from services.runtime import Runtime
 from services.spec import toolbox
 from services.tools.logic import run_tool, run_wrapped, unknown_outcome
+
+log = logging.getLogger("loopline.tools")
 
 
 class StillRunning(Exception):
@@ -170,7 +174,14 @@ class ToolCalls:
         waits instead of taking the worker for dead."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
-            await self.rt.redis.hset(lease.calls_key, lease.call_id, self._marker(lease.started))
+            try:
+                await self.rt.redis.hset(
+                    lease.calls_key, lease.call_id, self._marker(lease.started)
+                )
+            except RedisError as exc:  # out of memory or out of reach: again next time
+                # A renewal Redis refused must not fail the call that runs: its result is
+                # still recorded with the entry's commit, when Redis takes writes again.
+                log.warning("renewing the lease of tool call %s failed: %r", lease.call_id, exc)
 
     async def _run_unless_known(
         self, job: Job, record: dict[str, Any], decision: dict[str, Any] | None
