@@ -50,6 +50,7 @@ from services import telemetry
 from services.entry import CURRENT, PendingCommit
 from services.errors import PermanentError
 from services.runtime import Handler, Runtime
+from services.secrets import redact
 
 log = logging.getLogger("loopline")
 
@@ -99,7 +100,9 @@ NONE_RECORDED = (
 
 
 def describe(failure: BaseException) -> str:
-    return f"{type(failure).__name__}: {failure}"
+    """A failure as its dead letter, its recorded error and its task's reason name it:
+    with no secret of this process in it."""
+    return redact(f"{type(failure).__name__}: {failure}")
 
 
 def entry_payload(fields: Any) -> Any:
