@@ -50,7 +50,7 @@ from services import telemetry
 from services.entry import CURRENT, PendingCommit
 from services.errors import PermanentError
 from services.runtime import Handler, Runtime
-from services.secrets import redact
+from services.secrets import scrub
 
 log = logging.getLogger("loopline")
 
@@ -102,7 +102,7 @@ NONE_RECORDED = (
 def describe(failure: BaseException) -> str:
     """A failure as its dead letter, its recorded error and its task's reason name it:
     with no secret of this process in it."""
-    return redact(f"{type(failure).__name__}: {failure}")
+    return scrub(f"{type(failure).__name__}: {failure}")
 
 
 def entry_payload(fields: Any) -> Any:

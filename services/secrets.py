@@ -49,6 +49,19 @@ def redact(text: str, secrets: list[str] | None = None) -> str:
     return text
 
 
+ON_THE_BUS_SHORTEST = 8
+"""Configured secrets shorter than this are left in what goes on the bus: an event's
+error is data its readers match on, and a short value (a test's ``OPENAI_API_KEY=test``)
+is too likely to be an ordinary word of it (``tests.tooling``)."""
+
+
+def scrub(text: str) -> str:
+    """``text`` that goes on the bus (a failure's error in an event, a dead letter's
+    reason): URL passwords, Bearer tokens and the configured secrets hidden."""
+    secrets = [s for s in configured_secrets() if len(s) >= ON_THE_BUS_SHORTEST]
+    return redact(text, secrets)
+
+
 class RedactingFormatter(logging.Formatter):
     """Formats a log record, then hides every secret in it (tracebacks included)."""
 

@@ -27,7 +27,7 @@ from loopline.testing.scripted import (
     first_user_text,
     responder_by_prompt,
 )
-from services.secrets import redact, redact_url
+from services.secrets import redact, redact_url, scrub
 
 PASSWORD = "S3cretPass-7q"
 API_KEY = "sk-test-Zk39aPq0x"
@@ -41,6 +41,16 @@ def test_urls_and_texts_are_redacted() -> None:
     redacted = redact(text, [API_KEY])
     assert PASSWORD not in redacted and API_KEY not in redacted
     assert redacted.count("***") == 3
+
+
+def test_what_goes_on_the_bus_keeps_ordinary_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short configured value (a test's key "test") stays in an event's error, where
+    it is likely a word of it; real secrets and URL passwords never do."""
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    monkeypatch.setenv("OTHER_API_KEY", API_KEY)
+    text = f"no module tests.tooling; key {API_KEY}; at redis://:{PASSWORD}@h:1"
+    assert scrub(text) == "no module tests.tooling; key ***; at redis://:***@h:1"
+    assert "test" not in redact(text).replace("***", "")  # what is printed hides it all
 
 
 def loopline(
