@@ -39,7 +39,7 @@ async def _run_task(
     quiet: bool = False,
 ) -> int:
     from loopline.client import Client
-    from services.model.chat import endpoint_configured
+    from services.spec.endpoints import endpoint_configured
 
     current = settings()
     if not endpoint_configured(spec.model):
