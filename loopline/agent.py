@@ -51,16 +51,19 @@ def _model_spec(model: Any, embedded: bool) -> ModelSpec:
             f"{type(model).__name__} cannot travel to the model service; give a model name "
             "(served by ChatOpenAI on OPENAI_BASE_URL) or run embedded (no REDIS_URL)"
         )
+    base_url = getattr(model, "openai_api_base", None)
+    if base_url and base_url != os.environ.get("OPENAI_BASE_URL"):
+        raise TypeError(
+            f"ChatOpenAI(base_url={base_url!r}) cannot travel to the model service: "
+            "endpoints are the operator's (the model service's LOOPLINE_MODELS or "
+            "OPENAI_BASE_URL); give the model by name"
+        )
     params: dict[str, Any] = {}
     for key in ("temperature", "max_tokens", "top_p", "seed", "timeout", "max_retries"):
         value = getattr(model, key, None)
         if value is not None:
             params[key] = value
-    return ModelSpec(
-        name=str(model.model_name),  # type: ignore[attr-defined]
-        base_url=getattr(model, "openai_api_base", None),
-        params=params,
-    )
+    return ModelSpec(name=str(model.model_name), params=params)  # type: ignore[attr-defined]
 
 
 def _tool_refs(tools: Sequence[Any], embedded: bool) -> tuple[list[str], list[dict[str, Any]]]:
@@ -88,6 +91,20 @@ class Agent:
         self.embedded = embedded
         self.settings = settings
         self.max_steps: int | None = None
+        self.deployed: str | None = None
+        """``NAME@VERSION`` this agent was registered as (with REDIS_URL: the services
+        run only deployed agents, so the first task registers it)."""
+
+    async def _agent_ref(self, client: Client) -> AgentSpec | str:
+        """What a task names: the spec itself on the embedded default (the process is
+        its own operator), else the registration, made once (an unchanged spec keeps its
+        version)."""
+        if self.embedded:
+            return self.spec
+        if self.deployed is None:
+            found = await client.deploy(self.spec, max_steps=self.max_steps)
+            self.deployed = found.ref
+        return self.deployed
 
     def _start_services(self) -> None:
         if self.embedded:
@@ -103,9 +120,9 @@ class Agent:
         self._start_services()
         messages = _input_messages(input)
         async with self.client() as client:
-            return await client.submit(
-                self.spec, messages, task_id=task_id, max_steps=self.max_steps
-            )
+            agent = await self._agent_ref(client)
+            max_steps = self.max_steps if self.embedded else None  # registered with it
+            return await client.submit(agent, messages, task_id=task_id, max_steps=max_steps)
 
     async def aresult(
         self, task_id: str, *, after: str = "0", answered: Sequence[str] = ()

@@ -54,7 +54,11 @@ async def _run_task(
 
         ensure_services(url, current)
     async with Client(url, current.prefix) as client:
-        task_id = await client.submit(spec, [HumanMessage(content=prompt)], max_steps=max_steps)
+        agent: AgentSpec | str = spec
+        if not embedded:  # the services run deployed agents only: register it (the operator)
+            agent = (await client.deploy(spec, max_steps=max_steps)).ref
+            max_steps = None
+        task_id = await client.submit(agent, [HumanMessage(content=prompt)], max_steps=max_steps)
         if not follow:
             print(task_id)
             return 0

@@ -56,6 +56,7 @@ ENDPOINT_PARAMS = frozenset(
 
 _TRUE = {"1", "true", "yes", "on"}
 _FIELDS = {"base_url", "api_key", "api_key_env", "model"}
+_models: dict[str, dict[str, Endpoint]] = {}
 _fake_default = False
 """Set by the embedded runtime (``allow_fake_by_default``)."""
 
@@ -131,10 +132,16 @@ def configured_models(environ: dict[str, str] | None = None) -> dict[str, Endpoi
     raw = env.get(MODELS_ENV, "").strip()
     if not raw:
         return {}
+    cached = _models.get(raw) if environ is None else None
+    if cached is not None:
+        return cached
     data = _read(raw)
     if not isinstance(data, dict):
         raise ConfigurationError(f"{MODELS_ENV}: expected a mapping of model name to endpoint")
-    return {str(name): _endpoint(str(name), entry, env) for name, entry in data.items()}
+    found = {str(name): _endpoint(str(name), entry, env) for name, entry in data.items()}
+    if environ is None:
+        _models[raw] = found  # read once per process (a model is built per agent)
+    return found
 
 
 def _read(raw: str) -> Any:
@@ -162,7 +169,8 @@ def _endpoint(name: str, entry: Any, env: Any) -> Endpoint:
             raise ConfigurationError(
                 f"{MODELS_ENV}: model {name!r}: variable {entry['api_key_env']} is not set"
             )
-    return Endpoint(model=str(entry.get("model") or name), base_url=entry.get("base_url"), api_key=key)
+    model = str(entry.get("model") or name)
+    return Endpoint(model=model, base_url=entry.get("base_url"), api_key=key)
 
 
 def default_endpoint(model: str, environ: dict[str, str] | None = None) -> Endpoint | None:
