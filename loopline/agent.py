@@ -27,8 +27,9 @@ def resolve_url(redis_url: str | None = None) -> tuple[str, bool]:
     url = redis_url or os.environ.get("REDIS_URL")
     if url:
         return url, False
-    from loopline.embedded import embedded_url
+    from loopline.embedded import embedded_url, trust_this_process
 
+    trust_this_process()  # its own operator: what it names, it runs itself
     return embedded_url(), True
 
 

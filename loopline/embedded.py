@@ -100,13 +100,19 @@ def ensure_services(url: str, settings: Settings) -> ServiceThread:
         return _stack
 
 
-def embedded_settings(settings: Settings) -> Settings:
-    """The embedded default trusts its one producer, the process itself: inline agent
-    specs, any importable module and the scripted model run, unless the environment says
-    otherwise (LOOPLINE_ALLOW_INLINE_AGENTS, LOOPLINE_ALLOWED_MODULES,
-    LOOPLINE_ALLOW_FAKE_MODEL)."""
+def trust_this_process() -> None:
+    """On the embedded default this process names the code and runs it: any importable
+    module and the scripted model are allowed, unless the environment says otherwise
+    (LOOPLINE_ALLOWED_MODULES, LOOPLINE_ALLOW_FAKE_MODEL)."""
     imports.trust_all()
     endpoints.allow_fake_by_default()
+
+
+def embedded_settings(settings: Settings) -> Settings:
+    """The embedded default trusts its one producer, the process itself: inline agent
+    specs run (unless LOOPLINE_ALLOW_INLINE_AGENTS says otherwise), and
+    ``trust_this_process``."""
+    trust_this_process()
     if "allow_inline_agents" in settings.model_fields_set:
         return settings
     return settings.model_copy(update={"allow_inline_agents": True})
