@@ -395,3 +395,22 @@ def test_the_allow_list_is_checked_before_importing(monkeypatch: pytest.MonkeyPa
     assert imports.resolve("tests.tooling:add").__name__ == "add"  # a listed prefix resolves
     with pytest.raises(imports.ModuleNotAllowed):
         imports.resolve("tests.tooling_evil:add")  # a prefix is a module, not a string start
+
+
+async def test_a_context_override_reaches_the_middleware(
+    client: Client, redis_client: aioredis.Redis
+) -> None:
+    """The run's ``context`` is LangGraph's ``runtime.context`` for the agent's hooks:
+    each task its own, the registration unchanged."""
+    key = f"{client.names.prefix}:seen-context"
+    recorder = {"type": "tests.middlewares:ContextRecorder", "key": key}
+    spec = AgentSpec.model_validate({"model": "gpt-4o-mini", "middleware": [recorder]})
+    agent = await client.deploy(spec, name="contextual")
+    for context in ({"user": "ada"}, None):
+        overrides = {"context": context} if context else {}
+        prompt = answering("ok")
+        task_id = await run_named(client, agent.ref, prompt, overrides=overrides)
+        await asyncio.wait_for(client.wait(task_id), 60)
+    seen = [json.loads(raw) for raw in await redis_client.lrange(key, 0, -1)]
+    assert seen == [{"user": "ada"}, None]
+    assert (await client.get_agent(agent.ref)).spec.context is None
