@@ -20,6 +20,13 @@ from services.errors import UnknownAgent
 log = logging.getLogger("loopline")
 
 
+AGENTS_CACHED = 1024
+"""Specs a process keeps in memory at most: deployed agents are few, but each distinct
+per-run override (a system prompt, a context) is a spec of its own. Past the bound the
+cache starts over (nothing is lost: specs are in Redis), so the hot path pays nothing for
+the bound."""
+
+
 class AgentSpecs:
     """Agent specs by id, stored in Redis and cached for the life of the process.
 
@@ -36,7 +43,7 @@ class AgentSpecs:
 
     async def save(self, spec: AgentSpec) -> str:
         agent_id = spec.agent_id
-        self._specs.setdefault(agent_id, spec)
+        self._keep(agent_id, spec)
         await self._redis.set(
             self._names.agent(agent_id), spec.model_dump_json(), ex=self._retention_s
         )
@@ -57,8 +64,13 @@ class AgentSpecs:
             if raw is None:
                 raise UnknownAgent(f"no agent spec stored under id {agent_id!r}")
             spec = AgentSpec.model_validate_json(raw)
-            self._specs[agent_id] = spec
+            self._keep(agent_id, spec)
         return spec
+
+    def _keep(self, agent_id: str, spec: AgentSpec) -> None:
+        if agent_id not in self._specs and len(self._specs) >= AGENTS_CACHED:
+            self._specs.clear()
+        self._specs.setdefault(agent_id, spec)
 
 
 class Transcripts:

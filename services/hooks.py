@@ -56,6 +56,9 @@ class HookSet:
 
 
 _cache: dict[str, HookSet] = {}
+HOOK_SETS_CACHED = 1024
+"""Agents whose middleware instances a process keeps (each per-run override is an agent
+of its own); past it the cache starts over."""
 
 
 def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
@@ -65,6 +68,8 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
             [(i, build(m)) for i, m in enumerate(spec.middleware) if m.type not in NATIVE],
             context=spec.context,
         )
+        if len(_cache) >= HOOK_SETS_CACHED:
+            _cache.clear()
         _cache[agent_id] = found
     return found
 

@@ -334,10 +334,11 @@ async def test_overrides_only_of_what_the_registration_allows(
 
 
 async def test_a_producer_without_the_registry_right_gets_one_line(
-    stack: ServiceProcesses, redis_client: aioredis.Redis, tmp_path: Path
+    stack: ServiceProcesses, client: Client, redis_client: aioredis.Redis, tmp_path: Path
 ) -> None:
     """A Redis user that may submit tasks and read the registry, not write it: deploying
-    fails with one line naming the registry, from Python and from the command line."""
+    fails with one line naming the registry, from Python and from the command line; a
+    task naming the operator's deployed agent runs."""
     user, password = f"producer-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     prefix = stack.prefix
     await redis_client.execute_command(
@@ -362,6 +363,12 @@ async def test_a_producer_without_the_registry_right_gets_one_line(
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("loopline: error: cannot register agent 'agent': this Redis user")
         assert password not in line
+
+        operators = await client.deploy(AgentSpec.model_validate({"model": "gpt-4o-mini"}))
+        prompt = answering("the producer's answer")
+        ran = cli("run", prompt, "--deployed", operators.name, "--json", env=env)
+        assert ran.returncode == 0, ran.stderr
+        assert json.loads(ran.stdout)["answer"] == "the producer's answer"
     finally:
         await redis_client.execute_command("ACL", "DELUSER", user)
 

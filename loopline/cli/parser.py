@@ -133,6 +133,11 @@ def _task_commands(sub: Any) -> None:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("prompt")
         p.add_argument("--agent", metavar="FILE", help="agent file (YAML or JSON)")
+        p.add_argument(
+            "--deployed",
+            metavar="NAME[@VERSION]",
+            help="a deployed agent (loopline agents list) instead of an agent file",
+        )
         p.add_argument("--max-steps", type=int, default=None)
         if name == "run":
             p.add_argument("--json", action="store_true", help="print one JSON object")

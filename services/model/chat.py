@@ -53,6 +53,11 @@ def prompt_of(messages: list[BaseMessage]) -> ChatPromptValue:
     return ChatPromptValue.model_construct(messages=messages)
 
 
+MODELS_CACHED = 1024
+"""Bound models a model service keeps (each per-run override of a deployed agent is an
+agent of its own); past it the pool starts over."""
+
+
 class ModelPool:
     """Bound models per agent id: building ChatOpenAI and tool schemas once per agent."""
 
@@ -65,5 +70,7 @@ class ModelPool:
             model = build_chat_model(spec.model)
             schemas = tool_schemas(spec)
             found = model.bind_tools(schemas, tool_choice=None) if schemas else model
+            if len(self._bound) >= MODELS_CACHED:
+                self._bound.clear()
             self._bound[agent_id] = found
         return found
