@@ -17,7 +17,7 @@ from contracts.events import AnyEvent, ApprovalRequested, TaskFailed, ToolInterr
 from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
 from loopline.client import Client, TaskFailedError
 from services.settings import Settings
-from services.spec import toolbox
+from services.spec import imports, toolbox
 from services.spec.middleware import to_spec
 from services.spec.validation import check_agent
 
@@ -74,6 +74,13 @@ def _tool_refs(tools: Sequence[Any], embedded: bool) -> tuple[list[str], list[di
         ref = toolbox.register_local(item) if embedded and not isinstance(item, str) else None
         ref = ref or toolbox.tool_ref(item)
         if ref.startswith(toolbox.LOCAL_PREFIX) and not embedded:
+            module = getattr(item, "__module__", None) or ""
+            if module and module != "__main__" and not imports.is_allowed(module):
+                raise TypeError(
+                    f"tool {getattr(item, '__name__', item)!r}: module {module!r} is not "
+                    f"allowed: add it to {imports.ALLOWED_ENV} (comma-separated module "
+                    "prefixes) where the agent is deployed and run"
+                )
             raise TypeError(
                 f"tool {item!r} is not importable by path; with REDIS_URL set, tools must be "
                 "module-level (package.module:name) so the tools service can import them"

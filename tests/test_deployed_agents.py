@@ -421,3 +421,18 @@ async def test_a_context_override_reaches_the_middleware(
     seen = [json.loads(raw) for raw in await redis_client.lrange(key, 0, -1)]
     assert seen == [{"user": "ada"}, None]
     assert (await client.get_agent(agent.ref)).spec.context is None
+
+
+def test_create_agent_names_the_module_outside_the_allow_list(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    """With REDIS_URL, a tool function of a module the allow-list does not name is
+    refused where the agent is made, with the setting that would allow it."""
+    from loopline import create_agent
+    from tests.tooling import add
+
+    monkeypatch.setenv("LOOPLINE_ALLOWED_MODULES", "benchmarks")
+    with pytest.raises(TypeError, match="module 'tests.tooling' is not allowed: add it to LOOPL"):
+        create_agent("gpt-4o-mini", [add], redis_url=redis_url)
+    with pytest.raises(ConfigurationError, match="tool path 'tests.tooling:add': module 'tests"):
+        create_agent("gpt-4o-mini", ["tests.tooling:add"], redis_url=redis_url)
