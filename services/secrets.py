@@ -17,9 +17,7 @@ from urllib.parse import unquote
 MASK = "***"
 
 # scheme://[user]:password@  (the password ends at the last @ before the host)
-_URL_CREDENTIALS = re.compile(
-    r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@\s]+)@"
-)
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@\s]+)@")
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 _SECRET_NAMES = re.compile(r"(PASSWORD|TOKEN|API_KEY|SECRET)$")
 _SHORTEST = 4  # shorter values are too likely to occur in ordinary text
