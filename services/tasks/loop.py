@@ -344,6 +344,8 @@ class Loop:
     def _touch_later(self, agent_id: str) -> None:
         """Keep the agent's spec for the retention time from the end of this task (after
         the commit: nothing may be queued on a committed entry)."""
+        if not self.rt.agents.touch_due(agent_id):
+            return
         task = asyncio.get_running_loop().create_task(self.rt.agents.touch(agent_id))
         self._touching.add(task)
         task.add_done_callback(self._touching.discard)
