@@ -438,3 +438,36 @@ def test_create_agent_names_the_module_outside_the_allow_list(
         create_agent("gpt-4o-mini", [add], redis_url=redis_url)
     with pytest.raises(ConfigurationError, match=re.escape("tool path 'tests.tooling:add': ")):
         create_agent("gpt-4o-mini", ["tests.tooling:add"], redis_url=redis_url)
+
+
+def test_named_endpoints_from_a_toml_file(tmp_path: Path) -> None:
+    """LOOPLINE_MODELS as a TOML file: a model's own endpoint and key (by variable name),
+    found by its name with or without ``openai:``; other models use the default one."""
+    from contracts.agent import ModelSpec
+    from services.spec import endpoints
+
+    models = tmp_path / "models.toml"
+    models.write_text(
+        '[local-llama]\nbase_url = "http://vllm:8000/v1"\napi_key_env = "VLLM_API_KEY"\n'
+        'model = "meta-llama/Llama-3.1-8B"\n'
+    )
+    env = {
+        "LOOPLINE_MODELS": str(models),
+        "VLLM_API_KEY": "sk-vllm-key",
+        "OPENAI_BASE_URL": "http://default/v1",
+    }
+    for name in ("local-llama", "openai:local-llama"):
+        found = endpoints.endpoint_for(ModelSpec(name=name), env)
+        assert found == endpoints.Endpoint(
+            "meta-llama/Llama-3.1-8B", "http://vllm:8000/v1", "sk-vllm-key"
+        )
+        assert "sk-vllm-key" not in repr(found)
+    other = endpoints.endpoint_for(ModelSpec(name="gpt-4o-mini"), env)
+    assert other == endpoints.Endpoint("gpt-4o-mini", "http://default/v1", None)
+    no_default = {k: v for k, v in env.items() if k != "OPENAI_BASE_URL"}
+    assert endpoints.endpoint_for(ModelSpec(name="gpt-4o-mini"), no_default) is None
+
+    with pytest.raises(ConfigurationError, match="variable VLLM_API_KEY is not set"):
+        endpoints.configured_models({"LOOPLINE_MODELS": str(models)})
+    with pytest.raises(ConfigurationError, match="must be a mapping of api_key_env, base_url"):
+        endpoints.configured_models({"LOOPLINE_MODELS": '{"m": {"api_key": "sk-literal"}}'})

@@ -4,8 +4,9 @@ configuration says where that model is served and with which key.
 - ``LOOPLINE_MODELS``: a named endpoint per model, as JSON text or the path of a JSON or
   TOML file: ``{"gpt-4o-mini": {"base_url": "https://...", "api_key_env":
   "OPENAI_API_KEY", "model": "gpt-4o-mini-2024-07-18"}}`` (every field optional;
-  ``api_key_env`` names the variable that holds the key, ``api_key`` gives it outright,
-  ``model`` the name the endpoint knows the model by);
+  ``api_key_env`` names the variable that holds the key, so keys stay in the process's
+  secrets, where log redaction knows them: name it ``*_API_KEY``; ``model`` is the name the
+  endpoint knows the model by);
 - ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``: the default endpoint, for the models the
   file does not name;
 - ``LOOPLINE_ALLOW_FAKE_MODEL=true``: the scripted ``fake`` model may run here (tests,
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ ENDPOINT_PARAMS = frozenset(
 """ChatOpenAI settings that say where a request goes or what credential it carries."""
 
 _TRUE = {"1", "true", "yes", "on"}
-_FIELDS = {"base_url", "api_key", "api_key_env", "model"}
+_FIELDS = {"base_url", "api_key_env", "model"}
 _models: dict[str, dict[str, Endpoint]] = {}
 _fake_default = False
 """Set by the embedded runtime (``allow_fake_by_default``)."""
@@ -68,7 +69,7 @@ class Endpoint:
 
     model: str
     base_url: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a message
 
 
 def allow_fake_by_default() -> None:
@@ -162,8 +163,8 @@ def _endpoint(name: str, entry: Any, env: Any) -> Endpoint:
         raise ConfigurationError(
             f"{MODELS_ENV}: model {name!r} must be a mapping of {', '.join(sorted(_FIELDS))}"
         )
-    key = entry.get("api_key")
-    if key is None and entry.get("api_key_env"):
+    key = None
+    if entry.get("api_key_env"):
         key = env.get(str(entry["api_key_env"]))
         if key is None:
             raise ConfigurationError(
