@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 
 from contracts import AgentSpec, HumanMessage, TaskFailed
 from contracts.agent import DeployedAgent
+from contracts.streams import DATA_FIELD
 from loopline.client import Client, TaskFailedError
 from loopline.testing.harness import services_on
 from loopline.testing.processes import SOURCE_ROOT, ServiceProcesses
@@ -38,6 +39,7 @@ from loopline.testing.scripted import (
 from services import deployed
 from services.errors import ConfigurationError
 from services.spec.validation import InvalidSpec
+from tests.support import wait_for
 
 OPERATOR_KEY = "sk-operator-0123456789abcdef"
 NAMED_KEY = "sk-named-endpoint-fedcba9876543210"
@@ -166,6 +168,32 @@ async def test_a_stdlib_tool_path_is_refused_with_the_fake_model(
     failed = await ends_failed(client, await run_named(client, name))
     assert "tool path 'subprocess:getoutput'" in failed.reason
     assert "not allowed" in failed.reason
+    assert not marker.exists()
+
+
+async def test_the_tools_service_refuses_a_stdlib_tool_itself(client: Client, marker: Path) -> None:
+    """Past the loop: a spec written under an agent id and a ToolRequested put on the
+    tools stream by hand. The tools service's own resolver refuses the path before
+    importing it, and the call is dead-lettered with the reason."""
+    spec = AgentSpec.model_validate(getoutput_spec(marker))
+    await client.redis.set(client.names.agent(spec.agent_id), spec.model_dump_json())
+    task_id = uuid.uuid4().hex
+    call = {"id": "call_1", "name": "getoutput", "args": {"cmd": f"touch {marker}"}}
+    forged = {
+        "type": "ToolRequested",
+        "task_id": task_id,
+        "step": 1,
+        "agent_id": spec.agent_id,
+        "call": call,
+    }
+    await client.redis.xadd(client.names.tools, {DATA_FIELD: json.dumps(forged)})
+
+    async def letter() -> str | None:
+        found = [d for _, d in await client.dead_letters() if d.task_id == task_id]
+        return found[0].error if found else None
+
+    error = await wait_for(letter, timeout=30)
+    assert "tool path 'subprocess:getoutput'" in error and "not allowed" in error
     assert not marker.exists()
 
 
