@@ -1,6 +1,8 @@
 """The agent spec: what ``create_agent`` was given, as data every service can read.
 
 A spec is stored once under its content hash (``agent_id``); events carry the id only.
+A ``DeployedAgent`` is the operator's registration of a spec by name and version: what a
+task names (``TaskSubmitted.agent``), with the overrides it allows.
 """
 
 from __future__ import annotations

@@ -69,6 +69,17 @@ class NotDeployed(ConfigurationError):
     """No such agent (or version) in the registry."""
 
 
+class BadAgentRef(ConfigurationError, ValueError):
+    """A reference that is neither ``NAME`` nor ``NAME@VERSION``."""
+
+
+def _ref(ref: str) -> tuple[str, int | None]:
+    try:
+        return parse_agent_ref(ref)
+    except ValueError as exc:
+        raise BadAgentRef(str(exc)) from exc
+
+
 class RegistryDenied(ConfigurationError):
     """This Redis user may not read or write the registry; ``str()`` says what is missing."""
 
@@ -138,8 +149,8 @@ async def deploy(
 
 async def lookup(redis: aioredis.Redis, names: Names, ref: str) -> DeployedAgent | None:
     """The registration ``NAME`` (latest) or ``NAME@VERSION`` names; None when there is
-    none. ValueError for a reference that is neither form."""
-    name, version = parse_agent_ref(ref)
+    none. ``BadAgentRef`` (a ValueError) for a reference that is neither form."""
+    name, version = _ref(ref)
     try:
         if version is None:
             latest = await redis.hget(names.deployed, name)
@@ -180,7 +191,7 @@ async def latest_versions(redis: aioredis.Redis, names: Names) -> list[DeployedA
 
 async def remove(redis: aioredis.Redis, names: Names, ref: str) -> list[int]:
     """Remove ``NAME`` (every version) or ``NAME@VERSION``; the versions removed."""
-    name, version = parse_agent_ref(ref)
+    name, version = _ref(ref)
     try:
         reply: Any = await redis.eval(
             _REMOVE, 1, names.deployed, name, "" if version is None else str(version)
