@@ -21,6 +21,13 @@ from services.errors import UnknownAgent
 log = logging.getLogger("loopline")
 
 
+AGENTS_CACHED = 1024
+"""Specs a process keeps in memory at most: deployed agents are few, but each distinct
+per-run override (a system prompt, a context) is a spec of its own. Past the bound the
+cache starts over (nothing is lost: specs are in Redis), so the hot path pays nothing for
+the bound."""
+
+
 class AgentSpecs:
     """Agent specs by id, stored in Redis and cached for the life of the process.
 
@@ -45,7 +52,7 @@ class AgentSpecs:
         """Store a starting task's spec, for the retention time from now; written at most
         every ``touch_every_s`` by this process (a spec Redis lost is back within that)."""
         agent_id = spec.agent_id
-        self._specs.setdefault(agent_id, spec)
+        self._keep(agent_id, spec)
         if self.touch_due(agent_id):
             self._touched[agent_id] = time.monotonic()
             await self._redis.set(
@@ -77,8 +84,14 @@ class AgentSpecs:
             if raw is None:
                 raise UnknownAgent(f"no agent spec stored under id {agent_id!r}")
             spec = AgentSpec.model_validate_json(raw)
-            self._specs[agent_id] = spec
+            self._keep(agent_id, spec)
         return spec
+
+    def _keep(self, agent_id: str, spec: AgentSpec) -> None:
+        if agent_id not in self._specs and len(self._specs) >= AGENTS_CACHED:
+            self._specs.clear()
+            self._touched.clear()  # a spec no longer cached is written again when it starts
+        self._specs.setdefault(agent_id, spec)
 
 
 class Transcripts:

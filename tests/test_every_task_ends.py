@@ -71,7 +71,7 @@ async def test_a_tool_missing_on_the_tools_service_fails_its_task(
     """The client computed the tool's schema; the tools service cannot import it."""
     spec = AgentSpec(
         model={"name": "gpt-4o-mini"},  # type: ignore[arg-type]
-        tools=["client_side_only.tools:add"],
+        tools=["tests.client_side_only:add"],  # allowed, but not importable there
         tool_schemas=[ADD_SCHEMA],
     )
     prompt = calling_add(f"missing {uuid.uuid4().hex}")
