@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 
 from contracts.agent import AgentSpec
 from contracts.events import (
+    MULTITASK_STRATEGIES,
     AnyEvent,
     ApprovalRequested,
     CancelRequested,
@@ -128,11 +129,33 @@ class Client:
         task_id: str | None = None,
         max_steps: int | None = None,
         deadline_s: float | None = None,
+        thread_id: str | None = None,
+        multitask_strategy: str = "reject",
+        run_name: str | None = None,
+        tags: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
+        """Submit a task (``thread_id``: a run of that thread, continuing its state;
+        ``multitask_strategy``: what happens if the thread has a run going, see
+        ``TaskSubmitted``). Returns the task id."""
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
         if task_id:
             fields["task_id"] = task_id
-        event = TaskSubmitted(max_steps=max_steps, deadline_s=deadline_s, **fields)
+        if multitask_strategy not in MULTITASK_STRATEGIES:
+            raise ValueError(
+                f"multitask_strategy must be one of {', '.join(MULTITASK_STRATEGIES)}, "
+                f"not {multitask_strategy!r}"
+            )
+        event = TaskSubmitted(
+            max_steps=max_steps,
+            deadline_s=deadline_s,
+            thread_id=thread_id,
+            multitask_strategy=multitask_strategy,
+            run_name=run_name,
+            tags=list(tags),
+            metadata=dict(metadata or {}),
+            **fields,
+        )
         data = event.model_dump_json()
         if self._max_event_bytes is None:  # reading the settings costs milliseconds
             self._max_event_bytes = Settings().max_event_bytes
