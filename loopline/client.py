@@ -27,6 +27,7 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
+from loopline.threads import ThreadReader
 from services.redisconn import async_client
 from services.settings import Settings
 
@@ -304,6 +305,12 @@ class Client:
         """running, completed, failed, or None for a task that does not exist (anymore)."""
         value: Any = await self.redis.hget(self.names.task_state(task_id), "status")
         return value.decode() if isinstance(value, bytes) else value
+
+    # -- threads --
+
+    def threads(self) -> ThreadReader:
+        """Read, list and remove threads (``loopline.threads``)."""
+        return ThreadReader(self.redis, self.names)
 
     # -- dead letters --
 
