@@ -79,9 +79,10 @@ def nodes_per_model_call(spec: AgentSpec) -> tuple[int, int]:
 
 def max_model_calls(spec: AgentSpec, recursion_limit: int) -> int:
     """The model calls a run may make within LangGraph's recursion limit: a run of k
-    calls takes ``once + k * per_loop - 1`` supersteps (no tools after the last call)."""
+    calls takes ``once + k * per_loop - 1`` supersteps (no tools after the last call),
+    and LangGraph stops a run whose supersteps reach the limit."""
     per_loop, once = nodes_per_model_call(spec)
-    return max(1, (recursion_limit - once + 1) // per_loop)
+    return max(1, (recursion_limit - once) // per_loop)
 
 
 def snapshot_values(spec: AgentSpec, state: ThreadValues) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from contracts.events import ApprovalRequested, TaskSubmitted, parse_event
+from contracts.events import ApprovalRequested, ModelResponded, TaskSubmitted, parse_event
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
 
@@ -102,16 +102,23 @@ class ThreadReader:
         """The state a run of the thread has (or left when it ended)."""
         names = self.names
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(names.task_state(task_id), "status", "phase", "step", "extra")
+        pipe.hmget(names.task_state(task_id), "status", "phase", "step", "extra", "pending")
         pipe.lrange(names.task_messages(task_id), 0, -1)
         pipe.get(names.task_todos(task_id))
         pipe.xrevrange(names.task_log(task_id), count=1)
-        (status, phase, step, extra), messages, todos, last = await pipe.execute()
+        (status, phase, step, extra, pending), raw, todos, last = await pipe.execute()
         updated = int(_text(last[0][0]).split("-")[0]) / 1000 if last else 0.0
+        messages = [MESSAGE_ADAPTER.validate_json(m) for m in raw]
+        if _text(phase) == "approval" and pending:
+            # the reply the human is asked about waits beside the transcript; LangGraph's
+            # checkpoint holds it already (the model node ran)
+            reply = parse_event(pending)
+            if isinstance(reply, ModelResponded):
+                messages.append(reply.message)
         return ThreadValues(
             thread_id=thread_id,
             run_id=task_id,
-            messages=[MESSAGE_ADAPTER.validate_json(m) for m in messages],
+            messages=messages,
             todos=list(json.loads(todos)) if todos else None,
             extra=dict(json.loads(extra)) if extra else {},
             status=_text(status),

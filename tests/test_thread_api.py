@@ -13,7 +13,11 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent as lc_create_agent
-from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain.agents.middleware import (
+    HumanInTheLoopMiddleware,
+    ModelCallLimitMiddleware,
+    TodoListMiddleware,
+)
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
@@ -152,13 +156,23 @@ def test_resume_without_a_waiting_interrupt_is_refused(
         ll.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
 
 
-@pytest.mark.parametrize("limit", [2, 3, 4, 5, 6])
+MIDDLEWARE_SETS = {
+    "none": list,
+    "todos": lambda: [TodoListMiddleware()],
+    "model-call-limit": lambda: [ModelCallLimitMiddleware(run_limit=50)],
+}
+
+
+@pytest.mark.parametrize("middleware", list(MIDDLEWARE_SETS))
+@pytest.mark.parametrize("limit", [2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
 def test_recursion_limit_counts_as_langgraph_counts(
     limit: int,
+    middleware: str,
     stack: ServiceProcesses,
     servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
 ) -> None:
-    lc, ll = agents(stack, servers, [])
+    """Each hook is a superstep of LangGraph's (a node of the agent's graph)."""
+    lc, ll = agents(stack, servers, MIDDLEWARE_SETS[middleware]())
     config: dict[str, Any] = {
         "configurable": {"thread_id": f"rec-{uuid.uuid4().hex[:6]}"},
         "recursion_limit": limit,
