@@ -159,9 +159,7 @@ class ThreadRuns:
             return
         step = await self.tasks.current_step(active)
         failed = dump_event(TaskFailed(task_id=active, step=step, reason=reason))
-        state = await self.tasks.apply(
-            active, StopRun(failed_event=failed, cause=Cause.SUPERSEDED)
-        )
+        state = await self.tasks.apply(active, StopRun(failed_event=failed, cause=Cause.SUPERSEDED))
         if state.exists and not state.running:
             await self.emit(active, state)
 
