@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +24,7 @@ from contracts.streams import DATA_FIELD, Names
 from loopline.client import Client
 from loopline.testing import held_tool
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
-from tests.support import ServiceProcesses, unique_prefix, wait_for
+from tests.support import ServiceProcesses, run_cli, unique_prefix, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -352,3 +354,38 @@ async def test_event_sizes_stay_flat_over_30_runs_on_one_thread(
         assert sizes[kind][29] - sizes[kind][0] <= 48, (kind, sizes[kind])
     thread_bytes = sum(len(m) for m in r.lrange(names.thread_messages(thread), 0, -1))
     assert thread_bytes > 29 * 3000  # the thread did grow; its events did not
+
+
+async def test_cli_runs_on_a_thread_and_shows_lists_and_removes_it(
+    client: Client, stack: ServiceProcesses, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread = f"cli-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("OPENAI_BASE_URL", stack.env["OPENAI_BASE_URL"])
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    agent_file = tmp_path / "agent.json"
+    agent_file.write_text(json.dumps({"model": "gpt-4o-mini", "tools": SPEC.tools}))
+    for prompt in ("say first", "say second"):
+        done = await asyncio.to_thread(
+            run_cli, stack, "run", prompt, "--agent", str(agent_file), "--thread", thread
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"answer to {prompt}"
+    r = sync_redis(stack)
+    await wait_for(lambda: r.hget(Names(stack.prefix).thread_state(thread), "active") == b"")
+    shown = await asyncio.to_thread(run_cli, stack, "threads", "show", thread, "--json")
+    assert shown.returncode == 0, shown.stderr
+    state = json.loads(shown.stdout)
+    assert [m["content"] for m in state["messages"]] == [
+        "say first",
+        "answer to say first",
+        "say second",
+        "answer to say second",
+    ]
+    assert sorted(state["runs"].values()) == ["completed", "completed"]
+    listed = await asyncio.to_thread(run_cli, stack, "threads", "list", "--json")
+    assert thread in [t["thread_id"] for t in json.loads(listed.stdout)]
+    removed = await asyncio.to_thread(run_cli, stack, "threads", "rm", thread)
+    assert removed.returncode == 0 and f"removed thread {thread}" in removed.stdout
+    gone = await asyncio.to_thread(run_cli, stack, "threads", "show", thread)
+    assert gone.returncode != 0 and f"no thread '{thread}'" in gone.stderr
+    assert not r.exists(*Names(stack.prefix).thread_keys(thread))

@@ -37,6 +37,8 @@ async def _run_task(
     as_json: bool,
     follow: bool = True,
     quiet: bool = False,
+    thread_id: str | None = None,
+    multitask_strategy: str = "reject",
 ) -> int:
     from loopline.client import Client
     from services.model.chat import endpoint_configured
@@ -54,7 +56,13 @@ async def _run_task(
 
         ensure_services(url, current)
     async with Client(url, current.prefix) as client:
-        task_id = await client.submit(spec, [HumanMessage(content=prompt)], max_steps=max_steps)
+        task_id = await client.submit(
+            spec,
+            [HumanMessage(content=prompt)],
+            max_steps=max_steps,
+            thread_id=thread_id,
+            multitask_strategy=multitask_strategy,
+        )
         if not follow:
             print(task_id)
             return 0
@@ -89,7 +97,14 @@ async def _follow(client: Client, task_id: str, *, as_json: bool, quiet: bool) -
 def cmd_run(args: argparse.Namespace) -> int:
     spec, file_max_steps = load_agent(args.agent)
     return asyncio.run(
-        _run_task(spec, args.prompt, max_steps=args.max_steps or file_max_steps, as_json=args.json)
+        _run_task(
+            spec,
+            args.prompt,
+            max_steps=args.max_steps or file_max_steps,
+            as_json=args.json,
+            thread_id=args.thread,
+            multitask_strategy=args.multitask_strategy,
+        )
     )
 
 
@@ -106,6 +121,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             max_steps=args.max_steps or file_max_steps,
             as_json=False,
             follow=False,
+            thread_id=args.thread,
+            multitask_strategy=args.multitask_strategy,
         )
     )
 
