@@ -228,6 +228,7 @@ async def test_interrupt_stops_the_busy_run_at_its_step_boundary_keeping_its_wor
     assert [m.type for m in got] == ["human", "ai", "tool", "human", "ai"]
     assert got[2].text() == f"released {key}"
     r = sync_redis(stack)
+    await wait_for(lambda: r.hget(Names(stack.prefix).thread_state(thread), "active") == b"")
     runs = {
         k.decode(): v.decode()
         for k, v in r.hgetall(Names(stack.prefix).thread_runs(thread)).items()
@@ -318,6 +319,7 @@ async def test_one_active_run_per_thread_under_a_race(
     spans.sort()
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end < start  # the next run started only after the previous one ended
+    await wait_for(lambda: r.hget(names.thread_state(queued_thread), "active") == b"")
     assert r.llen(names.thread_messages(queued_thread)) == 12
 
 

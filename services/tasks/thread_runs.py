@@ -17,7 +17,7 @@ from services.errors import BadEvent
 from services.hooks import HookSet
 from services.runtime import Runtime
 from services.tasks.state import Cause, TaskState, text
-from services.tasks.store import TaskStore
+from services.tasks.store import TaskStore, waiting_calls
 from services.tasks.threads import Claim, ThreadStore
 from services.tasks.transitions import RefuseTask, StopRun
 
@@ -92,7 +92,7 @@ class ThreadRuns:
             thread_id, event.task_id, event.multitask_strategy, submitted
         )
         ended_unrecorded = claim.outcome in ("busy", "queued", "stop") and await self._recover(
-            claim.active
+            thread_id, claim.active
         )
         if ended_unrecorded and claim.outcome == "busy":  # the thread may be free now
             claim = await self.store.claim(
@@ -116,7 +116,7 @@ class ThreadRuns:
             raise BadEvent(f"run {event.task_id} of thread {event.thread_id} has no submission")
         return claim, submitted
 
-    async def _recover(self, active: str) -> bool:
+    async def _recover(self, thread_id: str, active: str) -> bool:
         """The thread's active run ended without its end being recorded (its process
         died in between): record it now. True when it had ended."""
         if not active:
@@ -124,7 +124,7 @@ class ThreadRuns:
         _, status = await self.store.run_of(active)
         if status in ("", "running"):
             return False
-        await self.ended(active)
+        await self.ended(active, thread_id)
         return True
 
     async def _reject(self, event: TaskSubmitted, active: str) -> None:
@@ -162,13 +162,18 @@ class ThreadRuns:
         state = await self.tasks.apply(active, StopRun(failed_event=failed, cause=Cause.SUPERSEDED))
         if state.exists and not state.running:
             await self.emit(active, state)
+        elif state.running and (await waiting_calls(self.rt.redis, self.names, active))[1]:
+            # calls that wait for a human one by one: no step boundary comes without one
+            await self.stop(active, reason, Cause.SUPERSEDED)
 
     # -- a run ends ------------------------------------------------------------------
 
-    async def ended(self, task_id: str) -> None:
+    async def ended(self, task_id: str, thread_hint: str = "") -> None:
         """Write an ended run's state back to its thread and start the next run; a task
-        of no thread, or a run recorded already, changes nothing."""
+        of no thread, or a run recorded already, changes nothing. ``thread_hint``: the
+        thread of a run that may never have started from it (refused after taking it)."""
         thread_id, _ = await self.store.run_of(task_id)
+        thread_id = thread_id or thread_hint
         if not thread_id:
             return
         parts = await self.store.ending_of(task_id)

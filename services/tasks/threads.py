@@ -54,6 +54,8 @@ class EndRun(Args):
     ended_event: bytes
     retention: int
     now: float
+    write_back: bool
+    """False for a run that never started from the thread: it has no state to give."""
 
 
 @cache
@@ -143,11 +145,11 @@ class ThreadStore:
         """What a task that ended leaves for its thread (None: it has not ended)."""
         names = self.names
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(names.task_state(task_id), "status", "extra")
+        pipe.hmget(names.task_state(task_id), "status", "extra", "thread")
         pipe.lrange(names.task_messages(task_id), 0, -1)
         pipe.get(names.task_todos(task_id))
         pipe.xrevrange(names.task_log(task_id), count=1)
-        (status, extra), messages, todos, last = await pipe.execute()
+        (status, extra, thread), messages, todos, last = await pipe.execute()
         status = text(status or "")
         if status in ("", "running"):
             return None
@@ -158,6 +160,7 @@ class ThreadStore:
             todos=text(todos or ""),
             extra=text(extra or ""),
             ended_event=ended,
+            started=bool(thread),
         )
 
 
@@ -168,6 +171,8 @@ class EndRunParts:
     todos: str
     extra: str
     ended_event: bytes
+    started: bool
+    """Whether the task started as a run of the thread (its state is the thread's)."""
 
     def args(self, task_id: str, retention: int) -> EndRun:
         return EndRun(
@@ -179,6 +184,7 @@ class EndRunParts:
             ended_event=self.ended_event,
             retention=retention,
             now=time.time(),
+            write_back=self.started,
         )
 
 

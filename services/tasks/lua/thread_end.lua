@@ -1,9 +1,10 @@
--- ARGV: task_id status messages todos extra ended_event retention now
+-- ARGV: task_id status messages todos extra ended_event retention now write_back
 -- The thread's active run ended: its transcript, todos and middleware state become the
 -- thread's (unless it was rolled back), its end goes on the thread's log, and the next
 -- queued run, if any, becomes the active one (the caller starts it). Once no run waits,
 -- the thread's keys expire after the retention time, as a task's do. Any other run's
--- end (a redelivery, a run that never was active) changes nothing.
+-- end (a redelivery, a run that never was active) changes nothing; a run that never
+-- started from the thread (its submission was refused) writes nothing back.
 if redis.call('HGET', KEYS[1], 'active') ~= arg.task_id then
   return {'outcome', 'stale', 'status', '', 'next', ''}
 end
@@ -15,7 +16,7 @@ end
 local status = arg.status
 if mode == 'rollback' then
   status = 'rolled_back'
-else
+elseif arg.write_back == '1' then
   redis.call('DEL', KEYS[2])
   local msgs = cjson.decode(arg.messages)
   for i = 1, #msgs, 500 do
