@@ -107,10 +107,19 @@ class Agent:
         self.embedded = embedded
         self.settings = settings
         self.max_steps: int | None = None
+        self.given_store: Any = None
         self.checkpointer = checkpointer
         """Accepted for LangChain's signature; threads live in loopline's store either
         way. With one, a call without ``configurable.thread_id`` is refused, as LangGraph
         refuses it."""
+
+    @property
+    def store(self) -> Any:
+        """The deployment's store, as hooks and tools see it (``runtime.store``): a
+        ``services.redis_store.RedisStore``."""
+        from services.redis_store import RedisStore
+
+        return RedisStore(self.url, self.settings.prefix)
 
     def _start_services(self) -> None:
         if self.embedded:
@@ -385,6 +394,7 @@ def create_agent(
     redis_url: str | None = None,
     settings: Settings | None = None,
     checkpointer: Any = None,
+    store: Any = None,
 ) -> Agent:
     """Build an agent. ``model``: a name (``"openai:gpt-4o-mini"``) or a chat model;
     ``tools``: LangChain tools, typed functions with docstrings, or import paths;
@@ -393,7 +403,10 @@ def create_agent(
     (default: the tools service's ``LOOPLINE_TOOL_TIMEOUT_S``); ``checkpointer``: any
     LangGraph checkpointer (``InMemorySaver``...), accepted for compatibility: threads are
     kept by loopline's services in Redis either way, and with one a call must name its
-    thread (``config["configurable"]["thread_id"]``), as LangGraph requires."""
+    thread (``config["configurable"]["thread_id"]``), as LangGraph requires; ``store``:
+    accepted likewise: hooks (``runtime.store``) and tools (``ToolRuntime.store``) get
+    the deployment's Redis-backed store (``services.store.RedisStore``, ``agent.store``)
+    in every service, whichever store is given."""
     settings = settings or Settings()
     url, embedded = resolve_url(redis_url or settings.redis_url)
     refs, schemas = _tool_refs(list(tools or ()), embedded)
@@ -409,6 +422,7 @@ def create_agent(
     )
     check_agent(spec)  # a parameter of the wrong type fails here, before any task runs
     agent = Agent(spec, url=url, embedded=embedded, settings=settings, checkpointer=checkpointer)
+    agent.given_store = store
     agent.max_steps = max_steps
     return agent
 

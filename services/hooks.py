@@ -67,9 +67,13 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
 
 
 def lg_runtime() -> Any:
+    """LangGraph's ``Runtime`` a hook gets: ``runtime.store`` is the deployment's store
+    (``services.store``), shared by every service."""
     from langgraph.runtime import Runtime
 
-    return Runtime(context=None, store=None)
+    from services import store
+
+    return Runtime(context=None, store=store.shared())
 
 
 async def call_state_hook(instance: Any, hook: str, state: dict[str, Any]) -> dict[str, Any]:

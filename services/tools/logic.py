@@ -123,7 +123,7 @@ async def run_tool(
     payload: dict[str, Any] = {
         "id": call.id,
         "name": call.name,
-        "args": dict(call.args),
+        "args": {**dict(call.args), **injected_args(tool, call.id)},
         "type": "tool_call",
     }
     try:
@@ -142,6 +142,34 @@ async def run_tool(
     if isinstance(message, ToolMessage):
         return message
     return ToolMessage(content=str(result), name=call.name, tool_call_id=call.id)
+
+
+def injected_args(tool: BaseTool, call_id: str) -> dict[str, Any]:
+    """What LangGraph's tool node injects that the service can give: ``ToolRuntime``
+    (with the deployment's store and the call's id) and an ``InjectedStore`` argument."""
+    from langgraph.prebuilt.tool_node import _get_all_injected_args
+
+    from services import store
+
+    try:
+        wanted = _get_all_injected_args(tool)
+    except Exception:  # a tool whose annotations cannot be read takes nothing injected
+        return {}
+    found: dict[str, Any] = {}
+    if wanted.store:
+        found[wanted.store] = store.shared()
+    if wanted.runtime:
+        from langchain.tools import ToolRuntime
+
+        found[wanted.runtime] = ToolRuntime(
+            state={},
+            context=None,
+            config={},
+            stream_writer=lambda _chunk: None,
+            tool_call_id=call_id,
+            store=store.shared(),
+        )
+    return found
 
 
 async def run_wrapped(
