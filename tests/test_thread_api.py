@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis as syncredis
 from langchain.agents import create_agent as lc_create_agent
 from langchain.agents.middleware import (
     HumanInTheLoopMiddleware,
@@ -23,10 +24,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.types import Command, Interrupt
 
+from contracts.events import TaskSubmitted, parse_event
+from contracts.streams import DATA_FIELD, Names
 from loopline import create_agent
 from loopline.client import TaskFailedError
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.settings import Settings
+from services.telemetry import run_attributes
 from tests import tooling
 from tests.support import ServiceProcesses, unique_prefix
 
@@ -206,3 +210,32 @@ def test_state_history_lists_the_threads_states_by_run(
     assert history[-1].parent_config is None
     now = ll.get_state(config)
     assert now.config == history[0].config and now.next == ()
+
+
+def test_run_name_tags_and_metadata_travel_with_the_run_to_its_trace(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    _, ll = agents(stack, servers, [])
+    thread = f"cfg-{uuid.uuid4().hex[:6]}"
+    config = {
+        "configurable": {"thread_id": thread},
+        "run_name": "support-bot",
+        "tags": ["beta", "eu"],
+        "metadata": {"user": "u7", "attempt": 2, "extra": {"a": 1}},
+    }
+    ll.invoke({"messages": "hello"}, config)
+    r = syncredis.Redis.from_url(stack.redis_url)
+    (_, fields), *_ = r.xrange(Names(stack.prefix).thread_log(thread))
+    submitted = parse_event(fields[DATA_FIELD.encode()])
+    assert isinstance(submitted, TaskSubmitted)
+    assert submitted.thread_id == thread and submitted.run_name == "support-bot"
+    assert submitted.tags == ["beta", "eu"]
+    assert submitted.metadata == {"user": "u7", "attempt": 2, "extra": {"a": 1}}
+    assert run_attributes(submitted) == {
+        "loopline.thread_id": thread,
+        "langchain.run_name": "support-bot",
+        "langchain.tags": ["beta", "eu"],
+        "langchain.metadata.user": "u7",
+        "langchain.metadata.attempt": 2,
+        "langchain.metadata.extra": '{"a": 1}',
+    }
