@@ -80,6 +80,8 @@ class CancelRequested(Event):
 
     type: Literal["CancelRequested"] = "CancelRequested"
     reason: str = "cancelled by request"
+    thread_id: str | None = None
+    """The run's thread, to cancel a run that still waits for it (enqueue)."""
 
 
 class ApprovalRequested(Event):

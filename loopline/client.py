@@ -169,8 +169,11 @@ class Client:
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: data})
         return event.task_id
 
-    async def cancel(self, task_id: str, reason: str = "cancelled by request") -> None:
-        event = CancelRequested(task_id=task_id, reason=reason)
+    async def cancel(
+        self, task_id: str, reason: str = "cancelled by request", *, thread_id: str | None = None
+    ) -> None:
+        """Stop a running task; with ``thread_id``, also a run still queued for its thread."""
+        event = CancelRequested(task_id=task_id, reason=reason, thread_id=thread_id)
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
 
     async def decide(

@@ -391,3 +391,24 @@ async def test_cli_runs_on_a_thread_and_shows_lists_and_removes_it(
     gone = await asyncio.to_thread(run_cli, stack, "threads", "show", thread)
     assert gone.returncode != 0 and f"no thread '{thread}'" in gone.stderr
     assert not r.exists(*Names(stack.prefix).thread_keys(thread))
+
+
+async def test_a_queued_run_can_be_cancelled_before_it_starts(
+    client: Client, stack: ServiceProcesses
+) -> None:
+    thread, key = f"th-{uuid.uuid4().hex[:8]}", f"cq-{uuid.uuid4().hex[:6]}"
+    busy = await run(client, thread, f"hold {key}")
+    await started(stack, key)
+    queued = await run(client, thread, "say never", "enqueue")
+    after = await run(client, thread, "say after", "enqueue")
+    await wait_for(lambda: sync_redis(stack).llen(Names(stack.prefix).thread_queue(thread)) == 2)
+    await client.cancel(queued, "changed my mind", thread_id=thread)
+    failed = await outcome(client, queued)
+    assert isinstance(failed, TaskFailed) and failed.reason == "cancelled: changed my mind"
+    release(stack, key)
+    assert isinstance(await outcome(client, busy), TaskCompleted)
+    assert isinstance(await outcome(client, after), TaskCompleted)
+    got = texts(await client.messages(after))
+    assert "say never" not in got and got[-2:] == ["say after", "answer to say after"]
+    r = sync_redis(stack)
+    assert r.hget(Names(stack.prefix).thread_runs(thread), queued) == b"cancelled"

@@ -162,7 +162,12 @@ class Loop:
             await self._advance(event.task_id, state)
 
     async def cancel_requested(self, event: CancelRequested) -> None:
-        await self.stop(event.task_id, f"cancelled: {event.reason}", Cause.CANCEL)
+        reason = f"cancelled: {event.reason}"
+        if event.thread_id and await self.threads.cancel_queued(
+            event.thread_id, event.task_id, reason
+        ):
+            return  # it waited for its thread: it leaves the queue, never started
+        await self.stop(event.task_id, reason, Cause.CANCEL)
 
     async def stop(self, task_id: str, reason: str, cause: str) -> None:
         """Fail a running task now (cancel, deadline); later events for it are dropped."""

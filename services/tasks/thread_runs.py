@@ -116,6 +116,25 @@ class ThreadRuns:
             raise BadEvent(f"run {event.task_id} of thread {event.thread_id} has no submission")
         return claim, submitted
 
+    async def cancel_queued(self, thread_id: str, task_id: str, reason: str) -> bool:
+        """Cancel a run that waits for its thread: it leaves the queue and fails with
+        ``reason``. False when it does not wait (it runs, ended, or is unknown)."""
+        if not await self.store.drop_queued(thread_id, task_id):
+            return False
+        failed = dump_event(TaskFailed(task_id=task_id, step=0, reason=reason))
+        state = await self.tasks.apply(
+            task_id,
+            RefuseTask(
+                failed_event=failed,
+                cause=Cause.CANCEL,
+                retention=self.rt.settings.retention_s,
+                create=True,
+            ),
+        )
+        if state.applied:
+            await self.emit(task_id, state)
+        return True
+
     async def _recover(self, thread_id: str, active: str) -> bool:
         """The thread's active run ended without its end being recorded (its process
         died in between): record it now. True when it had ended."""

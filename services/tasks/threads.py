@@ -58,6 +58,14 @@ class EndRun(Args):
     """False for a run that never started from the thread: it has no state to give."""
 
 
+@dataclass(frozen=True, slots=True)
+class DropQueued(Args):
+    """A run waiting for the thread is cancelled (``lua/thread_drop.lua``)."""
+
+    LUA = "thread_drop"
+    task_id: str
+
+
 @cache
 def thread_script(args: type[Args]) -> str:
     body = lua_file(args.LUA)
@@ -115,6 +123,7 @@ class ThreadStore:
         self.names = names
         self._claim = register(thread_script(ClaimThread))
         self._end = register(thread_script(EndRun))
+        self._drop = register(thread_script(DropQueued))
 
     def keys(self, thread_id: str) -> list[str]:
         return self.names.thread_keys(thread_id)
@@ -131,6 +140,11 @@ class ThreadStore:
         found = pairs(list(await self._end(keys=self.keys(thread_id), args=args.argv())))
         await self._touch(thread_id)
         return Ended(text(found["outcome"]), text(found["status"]), text(found["next"]))
+
+    async def drop_queued(self, thread_id: str, task_id: str) -> bool:
+        """Take a waiting run out of the thread's queue; False if it is not waiting."""
+        args = DropQueued(task_id)
+        return int(await self._drop(keys=self.keys(thread_id), args=args.argv())) == 1
 
     async def _touch(self, thread_id: str) -> None:
         """The listing of threads (``loopline threads list``), by last change."""
