@@ -19,7 +19,13 @@ from tests.support import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "asyncapi.json"
 REGENERATE = "loopline asyncapi -o docs/asyncapi.json"
-NOT_STREAMS = {"errors", "deadlines", "consumers", "deployed"}  # Names properties naming other keys
+NOT_STREAMS = {
+    "errors",
+    "deadlines",
+    "consumers",
+    "deployed",
+    "threads",
+}  # Names properties naming other keys
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +106,7 @@ def test_every_stream_and_event_is_documented(doc: dict[str, Any]) -> None:
         if isinstance(value, property) and attr not in NOT_STREAMS
     }
     streams.add(names.task_log(asyncapi.TASK_TAG))
+    streams.add(names.thread_log(asyncapi.THREAD_TAG))
     assert streams == set(by_address), "a stream is missing: add it to loopline.asyncapi"
 
     # every event appears on at least one channel
