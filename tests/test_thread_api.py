@@ -81,7 +81,7 @@ def agents(
     middleware: list[Any],
 ) -> tuple[Any, Any]:
     """(LangChain's agent, loopline's), the same arguments, each with a checkpointer."""
-    lc_server, ll_server = servers
+    lc_server, _ = servers  # loopline's services call the other (their OPENAI_BASE_URL)
     lc = lc_create_agent(
         ChatOpenAI(model="gpt-4o-mini", base_url=lc_server.url, api_key="test"),  # type: ignore[arg-type]
         tools=[tooling.add],
@@ -89,7 +89,7 @@ def agents(
         checkpointer=InMemorySaver(),
     )
     ll = create_agent(
-        ChatOpenAI(model="gpt-4o-mini", base_url=ll_server.url, api_key="test"),  # type: ignore[arg-type]
+        ChatOpenAI(model="gpt-4o-mini", api_key="test"),  # type: ignore[arg-type]  # the services' endpoint
         tools=[tooling.add],
         middleware=middleware,
         checkpointer=InMemorySaver(),

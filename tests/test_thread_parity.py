@@ -179,7 +179,7 @@ def test_three_turns_on_a_thread_match_langchain_with_a_checkpointer(
     }
     monkeypatch.setenv("OPENAI_BASE_URL", ll_server.url)
     ll_agent = create_agent(
-        ChatOpenAI(model="gpt-4o-mini", base_url=ll_server.url, api_key="test"),  # type: ignore[arg-type]
+        ChatOpenAI(model="gpt-4o-mini", api_key="test"),  # type: ignore[arg-type]  # the services' endpoint
         tools=[tooling.big_output, tooling.add],
         system_prompt=SYSTEM_PROMPT,
         middleware=middleware(),
