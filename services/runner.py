@@ -39,7 +39,7 @@ from contracts.events import DeadLettered, dump_event, parse_event
 from contracts.streams import DATA_FIELD, GROUPS
 from services import telemetry
 from services.entry import CURRENT, PendingCommit
-from services.errors import PermanentError
+from services.errors import PermanentError, Refused
 from services.runtime import Handler, Runtime
 
 log = logging.getLogger("loopline")
@@ -276,7 +276,14 @@ class EntryRunner:
                 log.error("committing %s %s failed: %r", self.stream, entry.entry_id, exc)
         elif fate is Fate.DEAD_LETTER:
             assert failure is not None
-            await self._dead_letter(entry, payload, describe(failure), deliveries, clear_error)
+            await self._dead_letter(
+                entry,
+                payload,
+                describe(failure),
+                deliveries,
+                clear_error,
+                ends_task=not isinstance(failure, Refused),
+            )
         else:
             assert failure is not None
             log.error(
@@ -301,13 +308,17 @@ class EntryRunner:
         reason: str,
         deliveries: int,
         clear_error: str | None,
+        *,
+        ends_task: bool = True,
     ) -> None:
-        """End the event's task (``Runtime.on_refused``), then commit the entry's
+        """End the event's task (``Runtime.on_refused``; not for a ``Refused`` event,
+        which no state asked for and whose task goes on), then commit the entry's
         ``DeadLettered`` event with its ack (and what its handler queued before it
         failed). If the task cannot be ended now (Redis failing), the entry stays pending
         and is dead-lettered again on its next delivery: no task is left waiting."""
         try:
-            await self._end_task(payload, reason)
+            if ends_task:
+                await self._end_task(payload, reason)
         except Exception as exc:
             log.error("ending the task of %s %s failed: %r", self.stream, entry.entry_id, exc)
             error = (self._error_field(entry), reason)

@@ -37,7 +37,8 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
 from services import approvals
-from services.errors import BadEvent, UnknownTask
+from services.entry import CURRENT
+from services.errors import BadEvent, Refused, UnknownTask
 from services.hooks import HookSet, hooks_for
 from services.runtime import Runtime
 from services.spec.validation import InvalidSpec, check_agent
@@ -64,6 +65,13 @@ from services.tasks.transitions import (
 )
 
 log = logging.getLogger("loopline.loop")
+
+
+def current_entry_id() -> str:
+    """The id of the stream entry being handled ("" outside a consumer's handler)."""
+    entry = CURRENT.get()
+    return "" if entry is None else entry.entry_id
+
 
 REQUESTS_ABOUT_A_TASK = frozenset({"CancelRequested", "DecisionsSubmitted"})
 """Events from outside about a task; refusing one leaves the task as it is."""
@@ -102,12 +110,6 @@ class Loop:
             for i, m in enumerate(event.messages)
         ]
         agent_id = await rt.save_agent(event.agent)
-        deadline_s = event.deadline_s or rt.settings.task_deadline_s
-        if deadline_s:
-            # Before the start, so a crash in between cannot leave a task without one.
-            await rt.redis.zadd(
-                self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
-            )
         state = await self.store.apply(
             event.task_id,
             StartTask(
@@ -117,8 +119,18 @@ class Loop:
                 step_event=dump_event(StepStarted(task_id=event.task_id, step=1)),
                 retention=rt.settings.retention_s,
                 messages=[m.model_dump_json() for m in inputs],
+                entry=current_entry_id(),
             ),
         )
+        if state.duplicate:  # a replayed id: the first submission's task goes on as it was
+            raise Refused(f"task {event.task_id!r} exists already; this submission is refused")
+        deadline_s = event.deadline_s or rt.settings.task_deadline_s
+        if deadline_s and state.running:
+            # After the start, so only the submission that started the task sets it; a
+            # crash in between leaves the entry pending, and its redelivery sets it.
+            await rt.redis.zadd(
+                self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
+            )
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
 
@@ -228,10 +240,16 @@ class Loop:
     async def event_refused(self, task_id: str, event_type: str, stage: str, reason: str) -> None:
         """A stage dead-lettered one of the task's events (``services.runner``): the task
         cannot go on, so it ends with the stage and the reason, for its waiting client.
-        Requests about a task from outside (a cancel, decisions) are refused without
-        ending it: a decision that does not fit leaves the task waiting for a good one."""
+        Requests about a task from outside (a cancel, decisions, anything else on the
+        producers' tasks stream) are refused without ending it: a decision that does not
+        fit leaves the task waiting for a good one. A refused submission ends only the
+        task it started itself, never one another submission of the same id started."""
+        entry = CURRENT.get()
+        from_producers = entry is not None and entry.stream == self.names.tasks
         if event_type in REQUESTS_ABOUT_A_TASK:
             return
+        if from_producers and event_type != "TaskSubmitted":
+            return  # anything else on the producers' stream never ends a task
         step = await self.store.current_step(task_id)
         text = f"the {stage} stage could not handle {event_type}: {reason}"
         state = await self.store.apply(
@@ -241,6 +259,7 @@ class Loop:
                 cause=Cause.refused(stage),
                 retention=self.rt.settings.retention_s,
                 create=event_type == "TaskSubmitted",
+                entry=current_entry_id(),
             ),
         )
         if state.applied:

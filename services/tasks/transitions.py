@@ -8,6 +8,7 @@ A task is running until it ends completed or failed. A running task is in one ph
 and at most once per cause (``state.Cause``)::
 
       TaskSubmitted ──StartTask──▶ MODEL (step 1)
+      TaskSubmitted (a task id that exists) ──StartTask──▶ unchanged, refused
 
       MODEL ──ApplyHooks──▶ MODEL                     before_model hooks, once per step
       MODEL ──ApplyHooks (jump to end)──▶ DONE        completed
@@ -52,6 +53,9 @@ class StartTask(Args):
     retention: int
     messages: list[str]
     """The input messages, each as its JSON."""
+    entry: str
+    """The submission's stream entry id: only its own redeliveries find the task theirs; a
+    second submission of the same task id (a new entry) is refused (``duplicate``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,9 @@ class RefuseTask(Args):
     cause: str
     retention: int
     create: bool
+    entry: str
+    """With ``create``: the refused submission's entry id; a task that exists is ended
+    only by the refusal of the entry that started it, never by another submission."""
 
 
 @dataclass(frozen=True, slots=True)
