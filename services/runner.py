@@ -234,7 +234,11 @@ class EntryRunner:
         entry = PendingCommit(self.stream, self.group, _text(raw_id))
         payload = entry_payload(fields)
         if deliveries > self.max_deliveries:
-            await self._give_up(entry, payload, deliveries)
+            token = CURRENT.set(entry)  # its task is ended as by the entry itself
+            try:
+                await self._give_up(entry, payload, deliveries)
+            finally:
+                CURRENT.reset(token)
             return
         claimed = self.heartbeat.claimed
         claimed[entry.entry_id] = time.monotonic() if claimed_at is None else claimed_at

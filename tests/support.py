@@ -93,5 +93,6 @@ async def issue_calls(
             "phase": "tools",
             "agent": agent_id,
             "expected": json.dumps(list(call_ids)),
+            "max_steps": 5,
         },
     )
