@@ -41,6 +41,7 @@ from services import telemetry
 from services.entry import CURRENT, PendingCommit
 from services.errors import PermanentError, Refused
 from services.runtime import Handler, Runtime
+from services.secrets import redact
 
 log = logging.getLogger("loopline")
 
@@ -64,7 +65,8 @@ def fate_of(failure: BaseException | None) -> Fate:
 
 
 def describe(failure: BaseException) -> str:
-    return f"{type(failure).__name__}: {failure}"
+    """A failure as dead letters and the errors hash keep it: no configured secret."""
+    return redact(f"{type(failure).__name__}: {failure}")
 
 
 def entry_payload(fields: Any) -> Any:

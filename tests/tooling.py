@@ -98,3 +98,8 @@ def exit_now(code: int) -> str:
 async def interrupt_async(code: int) -> str:
     """Raise KeyboardInterrupt from an async tool."""
     raise KeyboardInterrupt(code)
+
+
+def quote_the_key() -> str:
+    """Fail with the process's API key in the error (as a misbehaving library would)."""
+    raise RuntimeError(f"cannot call the service with key {os.environ.get('OPENAI_API_KEY')}")

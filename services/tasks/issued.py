@@ -7,18 +7,20 @@ The check is one small script on the task's own keys (one hash tag): it reads th
 the loop's transitions wrote (running, in the tools phase of that step, for that agent,
 the call among the step's expected ones) and, for a call that takes a lease, takes the
 lease in the same script, so a leased call costs no round trip more than before. A
-delivery that comes too late (the task ended or moved on) is told apart from a forged
-one by the call's record: only a call that was issued has one.
+delivery that comes too late (its task ended, or its step moved on: the call has a
+record) is dropped without running; any other is refused as forged.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any
+import logging
 
 from contracts.events import ToolRequested, ToolResumed
 from services.errors import Refused
 from services.runtime import Runtime
+
+log = logging.getLogger("loopline.tools")
 
 # KEYS: the task's state hash, its calls hash. ARGV: step, call id, agent id, lease
 # marker ("": check only), "resume" to require an accepted decision for the call.
@@ -53,7 +55,8 @@ class Admission(enum.Enum):
     RECORDED = "recorded"
     """The state waits for it and its record exists: another delivery took it."""
     LATE = "late"
-    """Issued once, but its task ended or moved on: nothing to run, nothing to report."""
+    """Its task ended, or the call was issued once and its step moved on: nothing to run,
+    nothing to report."""
 
 
 class IssuedCalls:
@@ -87,12 +90,17 @@ class IssuedCalls:
         return await self._late_or_forged(event)
 
     async def _late_or_forged(self, event: CallEvent) -> Admission:
-        """Off the hot path: a call with a record was issued once (a redelivery after its
-        task moved on); one without was never issued by any state."""
-        recorded: Any = await self.rt.redis.hexists(
-            self.rt.names.task_calls(event.task_id), event.call.id
-        )
-        if recorded:
+        """Off the hot path: a call of a task that ended, or one with a record (issued
+        once; its step moved on), comes too late; any other was never issued by a state
+        that still runs."""
+        names = self.rt.names
+        async with self.rt.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(names.task_state(event.task_id), "status")
+            pipe.hexists(names.task_calls(event.task_id), event.call.id)
+            status, recorded = await pipe.execute()
+        if (status is not None and status != b"running") or recorded:
+            log.info("%s for call %s of task %s comes too late: not run", event.type,
+                     event.call.id, event.task_id)  # fmt: skip
             return Admission.LATE
         raise Refused(
             f"{event.type} for call {event.call.id!r} of task {event.task_id!r} at step "

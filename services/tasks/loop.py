@@ -41,6 +41,7 @@ from services.entry import CURRENT
 from services.errors import BadEvent, Refused, UnknownTask
 from services.hooks import HookSet, hooks_for
 from services.runtime import Runtime
+from services.secrets import redact
 from services.spec.validation import InvalidSpec, check_agent
 from services.tasks.hookrun import ModelTurn, model_turn, start_step
 from services.tasks.per_call import PerCallApprovals
@@ -564,6 +565,6 @@ class Loop:
         )
 
     async def _fail_now(self, task_id: str, reason: str) -> TaskState:
-        state = await self._fail_at_current_step(task_id, reason, None)
+        state = await self._fail_at_current_step(task_id, redact(reason), None)
         await self._emit(task_id, state)
         return state
