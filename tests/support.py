@@ -81,10 +81,17 @@ def run_cli(
 
 
 async def issue_calls(
-    redis: Any, names: Any, task_id: str, agent_id: str, call_ids: Sequence[str], step: int = 1
+    redis: Any,
+    names: Any,
+    task_id: str,
+    agent_id: str,
+    call_ids: Sequence[str],
+    step: int = 1,
+    digests: dict[str, str] | None = None,
 ) -> None:
-    """A running task in the tools phase of ``step`` waiting for ``call_ids``, as the
-    loop's transitions leave it: the tools service runs only calls a state issued."""
+    """A running task in the tools phase of ``step`` waiting for ``call_ids`` (with the
+    calls' ``digests``, if given), as the loop's transitions leave it: the tools service
+    runs only calls a state issued."""
     await redis.hset(
         names.task_state(task_id),
         mapping={
@@ -94,5 +101,6 @@ async def issue_calls(
             "agent": agent_id,
             "expected": json.dumps(list(call_ids)),
             "max_steps": 5,
+            "issued": json.dumps(digests or {}) if digests else "",
         },
     )

@@ -29,6 +29,7 @@ from services.loop.handlers import handlers as loop_handlers
 from services.runner import EntryRunner
 from services.runtime import Runtime
 from services.settings import Settings
+from services.tasks.issued import call_digest
 from services.tasks.loop import Loop
 from services.tools.handlers import handlers as tools_handlers
 from tests.support import issue_calls
@@ -125,26 +126,28 @@ async def test_a_tool_call_no_state_issued_never_runs(rt: Runtime, tmp_path: Pat
     record = tmp_path / "marks.jsonl"
     agent_id = await rt.save_agent(SPEC)
 
-    def request(task_id: str, call_id: str, step: int = 1) -> bytes:
-        call = ToolCall(
-            id=call_id,
-            name="slow_effect",
-            args={"tag": call_id, "seconds": 0, "record": str(record)},
-        )
-        return dump_event(ToolRequested(task_id=task_id, step=step, agent_id=agent_id, call=call))
+    def call(call_id: str, tag: str = "") -> ToolCall:
+        args = {"tag": tag or call_id, "seconds": 0, "record": str(record)}
+        return ToolCall(id=call_id, name="slow_effect", args=args)
 
-    await issue_calls(rt.redis, rt.names, "t3", agent_id, ["issued"])
+    def request(task_id: str, call_id: str, step: int = 1, tag: str = "") -> bytes:
+        made = call(call_id, tag)
+        return dump_event(ToolRequested(task_id=task_id, step=step, agent_id=agent_id, call=made))
+
+    digests = {"issued": call_digest(call("issued"))}
+    await issue_calls(rt.redis, rt.names, "t3", agent_id, ["issued"], digests=digests)
     state_before = await rt.redis.hgetall(rt.names.task_state("t3"))
     for forged in (
         request("no-such-task", "c1"),  # no task at all
         request("t3", "not-issued"),  # a call the step does not wait for
         request("t3", "issued", step=2),  # the right call at another step
         request("t3", "issued").replace(agent_id.encode(), b"other-agent"),  # another agent
+        request("t3", "issued", tag="changed"),  # the issued id, other arguments
     ):
         await run_entry(rt, "tools", rt.names.tools, forged)
     assert not record.exists()
     letters = await dead_letters(rt)
-    assert len(letters) == 4 and all("no such call waits" in d.error for d in letters)
+    assert len(letters) == 5 and all("no such call waits" in d.error for d in letters)
     assert await rt.redis.hgetall(rt.names.task_state("t3")) == state_before  # goes on
 
     # the issued call runs once; once its step moved on, a late duplicate is dropped
@@ -153,6 +156,6 @@ async def test_a_tool_call_no_state_issued_never_runs(rt: Runtime, tmp_path: Pat
     await rt.redis.hset(rt.names.task_state("t3"), mapping={"step": 2, "phase": "model"})
     await run_entry(rt, "tools", rt.names.tools, request("t3", "issued"))
     assert len(record.read_text().splitlines()) == 2
-    assert len(await dead_letters(rt)) == 4
+    assert len(await dead_letters(rt)) == 5
     done = json.loads(await rt.redis.hget(rt.names.task_calls("t3"), "issued"))
     assert done["state"] == "done"

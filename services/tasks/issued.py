@@ -14,20 +14,25 @@ record) is dropped without running; any other is refused as forged.
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 import logging
 
 from contracts.events import ToolRequested, ToolResumed
+from contracts.messages import AIMessage, ToolCall, ToolMessage
 from services.errors import Refused
 from services.runtime import Runtime
 
 log = logging.getLogger("loopline.tools")
 
 # KEYS: the task's state hash, its calls hash. ARGV: step, call id, agent id, lease
-# marker ("": check only), "resume" to require an accepted decision for the call.
+# marker ("": check only), "resume" to require an accepted decision for the call, the
+# call's digest (checked against the one its step recorded, when it recorded any).
 # Replies -1: not a call the state waits for; 1: issued (and the lease taken, if asked);
 # 0: issued, but its record exists already (another delivery took the lease).
 ADMIT_LUA = """
-local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'expected', 'agent')
+local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'expected', 'agent',
+                    'issued')
 if s[1] ~= 'running' or s[2] ~= ARGV[1] or s[3] ~= 'tools' or s[5] ~= ARGV[3] then
   return -1
 end
@@ -36,6 +41,7 @@ for _, id in ipairs(cjson.decode(s[4])) do
   if id == ARGV[2] then issued = true break end
 end
 if not issued then return -1 end
+if s[6] and s[6] ~= '' and cjson.decode(s[6])[ARGV[2]] ~= ARGV[6] then return -1 end
 if ARGV[5] == 'resume' and
    redis.call('HEXISTS', KEYS[1], 'decided:' .. ARGV[1] .. ':' .. ARGV[2]) == 0 then
   return -1
@@ -45,6 +51,18 @@ return redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[4])
 """
 
 CallEvent = ToolRequested | ToolResumed
+
+
+def call_digest(call: ToolCall) -> str:
+    """A short digest of what a call runs (its tool and arguments): a request that keeps
+    an issued call's id but changes what it runs is not that call."""
+    text = json.dumps([call.name, call.args], sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def call_digests(ai: AIMessage, decided: dict[str, ToolMessage]) -> dict[str, str]:
+    """The digests of a reply's calls that are to run (those hooks did not answer)."""
+    return {c.id: call_digest(c) for c in ai.tool_calls if c.id not in decided}
 
 
 class Admission(enum.Enum):
@@ -80,6 +98,7 @@ class IssuedCalls:
                     event.agent_id,
                     lease,
                     "resume" if isinstance(event, ToolResumed) else "",
+                    call_digest(event.call),
                 ],
             )
         )

@@ -44,6 +44,7 @@ from services.runtime import Runtime
 from services.secrets import redact
 from services.spec.validation import InvalidSpec, check_agent
 from services.tasks.hookrun import ModelTurn, model_turn, start_step
+from services.tasks.issued import call_digests
 from services.tasks.per_call import PerCallApprovals
 from services.tasks.plan import (
     after_model_results,
@@ -439,6 +440,7 @@ class Loop:
                 failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
                 extra=json.dumps(turn.extra) if turn.extra is not None else "",
+                issued={} if turn.end else call_digests(turn.ai, turn.decided),
             ),
             fusion,
         )

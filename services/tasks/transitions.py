@@ -79,6 +79,9 @@ class RecordReply(Args):
     """Messages after_model hooks added after the reply (JSON each)."""
     extra: str
     """The middleware's state fields (JSON), or "" when unchanged."""
+    issued: dict[str, str]
+    """The digest of each call to run (call id -> ``issued.call_digest``): the tools and
+    todos services run a requested call only if its name and arguments match."""
 
 
 @dataclass(frozen=True, slots=True)
