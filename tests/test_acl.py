@@ -8,7 +8,10 @@ ToolRequested never runs its tool (its marker file never appears)."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,7 +43,7 @@ from loopline.testing.scripted import (
     ScriptedToolCall,
     responder_by_prompt,
 )
-from tests.support import ServiceProcesses
+from tests.support import REPO_ROOT, ServiceProcesses
 
 RUN = uuid.uuid4().hex[:8]
 A, B = f"tenanta{RUN}", f"tenantb{RUN}"
@@ -178,6 +181,29 @@ async def approval_of(client: Client, task_id: str) -> ApprovalRequested:
 def log_of(bus: Bus, task_id: str) -> list[Any]:
     key = Names(A).task_log(task_id)
     return [parse_event(f[DATA_FIELD.encode()]) for _, f in bus.admin.xrange(key)]
+
+
+def run_acl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "loopline", "acl", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_loopline_acl_prints_the_lines_or_names_the_missing_variables() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLINE_ACL_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    roles = ["--role", "producer", "--role", "tools"]
+    missing = run_acl("--prefix", A, *roles, env=env)
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.strip() == (
+        "loopline: error: set the passwords of the roles first: "
+        "LOOPLINE_ACL_PRODUCER_PASSWORD, LOOPLINE_ACL_TOOLS_PASSWORD"
+    )
+    env.update(PRODUCER_PW=PASSWORDS["producer"], TOOLS_PW=PASSWORDS["tools"])
+    printed = run_acl("--prefix", A, *roles, "--password-env", "{ROLE}_PW", env=env)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.splitlines() == acl.setuser_lines(A, PASSWORDS, ["producer", "tools"])
+    bad = run_acl("--prefix", "a:b", env=env)
+    assert bad.returncode == 2 and "no ':'" in bad.stderr
 
 
 def test_the_printed_lines_hold_no_password() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from contracts.events import (
     DeadLettered,
+    DecisionsSubmitted,
     ModelFailed,
     TaskSubmitted,
     ToolRequested,
@@ -159,3 +160,13 @@ async def test_a_tool_call_no_state_issued_never_runs(rt: Runtime, tmp_path: Pat
     assert len(await dead_letters(rt)) == 5
     done = json.loads(await rt.redis.hget(rt.names.task_calls("t3"), "issued"))
     assert done["state"] == "done"
+
+
+async def test_a_decision_for_a_task_that_does_not_wait_changes_nothing(rt: Runtime) -> None:
+    await run_entry(rt, "loop", rt.names.tasks, dump_event(submission("t4")))
+    before = await snapshot(rt, "t4")
+    decided = DecisionsSubmitted(task_id="t4", decisions=[{"type": "approve"}])
+    await run_entry(rt, "loop", rt.names.tasks, dump_event(decided))
+    assert await snapshot(rt, "t4") == before
+    (letter,) = await dead_letters(rt)
+    assert "task t4 is not waiting for a decision" in letter.error
