@@ -338,3 +338,21 @@ async def test_a_forged_tool_request_never_runs_its_tool(bus: Bus, services: Non
     assert state == [b"running", b"approval"]
     assert not bus.admin.exists(names.task_state(f"no-such-task-{RUN}"))
     assert json.loads(bus.admin.hget(names.task_state(task_id), "expected") or b"[]") == []
+
+
+def test_the_acl_file_loads_in_redis_server(tmp_path: Path) -> None:
+    users = tmp_path / "users.acl"
+    users.write_text("\n".join(acl.aclfile_lines(A, PASSWORDS)) + "\n")
+    server = RedisServer(tmp_path, persistent=False, extra=("--aclfile", str(users))).start()
+    bus = Bus(server, syncredis.Redis(port=server.port))
+    producer = bus.as_user(A, "producer")
+    try:
+        assert producer.xadd(Names(A).tasks, {DATA_FIELD: "{}"})
+        with pytest.raises(NoPermissionError):
+            producer.xadd(Names(A).model, {DATA_FIELD: "{}"})
+        listed = [_text(u) for u in bus.admin.execute_command("ACL", "USERS")]
+        assert sorted(listed) == sorted(["default", *(acl.user_name(A, r) for r in acl.ROLES)])
+    finally:
+        producer.close()
+        bus.admin.close()
+        server.stop()
