@@ -13,7 +13,8 @@ inside the prefix only, so one tenant's users never read or touch another's keys
 - ``producer``: submits tasks, cancels and decides: all three are events on the tasks
   stream, which the loop validates (a decision only for a call that waits, a cancel only
   for a task of the prefix, a known task id refused), and it can only add to it; reads
-  the task logs and states of its prefix and the public streams. It cannot list keys
+  the task logs and states of its prefix, the public streams and the registry of
+  deployed agents (which it cannot change). It cannot list keys
   (no SCAN or KEYS: those ignore key patterns), nor write any other stream or key.
 - ``subscriber``: reads the public streams (todos, edits, approvals).
 
@@ -137,15 +138,18 @@ def roles(prefix: str) -> dict[str, Role]:
             keys.append(f"{prefix}:ratelimit:*")
         if service == "loop":  # it trims the public streams
             keys += [names.todos, names.edits]
+        reads = [] if runs_the_loop else [agents]
+        if service == "loop":  # it looks up the deployed agent a task names
+            reads.append(names.deployed)
         found[service] = Role(
             service,
             keys=tuple(dict.fromkeys(keys)),
-            read_keys=() if runs_the_loop else (agents,),
+            read_keys=tuple(reads),
             commands=(*CONNECTION, *CONSUMER, *SCRIPTS, *DATA),
         )
     found["producer"] = Role(
         "producer",
-        read_keys=(tasks, *public),
+        read_keys=(tasks, *public, names.deployed),  # and which agents it may name
         write_keys=(names.tasks,),
         commands=(*CONNECTION, *READ_STREAMS, "xadd", *PRODUCER_READS),
     )
