@@ -7,6 +7,7 @@ ToolRequested never runs its tool (its marker file never appears)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -35,7 +36,7 @@ from contracts.messages import ToolCall
 from contracts.streams import DATA_FIELD, SERVICES, Names
 from loopline import acl
 from loopline.agentfile import agent_from_dict
-from loopline.client import Client
+from loopline.client import Client, TaskFailedError
 from loopline.testing.redis_server import RedisServer
 from loopline.testing.scripted import (
     Reply,
@@ -43,6 +44,7 @@ from loopline.testing.scripted import (
     ScriptedToolCall,
     responder_by_prompt,
 )
+from services.deployed import RegistryDenied
 from tests.support import REPO_ROOT, ServiceProcesses
 
 RUN = uuid.uuid4().hex[:8]
@@ -159,7 +161,7 @@ def services(bus: Bus, scripted: ScriptedOpenAIServer) -> Iterator[None]:
     env = {
         "OPENAI_BASE_URL": scripted.url,
         "OPENAI_API_KEY": "test",
-        "LOOPLINE_ALLOW_INLINE_AGENTS": "true",
+        "LOOPLINE_ALLOW_INLINE_AGENTS": "false",  # a locked deployment runs deployed agents
         "LOOPLINE_TRIM_INTERVAL_S": "1",  # trimming runs (XINFO, XTRIM) under the users too
     }
     tenant_a = ServiceProcesses(
@@ -168,8 +170,16 @@ def services(bus: Bus, scripted: ScriptedOpenAIServer) -> Iterator[None]:
     tenant_b = ServiceProcesses(
         bus.admin_url, B, env=env, services=["loop"], urls={"loop": bus.url(B, "loop")}
     )
+    asyncio.run(deploy_agents(bus))
     with tenant_a, tenant_b:
         yield
+
+
+async def deploy_agents(bus: Bus) -> None:
+    """The operator registers the agents; producers name them."""
+    async with Client(bus.url(A, "operator"), A) as operator:
+        await operator.deploy(PLAIN, name="plain")
+        await operator.deploy(GATED, name="gated")
 
 
 async def approval_of(client: Client, task_id: str) -> ApprovalRequested:
@@ -216,8 +226,14 @@ async def test_a_task_completes_with_each_service_under_its_own_user(
     bus: Bus, services: None
 ) -> None:
     async with Client(bus.url(A, "producer"), A) as producer:
-        task_id = await producer.submit(PLAIN, [HumanMessage(content="plain task")])
+        task_id = await producer.submit("plain", [HumanMessage(content="plain task")])
         done = await producer.wait(task_id)
+        with pytest.raises(RegistryDenied):  # a producer cannot register an agent
+            await producer.deploy(PLAIN, name="mine")
+        inline = await producer.submit(PLAIN, [HumanMessage(content="plain inline")])
+        with pytest.raises(TaskFailedError) as refused_inline:  # nor run a spec of its own
+            await producer.wait(inline)
+    assert "inline" in refused_inline.value.event.reason
     assert isinstance(done, TaskCompleted) and done.answer == "plain done"
     assert (MARKS / "plain").exists()
     time.sleep(1.5)  # a trim pass ran (LOOPLINE_TRIM_INTERVAL_S) under the service users
@@ -272,7 +288,7 @@ async def test_other_tenants_requests_and_a_replayed_id_leave_a_task_going(
         Client(bus.url(A, "producer"), A) as producer,
         Client(bus.url(B, "producer"), B) as other,
     ):
-        task_id = await producer.submit(GATED, [HumanMessage(content="gated task")])
+        task_id = await producer.submit("gated", [HumanMessage(content="gated task")])
         await approval_of(producer, task_id)
         b_letters = len(bus.dead_letters(B))
         await other.cancel(task_id)
@@ -281,7 +297,7 @@ async def test_other_tenants_requests_and_a_replayed_id_leave_a_task_going(
 
         # the same task id again, with another prompt and a deadline in the past
         replay = TaskSubmitted(
-            task_id=task_id, agent=PLAIN, messages=[HumanMessage(content="replayed")],
+            task_id=task_id, agent="plain", messages=[HumanMessage(content="replayed")],
             deadline_s=0.001,
         )  # fmt: skip
         await producer.redis.xadd(Names(A).tasks, {DATA_FIELD: replay.model_dump_json()})
@@ -305,7 +321,7 @@ async def test_other_tenants_requests_and_a_replayed_id_leave_a_task_going(
 async def test_a_forged_tool_request_never_runs_its_tool(bus: Bus, services: None) -> None:
     names = Names(A)
     async with Client(bus.url(A, "producer"), A) as producer:
-        task_id = await producer.submit(GATED, [HumanMessage(content="gated forged")])
+        task_id = await producer.submit("gated", [HumanMessage(content="gated forged")])
         await approval_of(producer, task_id)  # a real task, its call not issued yet
     agent_id = _text(bus.admin.hget(names.task_state(task_id), "agent"))
     record = str(MARKS / "forged")
