@@ -16,7 +16,13 @@ from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, ToolCompleted, ToolInterrupted, ToolRequested, ToolResumed
 from services import approvals
 from services.agent_view import middleware_tools
-from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, PermanentError
+from services.errors import (
+    BadEvent,
+    ConfigurationError,
+    PayloadTooLarge,
+    PermanentError,
+    Refused,
+)
 from services.hooks import hooks_for
 from services.runtime import Handler, Runtime
 from services.spec import toolbox
@@ -51,10 +57,16 @@ class ToolsService:
         try:
             spec = await self.rt.agent(event.agent_id)
             outcome = await self._outcome(event, spec)
-        except PermanentError:
+        except Refused:
+            raise
+        except PermanentError as exc:
             # An unknown agent or tool path ends the task only if its state issued the
-            # call; a forged event is refused on its own (the task it names goes on).
-            await self.calls.issued.admit(event)
+            # call; a forged event is refused on its own (the task it names goes on),
+            # its letter saying both why.
+            try:
+                await self.calls.issued.admit(event)
+            except Refused as forged:
+                raise Refused(f"{forged}; and: {exc}") from exc
             raise
         if isinstance(outcome, Parked):
             await self._report_parked(event, outcome)
