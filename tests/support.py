@@ -5,6 +5,7 @@ benchmarks too); they are imported here so tests keep one place to import from."
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ __all__ = [
     "REPO_ROOT",
     "RedisProvider",
     "ServiceProcesses",
+    "issue_calls",
     "run_cli",
     "services_on",
     "twin_servers",
@@ -75,4 +77,30 @@ def run_cli(
         text=True,
         timeout=timeout,
         cwd=REPO_ROOT,
+    )
+
+
+async def issue_calls(
+    redis: Any,
+    names: Any,
+    task_id: str,
+    agent_id: str,
+    call_ids: Sequence[str],
+    step: int = 1,
+    digests: dict[str, str] | None = None,
+) -> None:
+    """A running task in the tools phase of ``step`` waiting for ``call_ids`` (with the
+    calls' ``digests``, if given), as the loop's transitions leave it: the tools service
+    runs only calls a state issued."""
+    await redis.hset(
+        names.task_state(task_id),
+        mapping={
+            "status": "running",
+            "step": step,
+            "phase": "tools",
+            "agent": agent_id,
+            "expected": json.dumps(list(call_ids)),
+            "max_steps": 5,
+            "issued": json.dumps(digests or {}) if digests else "",
+        },
     )

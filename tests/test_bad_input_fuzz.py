@@ -217,8 +217,8 @@ async def test_dead_letter_round_trip_list_replay_after_a_fix_and_drop(
         assert f"cannot import {FIX_MODULE}" in shown["error"]
         assert json.loads(shown["payload"])["call"]["name"] == "repaired"
 
-        # the fix: the module is deployed; then the letter is replayed. The event runs
-        # again (the tool now imports), but its task has ended: nothing changes for it.
+        # the fix: the module is deployed; then the letter is replayed. The event is
+        # handled again, but its task has ended: the tool does not run, nothing changes.
         (FIX_DIR / f"{FIX_MODULE}.py").write_text(
             'def repaired(x: int) -> str:\n    """Fixed."""\n    return f"fixed {x}"\n'
         )

@@ -79,6 +79,7 @@ async def start_task(rt: Runtime, task_id: str, max_steps: int = 5) -> None:
             step_event=dump_event(StepStarted(task_id=task_id, step=1)),
             retention=3600,
             messages=[HumanMessage(content="hi", id=f"{task_id}:in:0").model_dump_json()],
+            entry="",
         ),
     )
 

@@ -25,6 +25,7 @@ from services.runtime import Runtime
 from services.settings import Settings
 from services.tasks.loop import LAST_RESULT_MAX_BYTES, Loop
 from services.tools.handlers import handlers as tools_handlers
+from tests.support import issue_calls
 from tests.test_fused_commit import (
     deliver,
     events_on,
@@ -279,6 +280,7 @@ async def test_an_idempotent_tool_runs_without_a_lease_and_another_with_one(
             id=f"{name}-1", name=name, args={"tag": name, "seconds": 0.3, "record": record}
         )
         event = ToolRequested(task_id="lease", step=1, agent_id=agent_id, call=call)
+        await issue_calls(rt.redis, rt.names, "lease", agent_id, [call.id])
         entry = await deliver(rt, "tools", dump_event(event))
         running = asyncio.ensure_future(handle(entry, on_tool(event)))
         await asyncio.sleep(0.15)  # the tool sleeps in its thread now

@@ -18,6 +18,7 @@ from loopline.agentfile import agent_from_dict
 from services.runtime import Runtime
 from services.settings import Settings
 from services.tools.handlers import handlers as tools_handlers
+from tests.support import issue_calls
 from tests.test_fused_commit import deliver, handle
 
 GATED_SPEC = agent_from_dict(
@@ -51,6 +52,7 @@ async def redeliver_after_death(rt: Runtime, task_id: str, record: dict[str, Any
     call = ToolCall(id="c1", name="slow_effect", args={"tag": "t", "seconds": 0, "record": "-"})
     left = {"state": "running", "consumer": "dead", "until": time.time() - 1, **record}
     await rt.redis.hset(rt.names.task_calls(task_id), "c1", json.dumps(left))
+    await issue_calls(rt.redis, rt.names, task_id, agent_id, ["c1"])
     event = ToolRequested(task_id=task_id, step=1, agent_id=agent_id, call=call)
     entry = await deliver(rt, "tools", dump_event(event))
     await handle(entry, on_tool(event))

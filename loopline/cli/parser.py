@@ -12,6 +12,7 @@ from contracts.streams import SERVICES
 from loopline.cli.agents import cmd_agents, cmd_deploy
 from loopline.cli.approvals import cmd_approvals, cmd_decide
 from loopline.cli.operations import cmd_asyncapi, cmd_dlq, cmd_schema, cmd_stats, cmd_status
+from loopline.cli.security import add_parser as add_acl_parser
 from loopline.cli.serving import cmd_serve, cmd_up
 from loopline.cli.tasks import cmd_cancel, cmd_demo, cmd_run, cmd_submit, cmd_watch
 from loopline.cli.threads import cmd_threads
@@ -69,8 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("schema", help="JSON Schema of every event")
-    p.set_defaults(func=cmd_schema)
+    sub.add_parser("schema", help="JSON Schema of every event").set_defaults(func=cmd_schema)
 
     p = sub.add_parser(
         "status", help="services and consumers, lag and pending, dead letters, tasks in flight"
@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-tasks", action="store_true", help="skip counting tasks (a SCAN of every key)"
     )
     p.set_defaults(func=cmd_status)
+
+    add_acl_parser(sub)
 
     p = sub.add_parser("asyncapi", help="the AsyncAPI document of every stream and event")
     from loopline.asyncapi import add_arguments

@@ -14,7 +14,7 @@ from contracts.events import (
     ToolInterrupted,
 )
 from services import approvals
-from services.errors import BadEvent
+from services.errors import BadEvent, Refused
 from services.loop.deadlines import DeadlineSweeper
 from services.runtime import Handler, Runtime
 from services.tasks.loop import Loop
@@ -34,8 +34,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             await loop.cancel_requested(event)
         elif isinstance(event, DecisionsSubmitted):
             await loop.decisions_submitted(event)
-        else:
-            raise BadEvent(f"{event.type} does not belong on the tasks stream")
+        else:  # refused on its own: the producers' stream never moves a task otherwise
+            raise Refused(f"{event.type} does not belong on the tasks stream")
 
     async def on_loop_event(event: AnyEvent) -> None:
         if isinstance(event, ModelResponded):

@@ -38,11 +38,14 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
 from services import approvals, deployed
-from services.errors import BadEvent, UnknownTask
+from services.entry import CURRENT, current_entry_id
+from services.errors import BadEvent, Refused, UnknownTask
 from services.hooks import HookSet, hooks_for
 from services.runtime import Runtime
+from services.secrets import scrub
 from services.spec.validation import InvalidSpec, check_agent
 from services.tasks.hookrun import ModelTurn, model_turn, start_step
+from services.tasks.issued import call_digests
 from services.tasks.per_call import PerCallApprovals
 from services.tasks.plan import (
     after_model_results,
@@ -68,6 +71,7 @@ from services.tasks.transitions import (
 )
 
 log = logging.getLogger("loopline.loop")
+
 
 REQUESTS_ABOUT_A_TASK = frozenset({"CancelRequested", "DecisionsSubmitted"})
 """Events from outside about a task; refusing one leaves the task as it is."""
@@ -129,12 +133,6 @@ class Loop:
             for i, m in enumerate(event.messages)
         ]
         agent_id = await rt.save_agent(spec)
-        deadline_s = event.deadline_s or rt.settings.task_deadline_s
-        if deadline_s:
-            # Before the start, so a crash in between cannot leave a task without one.
-            await rt.redis.zadd(
-                self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
-            )
         submitted_event = dump_event(event)
         step_event = dump_event(StepStarted(task_id=event.task_id, step=1))
         max_steps = max_steps or rt.settings.max_steps
@@ -148,6 +146,7 @@ class Loop:
                 step_event=step_event,
                 retention=rt.settings.retention_s,
                 messages=messages,
+                entry=current_entry_id(),
             )
         else:
             assert event.thread_id is not None
@@ -164,6 +163,15 @@ class Loop:
                 thread_id=event.thread_id,
             )
         state = await self.store.apply(event.task_id, start)
+        if state.duplicate:  # a replayed id: the first submission's task goes on as it was
+            raise Refused(f"task {event.task_id!r} exists already; this submission is refused")
+        deadline_s = event.deadline_s or rt.settings.task_deadline_s
+        if deadline_s and state.running:
+            # After the start, so only the submission that started the task sets it; a
+            # crash in between leaves the entry pending, and its redelivery sets it.
+            await rt.redis.zadd(
+                self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
+            )
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
 
@@ -306,10 +314,16 @@ class Loop:
     async def event_refused(self, task_id: str, event_type: str, stage: str, reason: str) -> None:
         """A stage dead-lettered one of the task's events (``services.runner``): the task
         cannot go on, so it ends with the stage and the reason, for its waiting client.
-        Requests about a task from outside (a cancel, decisions) are refused without
-        ending it: a decision that does not fit leaves the task waiting for a good one."""
+        Requests about a task from outside (a cancel, decisions, anything else on the
+        producers' tasks stream) are refused without ending it: a decision that does not
+        fit leaves the task waiting for a good one. A refused submission ends only the
+        task it started itself, never one another submission of the same id started."""
+        entry = CURRENT.get()
+        from_producers = entry is not None and entry.stream == self.names.tasks
         if event_type in REQUESTS_ABOUT_A_TASK:
             return
+        if from_producers and event_type != "TaskSubmitted":
+            return  # anything else on the producers' stream never ends a task
         step = await self.store.current_step(task_id)
         text = f"the {stage} stage could not handle {event_type}: {reason}"
         state = await self.store.apply(
@@ -319,6 +333,7 @@ class Loop:
                 cause=Cause.refused(stage),
                 retention=self.rt.settings.retention_s,
                 create=event_type == "TaskSubmitted",
+                entry=current_entry_id(),
             ),
         )
         if state.applied:
@@ -501,6 +516,7 @@ class Loop:
                 failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
                 extra=json.dumps(turn.extra) if turn.extra is not None else "",
+                issued={} if turn.end else call_digests(turn.ai, turn.decided),
             ),
             fusion,
         )
@@ -627,6 +643,6 @@ class Loop:
         )
 
     async def _fail_now(self, task_id: str, reason: str) -> TaskState:
-        state = await self._fail_at_current_step(task_id, reason, None)
+        state = await self._fail_at_current_step(task_id, scrub(reason), None)
         await self._emit(task_id, state)
         return state

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contracts.events import RunDequeued, TaskFailed, TaskSubmitted, dump_event, parse_event
-from services.entry import CURRENT
+from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent
 from services.hooks import HookSet
 from services.runtime import Runtime
@@ -129,6 +129,7 @@ class ThreadRuns:
                 cause=Cause.CANCEL,
                 retention=self.rt.settings.retention_s,
                 create=True,
+                entry="",  # it never started: no submission of its own to compare
             ),
         )
         if state.applied:
@@ -160,6 +161,7 @@ class ThreadRuns:
                 cause=Cause.refused("thread"),
                 retention=self.rt.settings.retention_s,
                 create=True,
+                entry=current_entry_id(),
             ),
         )
         if state.applied:

@@ -8,6 +8,7 @@ A task is running until it ends completed or failed. A running task is in one ph
 and at most once per cause (``state.Cause``)::
 
       TaskSubmitted ──StartTask──▶ MODEL (step 1)
+      TaskSubmitted (a task id that exists) ──StartTask──▶ unchanged, refused
       TaskSubmitted ──StartRun──▶ MODEL (step 1)      a run of a thread, from its state
 
       MODEL | APPROVAL ──StopRun──▶ DONE              failed: a newer run interrupts it
@@ -56,6 +57,9 @@ class StartTask(Args):
     retention: int
     messages: list[str]
     """The input messages, each as its JSON."""
+    entry: str
+    """The submission's stream entry id: only its own redeliveries find the task theirs; a
+    second submission of the same task id (a new entry) is refused (``duplicate``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,9 @@ class RecordReply(Args):
     """Messages after_model hooks added after the reply (JSON each)."""
     extra: str
     """The middleware's state fields (JSON), or "" when unchanged."""
+    issued: dict[str, str]
+    """The digest of each call to run (call id -> ``issued.call_digest``): the tools and
+    todos services run a requested call only if its name and arguments match."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +180,9 @@ class RefuseTask(Args):
     cause: str
     retention: int
     create: bool
+    entry: str
+    """With ``create``: the refused submission's entry id; a task that exists is ended
+    only by the refusal of the entry that started it, never by another submission."""
 
 
 @dataclass(frozen=True, slots=True)
