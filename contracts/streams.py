@@ -144,6 +144,17 @@ class Names:
         """Hash: tool call id -> {state: running|done, message}: a tool runs at most once."""
         return self.task_key(task_id, "calls")
 
+    def task_chunks(self, task_id: str) -> str:
+        """Stream: the model's reply as it is generated (``contracts.chunks.ChunkBatch``),
+        capped and expiring; written only while a client asked (``task_streaming``)."""
+        return self.task_key(task_id, "chunks")
+
+    def task_streaming(self, task_id: str) -> str:
+        """Hash, set by a client before it submits: the task's replies are streamed to
+        ``task_chunks``; field ``step:N`` counts the model calls (attempts) of step N.
+        Expires with the chunk stream."""
+        return self.task_key(task_id, "streaming")
+
     def task_keys(self, task_id: str) -> list[str]:
         parts = ("state", "messages", "log", "results", "logged", "todos", "tokens", "calls")
         return [self.task_key(task_id, p) for p in parts]

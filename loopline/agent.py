@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from contracts.agent import AgentSpec, ModelSpec
-from contracts.events import AnyEvent, ApprovalRequested, TaskFailed, ToolInterrupted
+from contracts.events import (
+    AnyEvent,
+    ApprovalRequested,
+    TaskFailed,
+    ToolInterrupted,
+    new_task_id,
+)
 from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
 from loopline.client import Client, TaskFailedError
 from services.settings import Settings
@@ -197,8 +203,62 @@ class Agent:
             return asyncio.run(self.ainvoke(input))
         raise RuntimeError("invoke() called inside a running event loop; use ainvoke()")
 
-    async def astream(self, input: dict[str, Any]) -> AsyncIterator[AnyEvent]:
-        """The task's events as they happen, ending with TaskCompleted or TaskFailed."""
+    async def astream(
+        self,
+        input: dict[str, Any],
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] = "values",
+    ) -> AsyncGenerator[Any, None]:
+        """LangChain's ``astream``: ``stream_mode`` ``"messages"`` (``(AIMessageChunk or
+        ToolMessage, metadata)`` pairs, the model's tokens as they are generated),
+        ``"updates"`` (``{node: update}``), ``"values"`` (the state after each step; the
+        default, as LangGraph's), or a list of them (``(mode, data)`` tuples). loopline's
+        own events: ``astream_task_events``. ``config`` is accepted for LangChain's
+        signature; its keys are not used yet."""
+        from loopline.stream_modes import modes_of, stream_task
+
+        modes, tagged = modes_of(stream_mode)
+        task_id = new_task_id()
+        inputs = [to_langchain(m) for m in _input_messages(input)]
+        self._start_services()
+        if "messages" in modes:
+            async with self.client() as client:
+                await client.stream_replies(task_id, self.settings.stream_ttl_s)
+        await self.asubmit(input, task_id=task_id)
+        async with self.client() as client:
+            async for mode, data in stream_task(client, task_id, modes, inputs):
+                yield (mode, data) if tagged else data
+
+    def stream(
+        self,
+        input: dict[str, Any],
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] = "values",
+    ) -> Iterator[Any]:
+        """``astream`` for synchronous callers (not inside a running event loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("stream() called inside a running event loop; use astream()")
+        loop = asyncio.new_event_loop()
+        items = self.astream(input, config, stream_mode=stream_mode)
+        try:
+            while True:
+                try:
+                    yield loop.run_until_complete(items.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            loop.run_until_complete(items.aclose())
+            loop.close()
+
+    async def astream_task_events(self, input: dict[str, Any]) -> AsyncIterator[AnyEvent]:
+        """The task's loopline events as they happen, ending with TaskCompleted or
+        TaskFailed (what ``astream`` yielded before it took LangChain's signature)."""
         task_id = await self.asubmit(input)
         async with self.client() as client:
             async for _, event in client.events(task_id):

@@ -12,6 +12,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from contracts.agent import AgentSpec, DeployedAgent
+from contracts.chunks import ChunkBatch
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
@@ -408,6 +409,59 @@ class Client:
     async def todos(self, task_id: str) -> list[dict[str, Any]]:
         raw = await self.redis.get(self.names.task_todos(task_id))
         return list(json.loads(raw)) if raw else []
+
+    # -- token streaming (contracts.chunks) --
+
+    async def stream_replies(self, task_id: str, ttl_s: int | None = None) -> None:
+        """Ask for the task's model replies as they are generated, on its chunk stream
+        (``chunks``): call before submitting the task (a task nobody asked for is not
+        streamed). ``ttl_s``: how long the request lasts unless chunks renew it."""
+        key = self.names.task_streaming(task_id)
+        ttl = ttl_s or Settings().stream_ttl_s
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, "asked", "1")
+            pipe.expire(key, ttl)
+            await pipe.execute()
+
+    async def chunks(
+        self, task_id: str, *, after: str = "0", follow: bool = True, block_ms: int = 1000
+    ) -> AsyncIterator[tuple[str, ChunkBatch]]:
+        """The task's chunk stream from entry ``after`` on, as (entry id, batch). Resume
+        after a disconnect by passing the last entry id seen: no loss, no duplicate (for
+        as long as the stream lives: ``LOOPLINE_STREAM_TTL_S``). With ``follow`` it waits
+        for more until it is cancelled or the caller stops."""
+        key = self.names.task_chunks(task_id)
+        last = after
+        while True:
+            entries = await read_stream(
+                self.redis, key, last, block_ms=block_ms if follow else None
+            )
+            if not entries and not follow:
+                return
+            for last, raw in entries:
+                yield last, ChunkBatch.model_validate_json(raw)
+
+    async def feed(
+        self, task_id: str, chunks_after: str, log_after: str, block_ms: int = 1000
+    ) -> tuple[list[tuple[str, ChunkBatch]], list[tuple[str, AnyEvent]]]:
+        """New entries of the task's chunk stream and log, read in one command (one
+        snapshot: the chunks of a reply are all there when its ``ModelResponded`` is)."""
+        chunks_key, log_key = self.names.task_chunks(task_id), self.names.task_log(task_id)
+        reply: Any = await self.redis.xread(
+            {chunks_key: chunks_after, log_key: log_after}, block=block_ms
+        )
+        batches: list[tuple[str, ChunkBatch]] = []
+        events: list[tuple[str, AnyEvent]] = []
+        data_key = DATA_FIELD.encode()
+        for key, entries in reply or []:
+            name = key.decode() if isinstance(key, bytes) else key
+            for entry_id, fields in entries:
+                raw = fields.get(data_key, b"")
+                if name == chunks_key:
+                    batches.append((entry_id.decode(), ChunkBatch.model_validate_json(raw)))
+                else:
+                    events.append((entry_id.decode(), parse_event(raw)))
+        return batches, events
 
     async def subscribe(
         self, stream: str, *, from_start: bool = False, follow: bool = True, block_ms: int = 1000

@@ -1,0 +1,239 @@
+"""Streaming as LangChain streams: the same agent (a tool call, then an answer) and the same
+scripted replies, streamed by the scripted server as OpenAI streams, through LangChain's
+``create_agent`` in-process and through loopline (embedded in this process, and deployed
+with the services as OS processes). ``stream_mode="messages"`` gives the same chunks
+(content, tool call chunks, usage) with the same metadata keys in the same order;
+``updates`` and ``values`` give the same items; a list of modes the same ``(mode, data)``
+sequence. The chunk stream resumes from an offset without loss, and the durable log does
+not grow with the number of chunks."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent as lc_create_agent
+from langchain_core.messages import BaseMessage
+from langchain_openai import ChatOpenAI
+
+import loopline.embedded
+from contracts import HumanMessage
+from contracts.chunks import ChunkBatch
+from loopline.agent import Agent, create_agent
+from loopline.client import Client
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
+from services.settings import Settings
+from tests import tooling
+from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix
+
+SYSTEM_PROMPT = "You add numbers."
+TURNS = [
+    Reply(content="Let me add those.", tool_calls=(ScriptedToolCall("add", {"a": 1, "b": 2}),)),
+    Reply(content="The sum of one and two is 3, as the tool computed."),
+]
+LONG = "word " * 400  # 2,000 characters: 250 streamed pieces
+MODES: list[Any] = ["messages", "updates", "values", ["updates", "messages", "values"]]
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
+    with twin_servers({"stream": TURNS, "long": [Reply(content=LONG)]}) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> Iterator[ServiceProcesses]:
+    with services_on(redis_url, servers[1]) as procs:
+        yield procs
+
+
+def chat_model(server: ScriptedOpenAIServer) -> ChatOpenAI:
+    return ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test", stream_usage=True)
+
+
+def run_langchain(server: ScriptedOpenAIServer, prompt: str, mode: Any) -> list[Any]:
+    agent = lc_create_agent(chat_model(server), tools=[tooling.add], system_prompt=SYSTEM_PROMPT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return list(
+            agent.stream({"messages": [{"role": "user", "content": prompt}]}, stream_mode=mode)
+        )
+
+
+def message_shape(message: BaseMessage) -> dict[str, Any]:
+    """What both sides must agree on (ids are random on both)."""
+    shape: dict[str, Any] = {"type": message.type, "content": message.content}
+    for key in ("tool_call_chunks", "usage_metadata", "chunk_position", "tool_call_id", "name"):
+        value = getattr(message, key, None)
+        if value:
+            shape[key] = value
+    calls = getattr(message, "tool_calls", None)
+    if calls:
+        shape["tool_calls"] = [(c["name"], c["args"], c["id"]) for c in calls]
+    if message.type == "AIMessageChunk":
+        shape["response_metadata"] = message.response_metadata
+    return shape
+
+
+NAMESPACE = re.compile(r"^(model|tools):[0-9a-f-]{36}$")
+
+
+def metadata_shape(meta: dict[str, Any]) -> dict[str, Any]:
+    """The metadata with its checkpoint namespaces checked for form (random uuids)."""
+    out = dict(meta)
+    for key in ("langgraph_checkpoint_ns", "checkpoint_ns"):
+        if key in out:
+            assert NAMESPACE.match(out[key]), out[key]
+            out[key] = out[key].split(":")[0]
+    return out
+
+
+def shape(mode: str, data: Any) -> Any:
+    if mode == "messages":
+        message, meta = data
+        return (message_shape(message), list(meta), metadata_shape(meta))
+    if mode == "updates":
+        return {
+            node: {"messages": [message_shape(m) for m in update["messages"]]}
+            for node, update in data.items()
+        }
+    return {"messages": [message_shape(m) for m in data["messages"]]}
+
+
+def shapes(mode: Any, items: list[Any]) -> list[Any]:
+    if isinstance(mode, list):
+        return [(m, shape(m, data)) for m, data in items]
+    return [shape(mode, item) for item in items]
+
+
+async def collect(agent: Agent, prompt: str, mode: Any) -> list[Any]:
+    inputs = {"messages": [{"role": "user", "content": prompt}]}
+    return [item async for item in agent.astream(inputs, stream_mode=mode)]
+
+
+def check_same(mode: Any, lc_items: list[Any], ll_items: list[Any]) -> None:
+    expected, got = shapes(mode, lc_items), shapes(mode, ll_items)
+    assert len(got) == len(expected), (len(got), len(expected))
+    for n, (a, b) in enumerate(zip(expected, got, strict=True)):
+        assert b == a, f"item {n} differs"
+    if mode == "messages":  # it really streamed: the answer came in many pieces
+        answer_chunks = [m for m, meta in ll_items if meta["langgraph_step"] == 3]
+        assert len(answer_chunks) > 5
+        assert any(m.usage_metadata for m in answer_chunks)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+async def test_deployed_stream_modes_match_langchain(
+    mode: Any, stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    lc_server, _ = servers
+    prompt = f"stream deployed {mode}"
+    lc_items = await asyncio.to_thread(run_langchain, lc_server, prompt, mode)
+    settings = Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+    agent = create_agent(
+        "gpt-4o-mini", ["tests.tooling:add"], system_prompt=SYSTEM_PROMPT, settings=settings
+    )
+    check_same(mode, lc_items, await collect(agent, prompt, mode))
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+async def test_embedded_stream_modes_match_langchain(
+    mode: Any,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """Embedded: every service in this process (on the test Redis, not its own server),
+    the chat model an in-process object."""
+    lc_server, ll_server = servers
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
+    prompt = f"stream embedded {mode}"
+    lc_items = await asyncio.to_thread(run_langchain, lc_server, prompt, mode)
+    agent = create_agent(
+        chat_model(ll_server),
+        [tooling.add],
+        system_prompt=SYSTEM_PROMPT,
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+    )
+    check_same(mode, lc_items, await collect(agent, prompt, mode))
+
+
+EMBEDDED_PREFIX = unique_prefix()  # the in-process services start once, on one prefix
+
+
+def test_sync_stream_yields_what_astream_does(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    settings = Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+    agent = create_agent(
+        "gpt-4o-mini", ["tests.tooling:add"], system_prompt=SYSTEM_PROMPT, settings=settings
+    )
+    items = list(agent.stream({"messages": "stream sync"}, stream_mode="updates"))
+    assert [list(item) for item in items] == [["model"], ["tools"], ["model"]]
+    with pytest.raises(ValueError, match="stream_mode must be"):
+        list(agent.stream({"messages": "stream sync"}, stream_mode="tokens"))
+
+
+async def long_streamed_task(stack: ServiceProcesses, client: Client) -> str:
+    spec = create_agent(
+        "gpt-4o-mini", settings=Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+    ).spec
+    from contracts.events import new_task_id
+
+    task_id = new_task_id()
+    await client.stream_replies(task_id)
+    await client.submit(spec, [HumanMessage(content="long answer")], task_id=task_id)
+    await client.wait(task_id)
+    return task_id
+
+
+async def test_a_reader_resumes_from_an_offset_without_loss(stack: ServiceProcesses) -> None:
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await long_streamed_task(stack, client)
+        whole = [item async for item in client.chunks(task_id, follow=False)]
+        assert len(whole) >= 2, "batched, yet more than one batch for 250 pieces"
+        assert whole[-1][1].end == "done" and whole[0][1].attempt == 1
+        # a reader that stopped after each entry and came back from its last offset
+        resumed: list[tuple[str, ChunkBatch]] = []
+        offset = "0"
+        while True:
+            page = [item async for item in client.chunks(task_id, after=offset, follow=False)]
+            if not page:
+                break
+            resumed.append(page[0])
+            offset = page[0][0]
+        assert resumed == whole
+        text = "".join(str(c.get("content", "")) for _, b in whole for c in b.chunks)
+        assert text == LONG
+        answer = (await client.messages(task_id))[-1]
+        assert answer.text() == LONG and answer.usage_metadata  # type: ignore[union-attr]
+        ttl = await client.redis.ttl(client.names.task_chunks(task_id))
+        assert 0 < ttl <= Settings().stream_ttl_s
+
+
+async def test_the_log_does_not_grow_with_the_chunks(stack: ServiceProcesses) -> None:
+    """The same long answer, streamed and not: the durable log holds the same events of
+    the same size; only the expiring chunk stream has the pieces."""
+    async with Client(stack.redis_url, stack.prefix) as client:
+        streamed = await long_streamed_task(stack, client)
+        spec = create_agent(
+            "gpt-4o-mini", settings=Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+        ).spec
+        plain = await client.submit(spec, [HumanMessage(content="long answer")])
+        await client.wait(plain)
+        logs = {t: await client.redis.xrange(client.names.task_log(t)) for t in (streamed, plain)}
+        assert len(logs[streamed]) == len(logs[plain])
+        sizes = [sum(len(v) for _, f in logs[t] for v in f.values()) for t in (streamed, plain)]
+        # no larger than the log of the same reply not streamed (whose metadata differs
+        # a little: a completion's token_usage, id), though 250 chunks were streamed
+        assert sizes[0] <= sizes[1]
+        batches = [b async for _, b in client.chunks(streamed, follow=False)]
+        assert sum(len(b.chunks) for b in batches) >= 250
+        assert not await client.redis.exists(client.names.task_chunks(plain))
