@@ -23,9 +23,15 @@ from langchain_openai import ChatOpenAI
 import loopline.embedded
 from contracts import HumanMessage
 from contracts.chunks import ChunkBatch
+from contracts.events import new_task_id
 from loopline.agent import Agent, create_agent
 from loopline.client import Client
-from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    first_user_text,
+)
 from services.settings import Settings
 from tests import tooling
 from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix
@@ -185,8 +191,6 @@ async def long_streamed_task(stack: ServiceProcesses, client: Client) -> str:
     spec = create_agent(
         "gpt-4o-mini", settings=Settings(redis_url=stack.redis_url, prefix=stack.prefix)
     ).spec
-    from contracts.events import new_task_id
-
     task_id = new_task_id()
     await client.stream_replies(task_id)
     await client.submit(spec, [HumanMessage(content="long answer")], task_id=task_id)
@@ -237,3 +241,43 @@ async def test_the_log_does_not_grow_with_the_chunks(stack: ServiceProcesses) ->
         batches = [b async for _, b in client.chunks(streamed, follow=False)]
         assert sum(len(b.chunks) for b in batches) >= 250
         assert not await client.redis.exists(client.names.task_chunks(plain))
+
+
+async def test_a_retried_call_says_its_chunks_replace_the_failed_attempts(redis_url: str) -> None:
+    """ModelRetryMiddleware calls the model again after a failure: the retry is attempt 2,
+    its first batch resets, attempt 1 ended as failed, and ``messages`` items say so."""
+    failed: set[str] = set()
+
+    def respond(body: dict[str, Any]) -> Reply:
+        text = first_user_text(body)
+        if text not in failed:  # each conversation's first call fails
+            failed.add(text)
+            raise RuntimeError("transient")
+        return Reply(content="recovered after a retry")
+
+    retry = {"type": "ModelRetryMiddleware", "max_retries": 1, "initial_delay": 0.01}
+    with (
+        ScriptedOpenAIServer(responder=respond) as server,
+        services_on(redis_url, server) as procs,
+    ):
+        settings = Settings(redis_url=procs.redis_url, prefix=procs.prefix)
+        agent = create_agent(
+            {"name": "gpt-4o-mini", "params": {"max_retries": 0}},  # no retry in the client
+            middleware=[{**retry, "jitter": False}],
+            settings=settings,
+        )
+        items = [i async for i in agent.astream({"messages": "retry me"}, stream_mode="messages")]
+        assert "".join(str(m.content) for m, _ in items) == "recovered after a retry"
+        assert all(meta["loopline_attempt"] == 2 for _, meta in items)
+        assert [bool(meta.get("loopline_reset")) for _, meta in items][:2] == [True, False]
+
+        async with Client(procs.redis_url, procs.prefix) as client:
+            task_id = new_task_id()
+            await client.stream_replies(task_id)
+            await client.submit(agent.spec, [HumanMessage(content="retry raw")], task_id=task_id)
+            await client.wait(task_id)
+            batches = [b async for _, b in client.chunks(task_id, follow=False)]
+        first, *rest = batches
+        assert (first.attempt, first.end, first.chunks) == (1, "failed", [])
+        assert rest[0].attempt == 2 and rest[0].reset and rest[-1].end == "done"
+        assert all(b.attempt == 2 and not b.reset for b in rest[1:])
