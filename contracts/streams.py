@@ -79,6 +79,19 @@ class Names:
         return f"{self.prefix}:approvals"
 
     @property
+    def stream_requests(self) -> str:
+        """Pub/sub channel: the id of a task whose replies a client asked to see streamed
+        (``task_streaming``), published as the client asks. Model services listen."""
+        return f"{self.prefix}:stream-requests"
+
+    @property
+    def stream_requested(self) -> str:
+        """Sorted set: task ids whose replies a client asked to see streamed, scored by
+        when the request lapses (epoch seconds): what a model service that was not yet
+        listening on ``stream_requests`` loads when it starts listening."""
+        return f"{self.prefix}:stream-requested"
+
+    @property
     def dlq(self) -> str:
         """DeadLettered: events no consumer could handle, with the reason."""
         return f"{self.prefix}:dlq"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -418,10 +419,15 @@ class Client:
         streamed). ``ttl_s``: how long the request lasts unless chunks renew it."""
         key = self.names.task_streaming(task_id)
         ttl = ttl_s or Settings().stream_ttl_s
+        now = time.time()
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(key, "asked", "1")
             pipe.expire(key, ttl)
+            pipe.zadd(self.names.stream_requested, {task_id: now + ttl})
+            pipe.zremrangebyscore(self.names.stream_requested, "-inf", now)
             await pipe.execute()
+        # the model services learn of it at once, and need not ask Redis on every step
+        await self.redis.publish(self.names.stream_requests, task_id)
 
     async def chunks(
         self, task_id: str, *, after: str = "0", follow: bool = True, block_ms: int = 1000

@@ -32,9 +32,11 @@ from loopline.testing.scripted import (
     ScriptedToolCall,
     first_user_text,
 )
+from services.model.streaming import StreamRequests
+from services.runtime import Runtime
 from services.settings import Settings
 from tests import tooling
-from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix
+from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix, wait_for
 
 SYSTEM_PROMPT = "You add numbers."
 TURNS = [
@@ -281,3 +283,31 @@ async def test_a_retried_call_says_its_chunks_replace_the_failed_attempts(redis_
         assert (first.attempt, first.end, first.chunks) == (1, "failed", [])
         assert rest[0].attempt == 2 and rest[0].reset and rest[-1].end == "done"
         assert all(b.attempt == 2 and not b.reset for b in rest[1:])
+
+
+async def test_model_services_know_the_streamed_tasks_without_a_command_per_step(
+    redis_url: str,
+) -> None:
+    """A request made before a model service listens is loaded when it subscribes, one
+    made after is heard on pub/sub; then a task nobody asked for costs no command."""
+    rt = Runtime(redis_url, Settings(prefix=unique_prefix()))
+    requests = StreamRequests(rt)
+    async with Client(redis_url, rt.names.prefix) as client:
+        await client.stream_replies("early")
+        assert await requests.wanted("early")  # not listening yet: Redis was asked
+        requests.start()
+        try:
+            await wait_for(lambda: requests.unsure_until == 0.0)
+            assert "early" in requests.asked
+            await client.stream_replies("late")
+            await wait_for(lambda: "late" in requests.asked)
+
+            async def no_command(*args: Any) -> Any:
+                raise AssertionError(f"a command on the hot path: {args}")
+
+            rt.connection.command = no_command  # type: ignore[method-assign]
+            assert await requests.wanted("late") and await requests.wanted("early")
+            assert not await requests.wanted("never asked")
+        finally:
+            await requests.stop()
+            await rt.close()

@@ -29,6 +29,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     ratelimit.configure(rt.redis, rt.names.prefix)
     hand_over = LoopHandOver(rt)  # replies of hook-free agents skip the loop stream
     views = LangChainViews(rt.settings.transcript_cache_tasks)
+    requests = streaming.StreamRequests(rt)  # which tasks stream: no command per step
+    rt.background.append(requests)
 
     def streaming_caller(event: ModelRequested) -> ModelCaller:
         async def call(bound: Any, prompt: Any) -> Any:
@@ -54,7 +56,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         view = apply_edits(transcript, event.edits) if event.edits else transcript
         started = time.perf_counter()
         try:
-            streamed = await streaming.wanted(rt.connection, rt.names, event.task_id)
+            streamed = await requests.wanted(event.task_id)
             caller = streaming_caller(event) if streamed else None
             hooks = hooks_for(event.agent_id, spec)
             if hooks.with_hook("wrap_model_call"):

@@ -9,7 +9,10 @@ as before. Tasks nobody watches are called with ``ainvoke``, unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,13 +22,97 @@ from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_t
 from contracts.chunks import ChunkBatch
 from contracts.streams import DATA_FIELD, Names
 from services.connection import Connection
+from services.runtime import Runtime
 from services.settings import Settings
+
+log = logging.getLogger("loopline.model")
 
 
 async def wanted(connection: Connection, names: Names, task_id: str) -> bool:
-    """Whether a client asked to see this task's replies as they are generated: the one
-    command streaming adds to a step nobody watches (on the hot path's lean client)."""
+    """Whether a client asked to see this task's replies as they are generated (asked
+    Redis: what ``StreamRequests`` falls back to while it may have missed a request)."""
     return bool(await connection.command("EXISTS", names.task_streaming(task_id)))
+
+
+PRUNE_AT = 10_000
+"""Requests remembered before the expired ones are dropped."""
+
+
+class StreamRequests:
+    """Which tasks' replies a client asked to see, known without a Redis command per
+    model call: clients announce a request on ``Names.stream_requests`` (pub/sub) when
+    they make it, before submitting the task, and every model service remembers it for
+    ``LOOPLINE_STREAM_TTL_S``; a service that (re)subscribes loads the requests made
+    meanwhile from ``Names.stream_requested``. Until then a request may have been
+    missed: a task not heard of is asked in Redis (``wanted``). On a Redis Cluster it
+    always is (no subscription)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.ttl_s = rt.settings.stream_ttl_s
+        self.asked: dict[str, float] = {}  # task id -> when the request lapses (monotonic)
+        self.unsure_until = float("inf")
+        self._task: asyncio.Task[None] | None = None
+
+    async def wanted(self, task_id: str) -> bool:
+        now = time.monotonic()
+        lapses = self.asked.get(task_id)
+        if lapses is not None and lapses > now:
+            return True
+        if lapses is not None or now < self.unsure_until:
+            # lapsed here, yet streaming (each chunk written renews the request in
+            # Redis, not in every replica), or possibly missed: Redis knows
+            self.asked.pop(task_id, None)
+            found = await wanted(self.rt.connection, self.rt.names, task_id)
+            if found:
+                self.heard(task_id)
+            return found
+        return False
+
+    def heard(self, task_id: str) -> None:
+        now = time.monotonic()
+        self.asked[task_id] = max(self.asked.get(task_id, 0.0), now + self.ttl_s)
+        if len(self.asked) > PRUNE_AT:
+            self.asked = {t: at for t, at in self.asked.items() if at > now}
+
+    def start(self) -> None:
+        if not self.rt.cluster:
+            self._task = asyncio.create_task(self._listen(), name="stream-requests")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _load(self) -> None:
+        """The requests made before this subscription heard them (from the sorted set);
+        from here on pub/sub tells every new one."""
+        now = time.time()
+        found: Any = await self.rt.redis.zrangebyscore(
+            self.rt.names.stream_requested, now, "+inf", withscores=True
+        )
+        offset = time.monotonic() - now
+        for task_id, lapses in found:
+            name = task_id.decode() if isinstance(task_id, bytes) else str(task_id)
+            self.asked[name] = max(self.asked.get(name, 0.0), float(lapses) + offset)
+        self.unsure_until = 0.0
+
+    async def _listen(self) -> None:
+        while True:
+            self.unsure_until = float("inf")
+            try:
+                async with self.rt.redis.pubsub() as pubsub:
+                    await pubsub.subscribe(self.rt.names.stream_requests)
+                    async for message in pubsub.listen():
+                        if message.get("type") == "subscribe":
+                            await self._load()
+                        elif message.get("type") == "message":
+                            data = message["data"]
+                            self.heard(data.decode() if isinstance(data, bytes) else data)
+            except (aioredis.ConnectionError, aioredis.TimeoutError, OSError):
+                log.info("stream requests: subscription lost; asking Redis until it is back")
+                await asyncio.sleep(0.5)
 
 
 def model_metadata(runnable: Any) -> dict[str, Any]:
