@@ -31,7 +31,7 @@ from contracts.events import (
     ToolCompleted,
 )
 from contracts.messages import to_langchain
-from loopline.client import Client, TaskFailedError
+from loopline.client import Client, LostTaskWatch, TaskFailedError
 
 STREAM_MODES = ("messages", "updates", "values")
 Item = tuple[str, Any]
@@ -186,6 +186,8 @@ async def stream_task(
     translator = ModeTranslator(task_id, modes, inputs)
     for item in translator.begin():
         yield item
+    watch = LostTaskWatch(client, task_id)  # a task Redis lost would never end
+    await watch.begin()
     chunks_after, log_after = "0", "0"
     while not translator.done:
         batches, events = await client.feed(task_id, chunks_after, log_after, block_ms)
@@ -193,5 +195,10 @@ async def stream_task(
             chunks_after = batches[-1][0]
         if events:
             log_after = events[-1][0]
+            watch.seen = True
+        elif not batches:
+            lost = await watch.lost()
+            if lost is not None:
+                raise TaskFailedError(lost)
         for item in translator.take([b for _, b in batches], [e for _, e in events]):
             yield item

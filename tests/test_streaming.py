@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langchain_core.messages import BaseMessage
+from langchain_core.messages import HumanMessage as LcHumanMessage
 from langchain_openai import ChatOpenAI
 
 import loopline.embedded
@@ -26,6 +27,7 @@ from contracts.chunks import ChunkBatch
 from contracts.events import new_task_id
 from loopline.agent import Agent, create_agent
 from loopline.client import Client
+from loopline.stream_modes import stream_task
 from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
@@ -311,3 +313,28 @@ async def test_model_services_know_the_streamed_tasks_without_a_command_per_step
         finally:
             await requests.stop()
             await rt.close()
+
+
+async def test_a_reply_nobody_asked_to_stream_comes_whole_in_messages_mode(
+    stack: ServiceProcesses,
+) -> None:
+    """A client that starts reading a task it did not ask to stream (or whose chunk
+    stream expired) still gets every message, each reply as one chunk."""
+    spec = create_agent(
+        "gpt-4o-mini",
+        ["tests.tooling:add"],
+        settings=Settings(redis_url=stack.redis_url, prefix=stack.prefix),
+    ).spec
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(spec, [HumanMessage(content="stream unasked")])
+        await client.wait(task_id)
+        assert not await client.redis.exists(client.names.task_chunks(task_id))
+        inputs = [LcHumanMessage(content="stream unasked")]
+        items = [i async for i in stream_task(client, task_id, ["messages"], inputs)]
+    got = [(m.type, m.content, meta["langgraph_node"]) for _, (m, meta) in items]
+    assert got == [
+        ("AIMessageChunk", TURNS[0].content, "model"),
+        ("tool", "3", "tools"),
+        ("AIMessageChunk", TURNS[1].content, "model"),
+    ]
+    assert items[0][1][0].tool_calls[0]["args"] == {"a": 1, "b": 2}
