@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ from services.redisconn import async_client
 from services.settings import Settings
 
 TERMINAL = (TaskCompleted, TaskFailed)
+log = logging.getLogger("loopline.client")
 
 
 async def read_stream(
@@ -53,6 +55,17 @@ async def read_stream(
         return []
     data_key = DATA_FIELD.encode()
     return [(entry_id.decode(), fields.get(data_key, b"")) for entry_id, fields in reply[0][1]]
+
+
+def chunk_batch(raw: bytes, entry_id: str) -> ChunkBatch | None:
+    """A chunk-stream entry, or None (logged) when it is not a ChunkBatch: the chunks are
+    a preview of a reply the log keeps whole, so a reader goes on without it."""
+    try:
+        return ChunkBatch.model_validate_json(raw)
+    except ValueError as exc:
+        first = str(exc).splitlines()[0]
+        log.warning("chunk stream entry %s skipped: not a chunk batch (%s)", entry_id, first)
+        return None
 
 
 LOST_STATE = (
@@ -445,7 +458,9 @@ class Client:
             if not entries and not follow:
                 return
             for last, raw in entries:
-                yield last, ChunkBatch.model_validate_json(raw)
+                batch = chunk_batch(raw, last)
+                if batch is not None:
+                    yield last, batch
 
     async def feed(
         self, task_id: str, chunks_after: str, log_after: str, block_ms: int = 1000
@@ -464,7 +479,9 @@ class Client:
             for entry_id, fields in entries:
                 raw = fields.get(data_key, b"")
                 if name == chunks_key:
-                    batches.append((entry_id.decode(), ChunkBatch.model_validate_json(raw)))
+                    batch = chunk_batch(raw, entry_id.decode())
+                    if batch is not None:
+                        batches.append((entry_id.decode(), batch))
                 else:
                     events.append((entry_id.decode(), parse_event(raw)))
         return batches, events

@@ -208,6 +208,13 @@ async def test_a_reader_resumes_from_an_offset_without_loss(stack: ServiceProces
         whole = [item async for item in client.chunks(task_id, follow=False)]
         assert len(whole) >= 2, "batched, yet more than one batch for 250 pieces"
         assert whole[-1][1].end == "done" and whole[0][1].attempt == 1
+        pieces = sum(len(b.chunks) for _, b in whole)
+        assert len(whole) < pieces / 2, "chunks arriving together share an entry"
+        # an entry that is not a batch (a foreign writer) is passed over, not fatal
+        key = client.names.task_chunks(task_id)
+        foreign = await client.redis.xadd(key, {"__data__": b"{oops"})
+        assert [item async for item in client.chunks(task_id, follow=False)] == whole
+        await client.redis.xdel(key, foreign)
         # a reader that stopped after each entry and came back from its last offset
         resumed: list[tuple[str, ChunkBatch]] = []
         offset = "0"
