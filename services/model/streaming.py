@@ -113,6 +113,10 @@ class StreamRequests:
             except (aioredis.ConnectionError, aioredis.TimeoutError, OSError):
                 log.info("stream requests: subscription lost; asking Redis until it is back")
                 await asyncio.sleep(0.5)
+            except aioredis.ResponseError as exc:  # e.g. a Redis user that may not SUBSCRIBE
+                self.unsure_until = float("inf")
+                log.warning("stream requests: cannot listen (%s); asking Redis per step", exc)
+                return
 
 
 def model_metadata(runnable: Any) -> dict[str, Any]:
