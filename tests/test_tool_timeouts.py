@@ -102,7 +102,9 @@ async def test_hung_calls_time_out_and_free_their_slots(stack: ServiceProcesses)
 
 async def test_the_agent_and_the_tool_set_their_own_timeouts(stack: ServiceProcesses) -> None:
     async with Client(stack.redis_url, stack.prefix) as client:
-        by_agent = await run_task(client, prompt_for("hang", {"seconds": 1.5}), tool_timeout_s=5)
+        by_agent = await run_task(
+            client, prompt_for("hang", {"seconds": 1.5}), tool_timeout_s=5
+        )
         by_tool = await run_task(
             client,
             prompt_for("hang", {"seconds": 3600}),
