@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from contracts.agent import AgentSpec, DeployedAgent
 from contracts.chunks import ChunkBatch
 from contracts.events import (
+    MULTITASK_STRATEGIES,
     AnyEvent,
     ApprovalRequested,
     CancelRequested,
@@ -30,6 +31,7 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
+from loopline.threads import ThreadReader
 from services import deployed
 from services.redisconn import async_client
 from services.settings import Settings
@@ -205,16 +207,37 @@ class Client:
         max_steps: int | None = None,
         deadline_s: float | None = None,
         overrides: Mapping[str, Any] | None = None,
+        thread_id: str | None = None,
+        multitask_strategy: str = "reject",
+        run_name: str | None = None,
+        tags: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
-        """``agent``: a deployed agent's ``NAME`` or ``NAME@VERSION`` (with ``overrides``
-        its registration allows), or an inline spec (run only where the services allow
-        inline agents)."""
+        """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
+        ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
+        (run only where the services allow inline agents). ``thread_id``: a run of that
+        thread, continuing its state; ``multitask_strategy``: what happens if the thread
+        has a run going (see ``TaskSubmitted``)."""
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
         if overrides:
             fields["overrides"] = dict(overrides)
         if task_id:
             fields["task_id"] = task_id
-        event = TaskSubmitted(max_steps=max_steps, deadline_s=deadline_s, **fields)
+        if multitask_strategy not in MULTITASK_STRATEGIES:
+            raise ValueError(
+                f"multitask_strategy must be one of {', '.join(MULTITASK_STRATEGIES)}, "
+                f"not {multitask_strategy!r}"
+            )
+        event = TaskSubmitted(
+            max_steps=max_steps,
+            deadline_s=deadline_s,
+            thread_id=thread_id,
+            multitask_strategy=multitask_strategy,
+            run_name=run_name,
+            tags=list(tags),
+            metadata=dict(metadata or {}),
+            **fields,
+        )
         data = event.model_dump_json()
         if self._max_event_bytes is None:  # reading the settings costs milliseconds
             self._max_event_bytes = Settings().max_event_bytes
@@ -227,8 +250,11 @@ class Client:
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: data})
         return event.task_id
 
-    async def cancel(self, task_id: str, reason: str = "cancelled by request") -> None:
-        event = CancelRequested(task_id=task_id, reason=reason)
+    async def cancel(
+        self, task_id: str, reason: str = "cancelled by request", *, thread_id: str | None = None
+    ) -> None:
+        """Stop a running task; with ``thread_id``, also a run still queued for its thread."""
+        event = CancelRequested(task_id=task_id, reason=reason, thread_id=thread_id)
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
 
     async def decide(
@@ -363,6 +389,12 @@ class Client:
         """running, completed, failed, or None for a task that does not exist (anymore)."""
         value: Any = await self.redis.hget(self.names.task_state(task_id), "status")
         return value.decode() if isinstance(value, bytes) else value
+
+    # -- threads --
+
+    def threads(self) -> ThreadReader:
+        """Read, list and remove threads (``loopline.threads``)."""
+        return ThreadReader(self.redis, self.names)
 
     # -- dead letters --
 

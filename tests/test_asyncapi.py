@@ -19,14 +19,15 @@ from tests.support import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "asyncapi.json"
 REGENERATE = "loopline asyncapi -o docs/asyncapi.json"
-NOT_STREAMS = {  # Names properties naming other keys (and a pub/sub channel)
+NOT_STREAMS = {
     "errors",
     "deadlines",
     "consumers",
     "deployed",
+    "threads",
     "stream_requests",
     "stream_requested",
-}
+}  # Names properties naming other keys (and a pub/sub channel)
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +108,7 @@ def test_every_stream_and_event_is_documented(doc: dict[str, Any]) -> None:
         if isinstance(value, property) and attr not in NOT_STREAMS
     }
     streams.add(names.task_log(asyncapi.TASK_TAG))
+    streams.add(names.thread_log(asyncapi.THREAD_TAG))
     assert streams == set(by_address), "a stream is missing: add it to loopline.asyncapi"
 
     # every event appears on at least one channel

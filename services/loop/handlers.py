@@ -8,6 +8,7 @@ from contracts.events import (
     DecisionsSubmitted,
     ModelFailed,
     ModelResponded,
+    RunDequeued,
     TaskSubmitted,
     ToolCompleted,
     ToolInterrupted,
@@ -27,6 +28,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     async def on_task(event: AnyEvent) -> None:
         if isinstance(event, TaskSubmitted):
             await loop.task_submitted(event)
+        elif isinstance(event, RunDequeued):
+            await loop.run_dequeued(event)
         elif isinstance(event, CancelRequested):
             await loop.cancel_requested(event)
         elif isinstance(event, DecisionsSubmitted):

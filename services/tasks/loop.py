@@ -26,6 +26,7 @@ from contracts.events import (
     Event,
     ModelFailed,
     ModelResponded,
+    RunDequeued,
     StepStarted,
     TaskCompleted,
     TaskFailed,
@@ -52,6 +53,8 @@ from services.tasks.plan import (
 )
 from services.tasks.state import Cause, Phase, TaskState
 from services.tasks.store import TaskStore
+from services.tasks.thread_runs import ThreadRuns, carried_extra
+from services.tasks.threads import Claim
 from services.tasks.transition import Fusion
 from services.tasks.transitions import (
     ApplyHooks,
@@ -60,6 +63,7 @@ from services.tasks.transitions import (
     RecordReply,
     RecordResult,
     RefuseTask,
+    StartRun,
     StartTask,
 )
 
@@ -89,15 +93,35 @@ class Loop:
         self.names = rt.names
         self.store = TaskStore(rt.redis, rt.names, rt.register_script)
         self.per_call = PerCallApprovals(rt, self.store)
+        self.threads = ThreadRuns(rt, self.store, self.stop, self._emit)
         self._touching: set[asyncio.Task[None]] = set()
 
     # -- events ------------------------------------------------------------------------
 
     async def task_submitted(self, event: TaskSubmitted) -> None:
-        rt = self.rt
         if not event.messages:
             raise BadEvent("TaskSubmitted needs at least one message")
         spec, max_steps = await self._agent_of(event)
+        claim = None
+        if event.thread_id is not None:
+            claim = await self.threads.submitted(event)
+            if claim is None:  # it waits for the thread, was refused, or is a redelivery
+                return
+        await self._start(event, claim, spec, max_steps)
+
+    async def run_dequeued(self, event: RunDequeued) -> None:
+        """A run that waited for its thread is the thread's active run now."""
+        found = await self.threads.dequeued(event)
+        if found is not None:
+            claim, submitted = found
+            spec, max_steps = await self._agent_of(submitted)
+            await self._start(submitted, claim, spec, max_steps)
+
+    async def _start(
+        self, event: TaskSubmitted, claim: Claim | None, spec: AgentSpec, max_steps: int | None
+    ) -> None:
+        """Start a task, or a run of a thread from the thread's state (``claim``)."""
+        rt = self.rt
         # Messages get ids as LangGraph gives them, so middleware can replace them by id;
         # derived from the task id, so a redelivery stores the same ones.
         inputs = [
@@ -111,17 +135,35 @@ class Loop:
             await rt.redis.zadd(
                 self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
             )
-        state = await self.store.apply(
-            event.task_id,
-            StartTask(
+        submitted_event = dump_event(event)
+        step_event = dump_event(StepStarted(task_id=event.task_id, step=1))
+        max_steps = max_steps or rt.settings.max_steps
+        messages = [m.model_dump_json() for m in inputs]
+        start: StartTask | StartRun
+        if claim is None:
+            start = StartTask(
                 agent_id=agent_id,
-                max_steps=max_steps or rt.settings.max_steps,
-                submitted_event=dump_event(event),
-                step_event=dump_event(StepStarted(task_id=event.task_id, step=1)),
+                max_steps=max_steps,
+                submitted_event=submitted_event,
+                step_event=step_event,
                 retention=rt.settings.retention_s,
-                messages=[m.model_dump_json() for m in inputs],
-            ),
-        )
+                messages=messages,
+            )
+        else:
+            assert event.thread_id is not None
+            hooks = await self._hooks(event.task_id, agent_id)
+            start = StartRun(
+                agent_id=agent_id,
+                max_steps=max_steps,
+                submitted_event=submitted_event,
+                step_event=step_event,
+                retention=rt.settings.retention_s,
+                messages=claim.messages + messages,
+                todos=claim.todos,
+                extra=carried_extra(claim.extra, hooks or HookSet()),
+                thread_id=event.thread_id,
+            )
+        state = await self.store.apply(event.task_id, start)
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
 
@@ -154,7 +196,12 @@ class Loop:
         return spec, max_steps
 
     async def cancel_requested(self, event: CancelRequested) -> None:
-        await self.stop(event.task_id, f"cancelled: {event.reason}", Cause.CANCEL)
+        reason = f"cancelled: {event.reason}"
+        if event.thread_id and await self.threads.cancel_queued(
+            event.thread_id, event.task_id, reason
+        ):
+            return  # it waited for its thread: it leaves the queue, never started
+        await self.stop(event.task_id, reason, Cause.CANCEL)
 
     async def stop(self, task_id: str, reason: str, cause: str) -> None:
         """Fail a running task now (cancel, deadline); later events for it are dropped."""
@@ -288,6 +335,7 @@ class Loop:
             await rt.redis.zrem(self.names.deadlines, task_id)
             if state.agent_id:
                 await rt.agents.touch(state.agent_id)
+                await self.threads.ended(task_id)  # a run of a thread writes back
             return
         spec = await rt.agent(state.agent_id)
         if state.phase == Phase.MODEL:
@@ -340,6 +388,7 @@ class Loop:
         if not state.running:
             self.rt.forget(task_id)
             self._touch_later(state.agent_id)
+            self.threads.ended_later(task_id)
 
     def _touch_later(self, agent_id: str) -> None:
         """Keep the agent's spec for the retention time from the end of this task (after

@@ -45,6 +45,8 @@ class Cause:
 
     START = "start"
     CANCEL = "cancel"
+    SUPERSEDED = "superseded"
+    """A newer run of the task's thread stopped it (interrupt, rollback)."""
     DEADLINE = "deadline"
 
     @staticmethod

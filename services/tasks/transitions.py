@@ -8,6 +8,10 @@ A task is running until it ends completed or failed. A running task is in one ph
 and at most once per cause (``state.Cause``)::
 
       TaskSubmitted ──StartTask──▶ MODEL (step 1)
+      TaskSubmitted ──StartRun──▶ MODEL (step 1)      a run of a thread, from its state
+
+      MODEL | APPROVAL ──StopRun──▶ DONE              failed: a newer run interrupts it
+      TOOLS ──StopRun──▶ TOOLS ... ──RecordResult──▶ DONE    ... once the step's tools join
 
       MODEL ──ApplyHooks──▶ MODEL                     before_model hooks, once per step
       MODEL ──ApplyHooks (jump to end)──▶ DONE        completed
@@ -52,6 +56,36 @@ class StartTask(Args):
     retention: int
     messages: list[str]
     """The input messages, each as its JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartRun(Args):
+    """A run of a thread starts (``services.tasks.threads``): -> running, step 1, model
+    phase, from the thread's transcript, todos and middleware state."""
+
+    LUA = "start_run"
+    agent_id: str
+    max_steps: int
+    submitted_event: bytes
+    step_event: bytes
+    retention: int
+    messages: list[str]
+    """The thread's transcript, then the run's input messages, each as its JSON."""
+    todos: str
+    """The thread's todo list (JSON), or ""."""
+    extra: str
+    """The thread's middleware state (JSON), or ""."""
+    thread_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopRun(Args):
+    """A newer run of the thread interrupts this one (``multitask_strategy="interrupt"``):
+    model or approval -> done (failed) now; tools -> done once the step's results join."""
+
+    LUA = "stop_run"
+    failed_event: bytes
+    cause: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +211,8 @@ class LogOnce(Args):
 
 ALL: tuple[type[Args], ...] = (
     StartTask,
+    StartRun,
+    StopRun,
     RecordReply,
     RecordResult,
     ApplyHooks,
