@@ -79,6 +79,19 @@ class Names:
         return f"{self.prefix}:approvals"
 
     @property
+    def stream_requests(self) -> str:
+        """Pub/sub channel: the id of a task whose replies a client asked to see streamed
+        (``task_streaming``), published as the client asks. Model services listen."""
+        return f"{self.prefix}:stream-requests"
+
+    @property
+    def stream_requested(self) -> str:
+        """Sorted set: task ids whose replies a client asked to see streamed, scored by
+        when the request lapses (epoch seconds): what a model service that was not yet
+        listening on ``stream_requests`` loads when it starts listening."""
+        return f"{self.prefix}:stream-requested"
+
+    @property
     def dlq(self) -> str:
         """DeadLettered: events no consumer could handle, with the reason."""
         return f"{self.prefix}:dlq"
@@ -143,6 +156,17 @@ class Names:
     def task_calls(self, task_id: str) -> str:
         """Hash: tool call id -> {state: running|done, message}: a tool runs at most once."""
         return self.task_key(task_id, "calls")
+
+    def task_chunks(self, task_id: str) -> str:
+        """Stream: the model's reply as it is generated (``contracts.chunks.ChunkBatch``),
+        capped and expiring; written only while a client asked (``task_streaming``)."""
+        return self.task_key(task_id, "chunks")
+
+    def task_streaming(self, task_id: str) -> str:
+        """Hash, set by a client before it submits: the task's replies are streamed to
+        ``task_chunks``; field ``step:N`` counts the model calls (attempts) of step N.
+        Expires with the chunk stream."""
+        return self.task_key(task_id, "streaming")
 
     def task_keys(self, task_id: str) -> list[str]:
         parts = ("state", "messages", "log", "results", "logged", "todos", "tokens", "calls")

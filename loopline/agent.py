@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from contracts.agent import AgentSpec, ModelSpec
-from contracts.events import AnyEvent, ApprovalRequested, TaskFailed, ToolInterrupted
+from contracts.events import (
+    AnyEvent,
+    ApprovalRequested,
+    TaskFailed,
+    ToolInterrupted,
+    new_task_id,
+)
 from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
 from loopline.client import Client, TaskFailedError
 from loopline.conversation import (
@@ -273,10 +279,63 @@ class Agent:
         raise RuntimeError("invoke() called inside a running event loop; use ainvoke()")
 
     async def astream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] = "values",
+        **kwargs: Any,
+    ) -> AsyncGenerator[Any, None]:
+        """LangChain's ``astream``: ``stream_mode`` ``"messages"`` (``(AIMessageChunk or
+        ToolMessage, metadata)`` pairs, the model's tokens as they are generated),
+        ``"updates"`` (``{node: update}``), ``"values"`` (the state after each step; the
+        default, as LangGraph's), or a list of them (``(mode, data)`` tuples); ``config``
+        and ``multitask_strategy`` as for ``ainvoke``. loopline's own events (and
+        ``Command(resume=...)``): ``astream_task_events``."""
+        from loopline.stream_modes import modes_of, stream_task
+
+        modes, tagged = modes_of(stream_mode)
+        strategy = str(kwargs.pop("multitask_strategy", "reject"))
+        if kwargs:
+            raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
+        if is_command(input):
+            raise ValueError(
+                "astream(Command(resume=...)) with stream modes is not supported yet: use "
+                "invoke(Command(...)) or astream_task_events(Command(...))"
+            )
+        task_id = new_task_id()
+        inputs = [to_langchain(m) for m in _input_messages(input)]
+        self._start_services()
+        if "messages" in modes:
+            async with self.client() as client:
+                await client.stream_replies(task_id, self.settings.stream_ttl_s)
+        await self.asubmit(input, task_id=task_id, config=config, multitask_strategy=strategy)
+        async with self.client() as client:
+            async for mode, data in stream_task(client, task_id, modes, inputs):
+                yield (mode, data) if tagged else data
+
+    def stream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] = "values",
+        **kwargs: Any,
+    ) -> Iterator[Any]:
+        """``astream`` for synchronous callers (not inside a running event loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return iter_async(self.astream(input, config, stream_mode=stream_mode, **kwargs))
+        raise RuntimeError("stream() called inside a running event loop; use astream()")
+
+    async def astream_task_events(
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> AsyncIterator[AnyEvent]:
-        """The task's events as they happen, ending with TaskCompleted or TaskFailed (or
-        the ApprovalRequested a run parks on)."""
+        """The task's loopline events as they happen, ending with TaskCompleted or
+        TaskFailed (or the ApprovalRequested a run parks on); ``Command(resume=...)``
+        answers the thread's waiting run and gives its events. What ``astream`` yielded
+        before it took LangChain's stream modes."""
         if is_command(input):
             result = await self._aresume_thread(input, config)
             task_id = str(result["task_id"])
@@ -292,11 +351,11 @@ class Agent:
                 if isinstance(event, ApprovalRequested):
                     return
 
-    def stream(
+    def stream_task_events(
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> Iterator[AnyEvent]:
-        """``astream`` for synchronous code (its events, collected as they come)."""
-        return iter_async(self.astream(input, config, **kwargs))
+        """``astream_task_events`` for synchronous code."""
+        return iter_async(self.astream_task_events(input, config, **kwargs))
 
     async def aevents(self, task_id: str, *, after: str = "0") -> AsyncIterator[AnyEvent]:
         async with self.client() as client:

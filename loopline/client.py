@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from contracts.agent import AgentSpec, DeployedAgent
+from contracts.chunks import ChunkBatch
 from contracts.events import (
     MULTITASK_STRATEGIES,
     AnyEvent,
@@ -34,6 +37,7 @@ from services.redisconn import async_client
 from services.settings import Settings
 
 TERMINAL = (TaskCompleted, TaskFailed)
+log = logging.getLogger("loopline.client")
 
 
 async def read_stream(
@@ -53,6 +57,17 @@ async def read_stream(
         return []
     data_key = DATA_FIELD.encode()
     return [(entry_id.decode(), fields.get(data_key, b"")) for entry_id, fields in reply[0][1]]
+
+
+def chunk_batch(raw: bytes, entry_id: str) -> ChunkBatch | None:
+    """A chunk-stream entry, or None (logged) when it is not a ChunkBatch: the chunks are
+    a preview of a reply the log keeps whole, so a reader goes on without it."""
+    try:
+        return ChunkBatch.model_validate_json(raw)
+    except ValueError as exc:
+        first = str(exc).splitlines()[0]
+        log.warning("chunk stream entry %s skipped: not a chunk batch (%s)", entry_id, first)
+        return None
 
 
 LOST_STATE = (
@@ -440,6 +455,68 @@ class Client:
     async def todos(self, task_id: str) -> list[dict[str, Any]]:
         raw = await self.redis.get(self.names.task_todos(task_id))
         return list(json.loads(raw)) if raw else []
+
+    # -- token streaming (contracts.chunks) --
+
+    async def stream_replies(self, task_id: str, ttl_s: int | None = None) -> None:
+        """Ask for the task's model replies as they are generated, on its chunk stream
+        (``chunks``): call before submitting the task (a task nobody asked for is not
+        streamed). ``ttl_s``: how long the request lasts unless chunks renew it."""
+        key = self.names.task_streaming(task_id)
+        ttl = ttl_s or Settings().stream_ttl_s
+        now = time.time()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, "asked", "1")
+            pipe.expire(key, ttl)
+            pipe.zadd(self.names.stream_requested, {task_id: now + ttl})
+            pipe.zremrangebyscore(self.names.stream_requested, "-inf", now)
+            await pipe.execute()
+        # the model services learn of it at once, and need not ask Redis on every step
+        await self.redis.publish(self.names.stream_requests, task_id)
+
+    async def chunks(
+        self, task_id: str, *, after: str = "0", follow: bool = True, block_ms: int = 1000
+    ) -> AsyncIterator[tuple[str, ChunkBatch]]:
+        """The task's chunk stream from entry ``after`` on, as (entry id, batch). Resume
+        after a disconnect by passing the last entry id seen: no loss, no duplicate (for
+        as long as the stream lives: ``LOOPLINE_STREAM_TTL_S``). With ``follow`` it waits
+        for more until it is cancelled or the caller stops."""
+        key = self.names.task_chunks(task_id)
+        last = after
+        while True:
+            entries = await read_stream(
+                self.redis, key, last, block_ms=block_ms if follow else None
+            )
+            if not entries and not follow:
+                return
+            for last, raw in entries:
+                batch = chunk_batch(raw, last)
+                if batch is not None:
+                    yield last, batch
+
+    async def feed(
+        self, task_id: str, chunks_after: str, log_after: str, block_ms: int = 1000
+    ) -> tuple[list[tuple[str, ChunkBatch]], list[tuple[str, AnyEvent]]]:
+        """New entries of the task's chunk stream and log, read in one command (one
+        snapshot: the chunks of a reply are all there when its ``ModelResponded`` is)."""
+        chunks_key, log_key = self.names.task_chunks(task_id), self.names.task_log(task_id)
+        reply: Any = await self.redis.xread(
+            {chunks_key: chunks_after, log_key: log_after}, block=block_ms
+        )
+        batches: list[tuple[str, ChunkBatch]] = []
+        events: list[tuple[str, AnyEvent]] = []
+        data_key = DATA_FIELD.encode()
+        for key, entries in reply or []:
+            name = key.decode() if isinstance(key, bytes) else key
+            for entry_id, fields in entries:
+                raw = fields.get(data_key, b"")
+                if name == chunks_key:
+                    batch = chunk_batch(raw, entry_id.decode())
+                    if batch is not None:
+                        batches.append((entry_id.decode(), batch))
+                else:
+                    events.append((entry_id.decode(), parse_event(raw)))
+        return batches, events
 
     async def subscribe(
         self, stream: str, *, from_start: bool = False, follow: bool = True, block_ms: int = 1000

@@ -25,7 +25,9 @@ NOT_STREAMS = {
     "consumers",
     "deployed",
     "threads",
-}  # Names properties naming other keys
+    "stream_requests",
+    "stream_requested",
+}  # Names properties naming other keys (and a pub/sub channel)
 
 
 @pytest.fixture(scope="module")

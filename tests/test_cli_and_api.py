@@ -386,7 +386,7 @@ async def test_create_agent_against_a_deployment_streams_and_invokes(up: dict[st
         middleware=[{"type": "TodoListMiddleware"}],
         settings=settings,
     )
-    kinds = [event.type async for event in agent.astream({"messages": "sum streamed"})]
+    kinds = [event.type async for event in agent.astream_task_events({"messages": "sum streamed"})]
     assert kinds[0] == "TaskSubmitted" and kinds[-1] == "TaskCompleted"
     assert kinds.count("TodosUpdated") == 2 and "ToolCompleted" in kinds
     result = await agent.ainvoke({"messages": [{"role": "user", "content": "sum invoked"}]})

@@ -6,7 +6,7 @@ transcript unedited, and those after it the edited view, as in LangChain."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage as LcAIMessage
@@ -18,6 +18,10 @@ from contracts.messages import AIMessage, Message, from_langchain, to_langchain
 from services.agent_view import system_message, tool_schemas
 from services.hooks import HookSet, call_wrapped, lg_runtime
 from services.model.chat import build_chat_model
+
+ModelCaller = Callable[[Any, Any], Awaitable[Any]]
+"""How one model call is made, given the bound model and its input: ``ainvoke``, or
+streamed to the task's chunk stream (``services.model.streaming``)."""
 
 
 class EditsAtPosition:
@@ -168,10 +172,14 @@ async def call_with_middleware(
     transcript: list[Message],
     extra: dict[str, Any],
     edits: Sequence[AppliedEdit] = (),
+    *,
+    caller: ModelCaller | None = None,
 ) -> AIMessage:
-    """``transcript`` unedited: the chain applies ``edits`` (the context consumer's, for
-    this transcript) at ``ContextEditingMiddleware``'s place, and the agent state holds
-    the unedited messages, as LangChain's."""
+    """``caller``: how each model call is made (default ``ainvoke``); with retry or
+    fallback middleware a step makes several. ``transcript`` unedited: the chain applies
+    ``edits`` (the context consumer's, for this transcript) at
+    ``ContextEditingMiddleware``'s place, and the agent state holds the unedited
+    messages, as LangChain's."""
     from langchain.agents.middleware import ModelRequest, ModelResponse
 
     messages = [to_langchain(m) for m in transcript]
@@ -193,7 +201,8 @@ async def call_with_middleware(
             else model.bind(**settings)
         )
         system = [req.system_message] if req.system_message is not None else []
-        reply = await bound.ainvoke([*system, *req.messages])
+        prompt = [*system, *req.messages]
+        reply = await (caller(bound, prompt) if caller else bound.ainvoke(prompt))
         return ModelResponse(result=[reply])
 
     chain = chain_of(spec, hooks, transcript, messages, edits)
