@@ -1,18 +1,59 @@
+"""Fixtures every test file shares, and the fast tier's guard (``tests.tiers``)."""
+
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from tests.support import RedisProvider, unique_prefix
+from tests.tiers import FAST, GUARD, subprocess_allowed, warm_up
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    warm_up()
+
+
+def _guarded(item: pytest.Item) -> Generator[None, object, object]:
+    """Run one phase of a test; a fast one fails if it started a process, even when
+    the code under test caught the refusal."""
+    if item.get_closest_marker(FAST) is None:
+        return (yield)
+    with GUARD.armed_for(item.nodeid) as violations:
+        outcome = yield
+    if violations:
+        pytest.fail(
+            f"{item.nodeid} is marked {FAST!r} but started a process: {', '.join(violations)}",
+            pytrace=False,
+        )
+    return outcome
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _guarded(item))
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    provider = RedisProvider().start()
+    """The session's Redis (``REDIS_URL``, a container, or the embedded server), shared
+    by both tiers: the one process a fast test may cause to start."""
+    with subprocess_allowed():
+        provider = RedisProvider().start()
     yield provider.url
-    provider.stop()
+    with subprocess_allowed():
+        provider.stop()
 
 
 @pytest.fixture

@@ -306,6 +306,7 @@ with ScriptedOpenAIServer(turns) as server:
     assert out == {"calls": ["ada"], "last": "told", "tool": "secret of ada", "n": 2}
 
 
+@pytest.mark.fast
 def test_names_are_prefixed_and_task_keys_share_a_hash_tag() -> None:
     names = Names("p")
     keys = names.task_keys("abc")

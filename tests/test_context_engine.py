@@ -43,6 +43,8 @@ from services.editing.engine import (
     edit_context,
 )
 
+pytestmark = pytest.mark.fast
+
 TOOL_NAMES = ("search", "read_file", "shell", "secret")
 CLEARED = {"context_editing": {"cleared": True, "strategy": "clear_tool_uses"}}
 SYSTEM = SystemMessage(content="You are a careful research agent. Use tools when needed.")

@@ -20,6 +20,8 @@ from services.runner import EntryRunner
 from services.runtime import Handler, Runtime
 from services.settings import Settings
 
+pytestmark = pytest.mark.fast
+
 SERVICE = "tools"
 GROUP = GROUPS[SERVICE]
 

@@ -31,6 +31,8 @@ from services.tasks.loop import Loop
 from services.tasks.store import TaskStore
 from services.tasks.transitions import StartTask
 
+pytestmark = pytest.mark.fast
+
 SPEC = AgentSpec(model={"name": "fake", "params": {}}, tools=["tests.tooling:add"])  # type: ignore[arg-type]
 
 

@@ -34,6 +34,8 @@ from tests.test_fused_commit import (
     start_task,
 )
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 async def fast(redis_url: str) -> AsyncIterator[FastRedis]:

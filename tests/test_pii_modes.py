@@ -311,6 +311,7 @@ async def test_tool_call_arguments_are_also_redacted_with_apply_to_output(
     assert tool.text == f"no record for {digest}"
 
 
+@pytest.mark.fast
 async def test_langchain_instances_travel_with_their_detectors() -> None:
     """LangChain's own instances become specs that name the detector they were given: the
     built-in one by nothing, a regex by its pattern, a function by its import path."""

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from loopline import lifetime
 from loopline.testing.redis_server import RedisServer
 from services.secrets import redact, redact_url
@@ -18,6 +20,7 @@ PASSWORD = "S3cretPass-7q"
 API_KEY = "sk-test-Zk39aPq0x"
 
 
+@pytest.mark.fast
 def test_urls_and_texts_are_redacted() -> None:
     assert redact_url(f"redis://:{PASSWORD}@127.0.0.1:6379/0") == "redis://:***@127.0.0.1:6379/0"
     assert redact_url(f"rediss://alice:{PASSWORD}@h:1") == "rediss://alice:***@h:1"

@@ -20,6 +20,8 @@ from services.settings import Settings
 from services.tools.handlers import handlers as tools_handlers
 from tests.test_fused_commit import deliver, handle
 
+pytestmark = pytest.mark.fast
+
 GATED_SPEC = agent_from_dict(
     {
         "model": "gpt-4o-mini",
