@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Generator, Iterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
-from tests.support import RedisProvider, unique_prefix
+from contracts.streams import SERVICES
+from services.app import ensure_groups
+from services.runtime import Runtime
+from services.settings import Settings
+from tests.support import MakeRuntime, RedisProvider, unique_prefix
 from tests.tiers import FAST, GUARD, subprocess_allowed, warm_up
 
 
@@ -67,3 +72,29 @@ async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     client = aioredis.Redis.from_url(redis_url)
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+async def make_runtime(redis_url: str, prefix: str) -> AsyncIterator[MakeRuntime]:
+    """``await make_runtime(**settings)``: a service runtime in this process on the test's
+    prefix, with every service's consumer groups made (as a deployment starts them;
+    ``groups=False``: nothing made); closed after the test. Several share the prefix, as
+    replicas do."""
+    made: list[Runtime] = []
+
+    async def make(*, groups: bool = True, **settings: Any) -> Runtime:
+        runtime = Runtime(redis_url, Settings(prefix=prefix, **settings))
+        made.append(runtime)
+        if groups:
+            await ensure_groups(runtime.redis, runtime.names, SERVICES)
+        return runtime
+
+    yield make
+    for runtime in made:
+        await runtime.close()
+
+
+@pytest.fixture
+async def rt(make_runtime: MakeRuntime) -> Runtime:
+    """A service runtime with the default settings (``make_runtime``)."""
+    return await make_runtime()

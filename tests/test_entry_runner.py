@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from contracts.events import AnyEvent, DeadLettered, StepStarted, dump_event, parse_event
+from contracts.events import AnyEvent, DeadLettered, StepStarted, dump_event
 from contracts.streams import DATA_FIELD, GROUPS
 from services.consumer import StreamConsumer
 from services.reliability import Reclaimer
 from services.runner import EntryRunner
 from services.runtime import Handler, Runtime
-from services.settings import Settings
+from tests.support import MakeRuntime, events_on, pending_on
 
 pytestmark = pytest.mark.fast
 
@@ -27,11 +26,8 @@ GROUP = GROUPS[SERVICE]
 
 
 @pytest.fixture
-async def rt(redis_url: str, prefix: str) -> AsyncIterator[Runtime]:
-    runtime = Runtime(redis_url, Settings(prefix=prefix, max_deliveries=3))
-    await runtime.redis.xgroup_create(runtime.names.tools, GROUP, id="0", mkstream=True)
-    yield runtime
-    await runtime.close()
+async def rt(make_runtime: MakeRuntime) -> Runtime:
+    return await make_runtime(max_deliveries=3)
 
 
 def runner_of(rt: Runtime, handler: Handler, consumer: str = "alive") -> EntryRunner:
@@ -59,14 +55,8 @@ async def put(rt: Runtime, task_id: str, *, fetched: bool = True) -> str:
     return str(entry_id.decode())
 
 
-async def events_on(rt: Runtime, stream: str) -> list[Any]:
-    entries: Any = await rt.redis.xrange(stream)
-    return [parse_event(fields[DATA_FIELD.encode()]) for _, fields in entries]
-
-
 async def pending(rt: Runtime) -> int:
-    info: Any = await rt.redis.xpending(rt.names.tools, GROUP)
-    return int(info["pending"])
+    return await pending_on(rt.redis, rt.names.tools, SERVICE)
 
 
 async def published_and_pending(rt: Runtime, out: str) -> tuple[int, int]:
@@ -126,7 +116,7 @@ async def test_a_reclaimed_entry_commits_its_publishes_with_its_ack(rt: Runtime)
     watcher.cancel()
 
     assert await published_and_pending(rt, out) == (1, 0)
-    assert [(e.type, e.task_id, e.step) for e in await events_on(rt, out)] == [
+    assert [(e.type, e.task_id, e.step) for e in await events_on(rt.redis, out)] == [
         ("StepStarted", "t1", 2)
     ]
     # Published and acked at one instant: never one without the other.
@@ -154,7 +144,7 @@ async def test_the_reclaimer_gives_up_after_n_deliveries_with_the_last_error(
         await reclaimer.run_once()
 
     assert len(attempts) == 2  # deliveries 2 and 3; the 4th goes to the DLQ instead
-    letters = await events_on(rt, rt.names.dlq)
+    letters = await events_on(rt.redis, rt.names.dlq)
     assert len(letters) == 1 and isinstance(letters[0], DeadLettered)
     letter = letters[0]
     assert letter.error == "gave up after 3 deliveries; last error: RuntimeError: attempt 2 failed"
@@ -179,7 +169,7 @@ async def test_a_permanent_error_on_redelivery_is_dead_lettered_with_its_deliver
     await put(rt, "t3")
     await asyncio.sleep(0.03)
     assert await reclaimer_of(rt, runner).run_once() == 1
-    (letter,) = await events_on(rt, rt.names.dlq)
+    (letter,) = await events_on(rt.redis, rt.names.dlq)
     assert isinstance(letter, DeadLettered)
     assert (letter.error, letter.deliveries) == ("UnknownTask: no task t3", 2)
     assert await pending(rt) == 0
@@ -208,10 +198,9 @@ async def test_release_makes_unfinished_entries_claimable_at_once(rt: Runtime) -
 
 
 async def test_one_heartbeat_keeps_read_and_reclaimed_entries_from_other_reclaimers(
-    redis_url: str, prefix: str
+    make_runtime: MakeRuntime,
 ) -> None:
-    rt = Runtime(redis_url, Settings(prefix=prefix, claim_idle_ms=1000))
-    await rt.redis.xgroup_create(rt.names.tools, GROUP, id="0", mkstream=True)
+    rt = await make_runtime(claim_idle_ms=1000)
     handled: list[str] = []
 
     async def slow(event: AnyEvent) -> None:
@@ -236,6 +225,5 @@ async def test_one_heartbeat_keeps_read_and_reclaimed_entries_from_other_reclaim
     finally:
         await consumer.stop()
         await runner.stop()
-        await rt.close()
     assert taken_by_other == 0
     assert sorted(handled) == ["read", "reclaimed"]

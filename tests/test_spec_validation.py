@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,7 @@ from services.settings import Settings
 from services.spec.middleware import to_spec
 from services.spec.validation import InvalidSpec, check_middleware
 from services.tasks.loop import Loop
-from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix
+from tests.support import REPO_ROOT, MakeRuntime, ServiceProcesses, unique_prefix
 
 if TYPE_CHECKING:
     from decimal import Decimal  # a name only a type checker sees
@@ -419,10 +418,8 @@ def test_loopline_run_with_a_bad_agent_file_prints_one_line_and_publishes_nothin
 
 
 @pytest.fixture
-async def runtime(redis_url: str, prefix: str) -> AsyncIterator[Runtime]:
-    rt = Runtime(redis_url, Settings(prefix=prefix))
-    yield rt
-    await rt.close()
+async def runtime(make_runtime: MakeRuntime) -> Runtime:
+    return await make_runtime(groups=False)  # so nothing at all is under the prefix
 
 
 def bad_submission() -> TaskSubmitted:
