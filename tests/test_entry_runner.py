@@ -14,10 +14,11 @@ import pytest
 from contracts.events import AnyEvent, DeadLettered, StepStarted, dump_event
 from contracts.streams import DATA_FIELD, GROUPS
 from services.consumer import StreamConsumer
+from services.errors import PermanentError
 from services.reliability import Reclaimer
 from services.runner import EntryRunner
 from services.runtime import Handler, Runtime
-from tests.support import MakeRuntime, events_on, pending_on
+from tests.support import MakeRuntime, events_on, pending_on, run_entry
 
 pytestmark = pytest.mark.fast
 
@@ -227,3 +228,94 @@ async def test_one_heartbeat_keeps_read_and_reclaimed_entries_from_other_reclaim
         await runner.stop()
     assert taken_by_other == 0
     assert sorted(handled) == ["read", "reclaimed"]
+
+
+# -- the fate of a read entry: ack, retry, dead letter ------------------------------------
+
+
+async def test_a_handler_that_returns_commits_its_publishes_and_writes_with_the_ack(
+    rt: Runtime,
+) -> None:
+    out, key = f"{rt.names.prefix}:out", f"{rt.names.prefix}:record"
+
+    async def ok(event: AnyEvent) -> None:
+        await rt.publish(out, StepStarted(task_id=event.task_id, step=2))
+        await rt.write(key, event.task_id, "done")
+
+    async def out_and_written() -> tuple[int, Any]:
+        return await rt.redis.xlen(out), await rt.redis.hget(key, "t1")
+
+    handled = await run_entry(
+        rt, SERVICE, StepStarted(task_id="t1", step=1), ok, probe=out_and_written
+    )
+    assert handled.seen == (0, None)  # nothing is sent while the handler runs...
+    assert not handled.acked_by_handler
+    assert await out_and_written() == (1, b"done")  # ...then all of it, with the ack
+    assert await pending(rt) == 0
+    assert await rt.redis.hlen(rt.names.errors) == 0
+
+
+async def test_a_handler_that_fails_leaves_its_entry_pending_with_the_error(rt: Runtime) -> None:
+    out = f"{rt.names.prefix}:out"
+
+    async def flaky(event: AnyEvent) -> None:
+        await rt.publish(out, StepStarted(task_id=event.task_id, step=2))
+        raise ConnectionError("the model endpoint went away")
+
+    handled = await run_entry(rt, SERVICE, StepStarted(task_id="t1", step=1), flaky)
+    assert await pending(rt) == 1  # the reclaimer delivers it again
+    field = f"{rt.names.tools}|{handled.entry_id}"
+    assert await rt.redis.hget(rt.names.errors, field) == (
+        b"ConnectionError: the model endpoint went away"
+    )
+    assert await rt.redis.xlen(out) == 1  # what it queued is committed (redelivery is idempotent)
+    assert await rt.redis.xlen(rt.names.dlq) == 0
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (b"{not json", "Invalid JSON"),
+        (b'{"type": "NoSuchEvent", "task_id": "t1"}', "ValidationError"),
+        (b'{"type": "StepStarted", "task_id": "t1"}', "ValidationError"),  # no step
+        (b"x" * 1500, "PermanentError: event of 1500 bytes exceeds the limit of 1024 bytes"),
+    ],
+    ids=["not-json", "unknown-type", "missing-field", "oversized"],
+)
+async def test_an_entry_that_cannot_be_an_event_is_dead_lettered_unhandled(
+    make_runtime: MakeRuntime, payload: bytes, error: str
+) -> None:
+    rt = await make_runtime(max_event_bytes=1024)
+    handled: list[Any] = []
+
+    async def handler(event: AnyEvent) -> None:
+        handled.append(event)
+
+    entry = await run_entry(rt, SERVICE, payload, handler)
+    assert handled == []
+    (letter,) = await events_on(rt.redis, rt.names.dlq)
+    assert isinstance(letter, DeadLettered)
+    assert error in letter.error, letter.error
+    assert (letter.entry_id, letter.stream, letter.deliveries) == (
+        entry.entry_id,
+        rt.names.tools,
+        1,
+    )
+    assert letter.payload_bytes == len(payload)
+    assert await pending(rt) == 0
+
+
+async def test_a_permanent_error_is_dead_lettered_with_what_the_handler_queued(
+    rt: Runtime,
+) -> None:
+    out = f"{rt.names.prefix}:out"
+
+    async def refuses(event: AnyEvent) -> None:
+        await rt.publish(out, StepStarted(task_id=event.task_id, step=2))
+        raise PermanentError("this can never work")
+
+    await run_entry(rt, SERVICE, StepStarted(task_id="t9", step=1), refuses)
+    (letter,) = await events_on(rt.redis, rt.names.dlq)
+    assert (letter.error, letter.task_id) == ("PermanentError: this can never work", "t9")
+    assert await rt.redis.xlen(out) == 1
+    assert await pending(rt) == 0
