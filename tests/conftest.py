@@ -9,10 +9,18 @@ import pytest
 import redis.asyncio as aioredis
 
 from contracts.streams import SERVICES
+from loopline.testing.scripted import ScriptedOpenAIServer, responder_by_prompt
 from services.app import ensure_groups
 from services.runtime import Runtime
 from services.settings import Settings
-from tests.support import MakeRuntime, RedisProvider, unique_prefix
+from tests.support import (
+    MakeRuntime,
+    RedisProvider,
+    ServiceProcesses,
+    services_on,
+    twin_servers,
+    unique_prefix,
+)
 from tests.tiers import FAST, GUARD, subprocess_allowed, warm_up
 
 
@@ -98,3 +106,41 @@ async def make_runtime(redis_url: str, prefix: str) -> AsyncIterator[MakeRuntime
 async def rt(make_runtime: MakeRuntime) -> Runtime:
     """A service runtime with the default settings (``make_runtime``)."""
     return await make_runtime()
+
+
+# -- the system tier's scripted model and services ----------------------------------------
+
+
+def _module_scripts(request: pytest.FixtureRequest) -> dict[str, Any]:
+    scripts = getattr(request.module, "SCRIPTS", None)
+    if scripts is None:
+        raise pytest.UsageError(f"{request.module.__name__} needs SCRIPTS (prompt -> turns)")
+    return scripts  # the module's own dict, not a copy: a test may add to it
+
+
+@pytest.fixture(scope="module")
+def scripted(request: pytest.FixtureRequest) -> Iterator[ScriptedOpenAIServer]:
+    """One scripted OpenAI-compatible server answering by the module's ``SCRIPTS``
+    (picked by the prompt; a test may add scripts before it runs)."""
+    with ScriptedOpenAIServer(responder=responder_by_prompt(_module_scripts(request))) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def servers(
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
+    """Twin scripted servers of the module's ``SCRIPTS``: LangChain's run calls the first,
+    loopline's services the second, so each side's requests can be compared."""
+    with twin_servers(_module_scripts(request)) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> Iterator[ServiceProcesses]:
+    """Every service as its own process under a fresh prefix, the model service calling
+    the second twin server; the test middleware record to the session's Redis."""
+    with services_on(redis_url, servers[1], RECORD_REDIS_URL=redis_url) as procs:
+        yield procs

@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +24,7 @@ from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests import tooling
-from tests.support import ServiceProcesses, run_cli, services_on, twin_servers
+from tests.support import ServiceProcesses, run_cli
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -38,21 +37,8 @@ TURNS = [
     ),
     Reply(content="the sum is what the tool said"),
 ]
+SCRIPTS = {"gated": TURNS}
 EDIT = {"name": "add", "args": {"a": 10, "b": 20}}
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers({"gated": TURNS}) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
 
 
 async def langchain_run(server: ScriptedOpenAIServer, prompt: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import json
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,6 @@ from tests import tooling
 from tests.support import (
     ServiceProcesses,
     run_cli,
-    services_on,
-    twin_servers,
     wait_for,
 )
 
@@ -79,25 +76,12 @@ RESPOND = {"type": "respond", "message": "fifteen, says the human"}
 GATED = {"add": True, "slow_effect": {"allowed_decisions": ["approve", "reject"]}}
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(
-        {
-            "edit-pc": EDIT_TURNS,
-            "reject-pc": REJECT_TURNS,
-            "respond-pc": RESPOND_TURNS,
-            "two-pc": TWO_TURNS,
-        }
-    ) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
+SCRIPTS = {
+    "edit-pc": EDIT_TURNS,
+    "reject-pc": REJECT_TURNS,
+    "respond-pc": RESPOND_TURNS,
+    "two-pc": TWO_TURNS,
+}
 
 
 def spec() -> AgentSpec:

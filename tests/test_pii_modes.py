@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,7 @@ from loopline.testing.scripted import (
 )
 from services.settings import Settings
 from tests import pii_helpers as pii
-from tests.support import ServiceProcesses, services_on, twin_servers
+from tests.support import ServiceProcesses
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -78,20 +78,6 @@ def all_detectors(strategy: str, **where: bool) -> list[Any]:
         lcm.PIIMiddleware(t, detector=d, strategy=strategy, **where)  # type: ignore[arg-type]
         for t, d, _ in DETECTORS
     ]
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(SCRIPTS) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
 
 
 @dataclass

@@ -30,7 +30,6 @@ from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,
-    responder_by_prompt,
 )
 from services.agent_view import system_message
 from services.todos.logic import parse_todos
@@ -58,12 +57,6 @@ SCRIPTS = {
         Reply(content="edited"),
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

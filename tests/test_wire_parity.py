@@ -26,7 +26,7 @@ from loopline.client import Client
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.editing.counting import install_offline_tiktoken_cache
 from tests import tooling
-from tests.support import ServiceProcesses, services_on, twin_servers
+from tests.support import ServiceProcesses, services_on
 
 SYSTEM_PROMPT = "You are a meticulous assistant."
 
@@ -67,6 +67,7 @@ TURNS = [
 
 EDIT = {"trigger": 500, "keep": 1, "exclude_tools": ["add"], "clear_tool_inputs": True}
 MODEL = {"approximate": "gpt-4o-mini", "model": "gpt-4"}
+SCRIPTS = {"parity": TURNS}
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +82,6 @@ def tiktoken_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ.pop("TIKTOKEN_CACHE_DIR", None)
     else:
         os.environ["TIKTOKEN_CACHE_DIR"] = old
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers({"parity": TURNS}) as pair:
-        yield pair
 
 
 @pytest.fixture(scope="module")
