@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +53,7 @@ __all__ = [
     "pending_on",
     "replied",
     "reply_with_calls",
+    "restart",
     "result",
     "run_cli",
     "run_entry",
@@ -93,6 +95,15 @@ def wait_until_acked(r: Any, names: Any, services: Sequence[str], timeout: float
         if time.monotonic() > deadline:
             raise AssertionError(f"entries still pending: {pending}")
         time.sleep(0.05)
+
+
+def restart(stack: ServiceProcesses, name: str) -> None:
+    """Kill every process of one service (SIGKILL: no goodbye) and start it again."""
+    for i, proc in enumerate(stack.procs[name]):
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        stack.procs[name][i] = stack._spawn(name, i + 100)
+    stack.wait_ready(90)
 
 
 def run_cli(

@@ -6,8 +6,6 @@ the step's other calls go on, every service may restart while it waits, and a de
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolC
 from tests import tooling
 from tests.support import (
     ServiceProcesses,
+    restart,
     run_cli,
     wait_for,
 )
@@ -115,18 +114,6 @@ async def langchain_run(server: ScriptedOpenAIServer, prompt: str, decide: Any) 
     resumed: dict[str, Any] = await agent.ainvoke(Command(resume=answers), config)
     assert "__interrupt__" not in resumed
     return resumed
-
-
-def restart(stack: ServiceProcesses, name: str) -> None:
-    for i, proc in enumerate(stack.procs[name]):
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        stack.procs[name][i] = stack._spawn(name, i + 100)
-    stack.wait_ready(90)
-
-
-def cli(stack: ServiceProcesses, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(stack, *args)
 
 
 async def settled(redis: aioredis.Redis, names: Names) -> None:
@@ -218,12 +205,12 @@ async def test_gated_call_waits_alone_survives_restarts_and_resumes_edited(
         for service in ("tools", "loop", "model"):
             restart(stack, service)
 
-        listed = cli(stack, "approvals", "--json")
+        listed = run_cli(stack, "approvals", "--json")
         assert listed.returncode == 0, listed.stderr
         rows = [json.loads(line) for line in listed.stdout.splitlines() if task_id in line]
         assert [r["request"]["tool_call_id"] for r in rows] == [gated_id]
 
-        decided = cli(stack, "decide", task_id, "--edit", json.dumps(EDIT["args"]))
+        decided = run_cli(stack, "decide", task_id, "--edit", json.dumps(EDIT["args"]))
         assert decided.returncode == 0, decided.stderr
         assert "the sum is what the tool said" in decided.stdout
 
@@ -306,7 +293,7 @@ async def test_two_gated_calls_are_answered_one_by_one_by_call_id(
         waiting = await wait_for(both_wait, timeout=30)
         ids = {r.request["name"]: r.request["tool_call_id"] for r in waiting}
 
-        unnamed = cli(stack, "decide", task_id, "--approve")
+        unnamed = run_cli(stack, "decide", task_id, "--approve")
         assert unnamed.returncode != 0 and ids["add"] in unnamed.stderr
 
         after = await client.last_entry(task_id)
@@ -331,7 +318,7 @@ async def test_two_gated_calls_are_answered_one_by_one_by_call_id(
         await client.redis.xadd(names.tools, {DATA_FIELD: again.model_dump_json()})
         await settled(client.redis, names)
 
-        decided = cli(stack, "decide", task_id, "--call", ids["add"], "--reject", "not today")
+        decided = run_cli(stack, "decide", task_id, "--call", ids["add"], "--reject", "not today")
         assert decided.returncode == 0, decided.stderr
         assert "one ran, one did not" in decided.stdout
         messages = await client.messages(task_id)

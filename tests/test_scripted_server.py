@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from langchain_openai import ChatOpenAI
 
 from loopline import lifetime
 from loopline.demo import DEMO_TURNS
+from loopline.testing.processes import free_port
 from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
@@ -261,14 +261,8 @@ def test_demo_turns_shape() -> None:
     assert DEMO_TURNS[-1].content and not DEMO_TURNS[-1].tool_calls
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _start_cli(*args: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     proc = lifetime.spawn(
         [sys.executable, "-m", "loopline.testing.scripted", "--port", str(port), *args],
         cwd=REPO_ROOT,
