@@ -15,14 +15,23 @@ from typing import Any
 
 import pytest
 
-from contracts import AIMessage, HumanMessage, TaskCompleted, TaskFailed, ToolMessage
+from contracts import (
+    AIMessage,
+    ContextEdited,
+    HumanMessage,
+    TaskCompleted,
+    TaskFailed,
+    TodosUpdated,
+    ToolMessage,
+)
 from contracts.agent import AgentSpec
 from contracts.streams import GROUPS, SERVICES, Names
+from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.embedded import ServiceThread
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.settings import Settings
-from tests.support import unique_prefix, wait_for
+from tests.support import events_on, unique_prefix, wait_for
 
 pytestmark = pytest.mark.fast
 
@@ -130,3 +139,54 @@ async def test_ended_tasks_leave_empty_work_streams_and_only_their_own_keys_expi
             assert 0 < await redis.ttl(key) <= RETENTION_S
         assert 0 < await redis.ttl(names.agent(SPEC.agent_id)) <= RETENTION_S
         assert json.loads(await redis.get(names.agent(SPEC.agent_id)) or "{}")
+
+
+async def test_an_invalid_todo_list_is_answered_with_an_error_and_changes_nothing(
+    deployment: tuple[str, str],
+) -> None:
+    redis_url, prefix = deployment
+    good = {"todos": [{"content": "a", "status": "pending"}]}
+    prompt = scripted_prompt(
+        Reply(tool_calls=(ScriptedToolCall("write_todos", good),)),
+        Reply(tool_calls=(ScriptedToolCall("write_todos", {"todos": [{"status": "pending"}]}),)),
+        Reply(content="kept the first list"),
+    )
+    spec, _ = agent_from_dict({"model": "m", "middleware": [{"type": "TodoListMiddleware"}]})
+    async with Client(redis_url, prefix) as client:
+        task_id = await client.submit(spec, [HumanMessage(content=prompt)])
+        await asyncio.wait_for(client.wait(task_id), 30)
+        todos = await client.todos(task_id)
+        log = [e async for _, e in client.events(task_id, follow=False)]
+        messages = await client.messages(task_id)
+    assert todos == good["todos"]
+    assert [e.todos[0].status for e in log if isinstance(e, TodosUpdated)] == ["pending"]
+    (error,) = [m for m in messages if isinstance(m, ToolMessage) and m.status == "error"]
+    assert "content" in error.text()
+
+
+async def test_context_edits_are_published_and_the_model_sees_the_placeholder(
+    deployment: tuple[str, str], scripted: ScriptedOpenAIServer
+) -> None:
+    redis_url, prefix = deployment
+    big = Reply(tool_calls=(ScriptedToolCall("big_output", {"n": 800}),))
+    prompt = scripted_prompt(big, big, big, Reply(content="edited"))
+    edits = [{"type": "ClearToolUsesEdit", "trigger": 300, "keep": 1}]
+    spec, _ = agent_from_dict(
+        {
+            "model": "m",
+            "tools": ["tests.tooling:big_output"],
+            "middleware": [{"type": "ContextEditingMiddleware", "edits": edits}],
+        }
+    )
+    async with Client(redis_url, prefix) as client:
+        task_id = await client.submit(spec, [HumanMessage(content=prompt)], max_steps=5)
+        await asyncio.wait_for(client.wait(task_id), 30)
+        messages = await client.messages(task_id)
+        published = await events_on(client.redis, Names(prefix).edits, ContextEdited)
+    edited = [e for e in published if e.task_id == task_id]
+    assert [e.step for e in edited] == [3, 4]
+    assert [len(e.cleared_tool_call_ids) for e in edited] == [1, 2]
+    assert all(e.tokens_after < e.tokens_before for e in edited)
+    assert "[cleared]" not in json.dumps([m.model_dump() for m in messages])  # the view only
+    seen = [r for r in scripted.chat_requests() if prompt in json.dumps(r["messages"][:2])]
+    assert "[cleared]" not in json.dumps(seen[1]) and "[cleared]" in json.dumps(seen[2])
