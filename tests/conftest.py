@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from contracts.streams import SERVICES
 from loopline.testing.scripted import ScriptedOpenAIServer, responder_by_prompt
 from services.app import ensure_groups
+from services.editing.counting import install_offline_tiktoken_cache
 from services.runtime import Runtime
 from services.settings import Settings
 from tests.support import (
@@ -67,6 +68,18 @@ def redis_url() -> Iterator[str]:
     yield provider.url
     with subprocess_allowed():
         provider.stop()
+
+
+@pytest.fixture(scope="session")
+def offline_tiktoken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Let ``encoding_for_model("gpt-4")`` (ours and ChatOpenAI's, in this process and in
+    the services given ``TIKTOKEN_CACHE_DIR``) load without internet: the bundled file,
+    cached where tiktoken looks; the folder."""
+    directory = str(tmp_path_factory.mktemp("tiktoken-cache"))
+    install_offline_tiktoken_cache(directory)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TIKTOKEN_CACHE_DIR", directory)
+        yield directory
 
 
 @pytest.fixture
