@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
 import platform
 import subprocess
@@ -75,11 +76,14 @@ def subprocess_allowed() -> contextlib.AbstractContextManager[None]:
 
 
 def warm_up() -> None:
-    """Run, before any test, the probes libraries make once per process by starting one:
-    ``platform.platform()`` runs ``uname -p`` (the OpenAI client asks for it in its
-    headers) and caches the answer. A fast test then never starts it."""
+    """Run, before any test, the probes libraries make once per process by starting one,
+    so a fast test never starts them: ``platform.platform()`` runs ``uname -p`` (the
+    OpenAI client puts it in its headers) and caches the answer; importing ``trio`` (the
+    HTTP client's transport does, lazily) runs ``ldconfig -p``."""
     with subprocess_allowed():
         platform.platform()
+        with contextlib.suppress(ImportError):
+            importlib.import_module("trio")
 
 
 def _refusing(guard: SubprocessGuard, what: str, original: Callable[..., Any]) -> Any:
