@@ -34,7 +34,7 @@ def _guarded(item: pytest.Item) -> Generator[None, object, object]:
     the code under test caught the refusal."""
     if item.get_closest_marker(FAST) is None:
         return (yield)
-    with GUARD.armed_for(item.nodeid) as violations:
+    with GUARD.arm() as violations:
         outcome = yield
     if violations:
         pytest.fail(

@@ -49,8 +49,8 @@ class SubprocessGuard:
             )
 
     @contextlib.contextmanager
-    def armed_for(self, nodeid: str) -> Iterator[list[str]]:
-        """Arm the guard for one phase of a fast test; yields the violations seen."""
+    def arm(self) -> Iterator[list[str]]:
+        """Armed for one phase of a fast test; yields the refusals, as they happen."""
         self.armed, self.violations = True, []
         try:
             with _patched(self):
