@@ -265,6 +265,34 @@ async def test_a_before_model_hook_that_jumps_to_the_end_completes_the_task(
     assert (await rt.transcript("stopped", 4))[-1].text() == "stopped after 1"
 
 
+async def test_a_hook_that_raises_fails_the_task_with_its_reason(
+    loop: LoopService, rt: Runtime
+) -> None:
+    spec = agent_from_dict(
+        {
+            "model": "gpt-4o-mini",
+            "tools": ["tests.tooling:add"],
+            "middleware": [
+                {"type": "ModelCallLimitMiddleware", "run_limit": 1, "exit_behavior": "error"}
+            ],
+        }
+    )[0]
+    await loop.send(submitted("limited-hook", spec, deadline_s=60))
+    reply = model_reply("limited-hook", 1, 1, add_call("c0"))
+    await loop.send(reply.model_copy(update={"agent_id": spec.agent_id}))
+    done = tool_done("limited-hook", 1, "c0", "3")
+    await loop.send(done.model_copy(update={"agent_id": spec.agent_id}))
+
+    last = (await loop.log("limited-hook"))[-1]
+    assert isinstance(last, TaskFailed) and last.step == 2
+    assert last.reason.startswith("ModelCallLimitExceededError: ")
+    assert [
+        r.step for r in await requests_of(rt, "limited-hook", ModelRequested, rt.names.model)
+    ] == [1]
+    assert await rt.redis.zscore(rt.names.deadlines, "limited-hook") is None
+    assert await loop.nothing_pending()
+
+
 GATED = agent_from_dict(
     {
         "model": "gpt-4o-mini",
