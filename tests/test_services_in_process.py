@@ -190,3 +190,44 @@ async def test_context_edits_are_published_and_the_model_sees_the_placeholder(
     assert "[cleared]" not in json.dumps([m.model_dump() for m in messages])  # the view only
     seen = [r for r in scripted.chat_requests() if prompt in json.dumps(r["messages"][:2])]
     assert "[cleared]" not in json.dumps(seen[1]) and "[cleared]" in json.dumps(seen[2])
+
+
+async def test_a_call_gated_per_call_waits_alone_while_the_step_goes_on(
+    deployment: tuple[str, str],
+) -> None:
+    redis_url, prefix = deployment
+    prompt = scripted_prompt(
+        Reply(
+            tool_calls=(
+                ScriptedToolCall("add", {"a": 1, "b": 2}),
+                ScriptedToolCall("big_output", {"n": 3}),
+            )
+        ),
+        Reply(content="both done"),
+    )
+    gate = {"type": "HumanInTheLoopMiddleware", "interrupt_on": {"add": True}}
+    spec, _ = agent_from_dict(
+        {
+            "model": "m",
+            "tools": ["tests.tooling:add", "tests.tooling:big_output"],
+            "middleware": [{**gate, "interrupt_mode": "per_call"}],
+        }
+    )
+    names = Names(prefix)
+    async with Client(redis_url, prefix) as client:
+        task_id = await client.submit(spec, [HumanMessage(content=prompt)])
+        (asked,) = await wait_for(lambda: client.waiting_calls(task_id), timeout=20)
+        assert (asked.request["name"], asked.request["args"]) == ("add", {"a": 1, "b": 2})
+
+        async def the_other_call_is_in() -> bool:
+            return bool(await client.redis.hlen(names.task_results(task_id)))
+
+        await wait_for(the_other_call_is_in, timeout=20)  # big_output ran meanwhile
+        assert await client.status(task_id) == "running"
+
+        assert await client.decide(task_id, {"type": "approve"}) == [asked.request["tool_call_id"]]
+        done = await asyncio.wait_for(client.wait(task_id), 30)
+        messages = await client.messages(task_id)
+    assert done.answer == "both done"
+    results = {m.name: m.text() for m in messages if isinstance(m, ToolMessage)}
+    assert results == {"add": "3", "big_output": "xxx"}
