@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import statistics
@@ -21,14 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
-
-from benchmarks import loopline_side as ll
 from benchmarks import suite
-from benchmarks.stack import REPO_ROOT, RedisServer, Services, drop_prefix, fake_agent, new_prefix
-from contracts.streams import Names
+from benchmarks.stack import REPO_ROOT, RedisServer, Services, drop_prefix, new_prefix
 from loopline import lifetime
-from loopline.client import Client
 from services.app import tune_gc
 from services.settings import Settings
 
@@ -49,35 +45,48 @@ def export(rev: str, into: Path) -> Path:
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
     (target / "benchmarks").mkdir(exist_ok=True)
-    for name in ("__init__.py", "tools.py"):
+    for name in ("__init__.py", "tools.py", "ab_client.py"):
         shutil.copy(REPO_ROOT / "benchmarks" / name, target / "benchmarks" / name)
     return target
 
 
+def tree_client(root: Path, what: str, url: str, prefix: str) -> Any:
+    """Run ``benchmarks.ab_client`` with the tree's own code: its services speak its own
+    contracts (a newer client's events are refused by an older tree's services)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ab_client", what, url, prefix],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{root}: ab_client {what} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _cpu_by_process(services: Services, server: RedisServer) -> dict[str, float]:
+    """CPU seconds so far of each service process and of Redis."""
+    used = services.cpu_s()
+    if server.pid:
+        used["redis"] = _cpu_s(server.pid)
+    return used
+
+
 async def one_tree(server: RedisServer, root: Path, out: dict[str, list[float]]) -> None:
     url, prefix = server.url, new_prefix()
-    names = Names(prefix)
     with Services(url, prefix, root=root) as services:
-        client = Client(url, prefix)
-        try:
-            await suite._loopline_task_steps(client, 5, "warm-up")
-            for t in range(3):
-                out["steps"] += await suite._loopline_task_steps(client, 25, f"t{t}")
-        finally:
-            await client.close()
-        redis = aioredis.Redis.from_url(url)
-        pids = [p.pid for p in services.procs.values()]
-        if server.pid:
-            pids.append(server.pid)
-        before = sum(_cpu_s(p) for p in pids)
-        try:
-            ids, started = await ll.submit_many(redis, names, fake_agent(10), 200, max_steps=11)
-            await ll.wait_done(redis, names, ids, timeout=600, interval=0.05)
-            ends = await ll.finish_times(redis, names, ids)
-        finally:
-            await redis.aclose()
-        out["throughput"].append(2000 / (max(ends) - started))
-        out["cpu_ms"].append((sum(_cpu_s(p) for p in pids) - before) * 1000 / 2000)
+        loop = asyncio.get_running_loop()
+        out["steps"] += await loop.run_in_executor(None, tree_client, root, "steps", url, prefix)
+        before = _cpu_by_process(services, server)
+        steps_per_s = await loop.run_in_executor(None, tree_client, root, "throughput", url, prefix)
+        after = _cpu_by_process(services, server)
+        out["throughput"].append(steps_per_s)
+        for name, used in after.items():
+            out.setdefault(f"cpu:{name}", []).append((used - before[name]) * 1000 / 2000)
+        out["cpu_ms"].append((sum(after.values()) - sum(before.values())) * 1000 / 2000)
     drop_prefix(url, prefix)
 
 
@@ -111,6 +120,23 @@ def table(results: dict[str, dict[str, list[float]]]) -> str:
             f"{suite.pct(r['steps'], 99) * 1000:.2f} | "
             f"{statistics.median(r['throughput']):.0f} | {cpu} |"
         )
+    return "\n".join(lines) + "\n\n" + cpu_table(results)
+
+
+def cpu_table(results: dict[str, dict[str, list[float]]]) -> str:
+    """CPU ms per step of each process during the throughput run (median of rounds)."""
+    processes = sorted({k[4:] for r in results.values() for k in r if k.startswith("cpu:")})
+    lines = [
+        "| tree | " + " | ".join(f"{p} CPU ms / step" for p in processes) + " |",
+        "|---|" + "---:|" * len(processes),
+    ]
+    for name, r in results.items():
+        if not r["cpu_ms"]:
+            continue
+        cells = [
+            f"{statistics.median(r[f'cpu:{p}']):.3f}" if f"cpu:{p}" in r else "—" for p in processes
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -1,12 +1,15 @@
 """The agent spec: what ``create_agent`` was given, as data every service can read.
 
 A spec is stored once under its content hash (``agent_id``); events carry the id only.
+A ``DeployedAgent`` is the operator's registration of a spec by name and version: what a
+task names (``TaskSubmitted.agent``), with the overrides it allows.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -81,12 +84,58 @@ class AgentSpec(BaseModel):
     """How long one tool call may run (None: the tools service's LOOPLINE_TOOL_TIMEOUT_S)."""
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
     """Per tool name, overriding ``tool_timeout_s``."""
+    context: dict[str, Any] | None = None
+    """The run's context (LangGraph's ``Runtime.context``, what middleware hooks read):
+    set by a task's ``context`` override of a deployed agent."""
 
     @property
     def agent_id(self) -> str:
-        """Content hash: equal specs share one stored copy."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """Content hash: equal specs share one stored copy (a spec without a context
+        hashes as it did before the field existed)."""
+        exclude = {"context"} if self.context is None else None
+        canonical = json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def middleware_of(self, type_name: str) -> list[MiddlewareSpec]:
         return [m for m in self.middleware if m.type == type_name]
+
+
+OVERRIDABLE = ("system_prompt", "max_steps", "context")
+"""What a task may override of a deployed agent, at most; a registration allows these
+unless the operator narrows them."""
+
+AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def parse_agent_ref(ref: str) -> tuple[str, int | None]:
+    """``NAME`` (the latest version) or ``NAME@VERSION``; ValueError for anything else."""
+    name, sep, version = ref.partition("@")
+    if not AGENT_NAME.match(name) or (sep and not version.isdigit()):
+        raise ValueError(
+            f"agent {ref!r} must be NAME or NAME@VERSION (NAME: letters, digits, '_', '.', '-')"
+        )
+    return name, int(version) if sep else None
+
+
+class DeployedAgent(BaseModel):
+    """An agent the operator registered (``loopline deploy``): stored in the registry hash
+    (``Names.deployed``) as field ``NAME@VERSION``; tasks name it instead of carrying a
+    spec. Each deploy of a changed registration is a new version."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str
+    version: int = Field(ge=1)
+    spec: AgentSpec
+    overridable: list[str] = Field(default_factory=lambda: list(OVERRIDABLE))
+    """The fields a task may override (a subset of ``OVERRIDABLE``)."""
+    max_steps: int | None = Field(default=None, ge=1)
+    """The agent's step limit (None: the loop's LOOPLINE_MAX_STEPS)."""
+    digest: str = ""
+    """Content hash of spec, overridable and max_steps: an unchanged deploy is no new
+    version."""
+    deployed_at: float = 0.0
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"

@@ -42,11 +42,21 @@ class TaskSubmitted(Event):
 
     type: Literal["TaskSubmitted"] = "TaskSubmitted"
     task_id: str = Field(default_factory=new_task_id)
-    agent: AgentSpec
+    agent: AgentSpec | str
+    """A deployed agent, ``"NAME"`` (its latest version) or ``"NAME@VERSION"``; or an
+    inline spec, run only where LOOPLINE_ALLOW_INLINE_AGENTS=true."""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    """Per-run changes to a deployed agent, only of the fields its registration allows
+    (``DeployedAgent.overridable``: ``system_prompt``, ``max_steps``, ``context``)."""
     messages: list[Message]
     max_steps: int | None = Field(default=None, ge=1)
     deadline_s: float | None = Field(default=None, gt=0)
     """Seconds the task may run before it fails (default: LOOPLINE_TASK_DEADLINE_S)."""
+
+    @property
+    def agent_name(self) -> str:
+        """The deployed agent's name, or the inline spec's."""
+        return self.agent.partition("@")[0] if isinstance(self.agent, str) else self.agent.name
 
 
 class CancelRequested(Event):

@@ -151,3 +151,11 @@ class Names:
     def agent(self, agent_id: str) -> str:
         """String: an agent spec (JSON), stored once under its content hash."""
         return f"{self.prefix}:agent:{agent_id}"
+
+    @property
+    def deployed(self) -> str:
+        """Hash, the registry of deployed agents: ``NAME`` -> its latest version,
+        ``NAME@VERSION`` -> the registration (``DeployedAgent`` JSON without its version),
+        ``NAME#seq`` -> the last version number given. Written by the operator
+        (``loopline deploy``); read by loop."""
+        return f"{self.prefix}:deployed"

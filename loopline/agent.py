@@ -17,7 +17,7 @@ from contracts.events import AnyEvent, ApprovalRequested, TaskFailed, ToolInterr
 from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
 from loopline.client import Client, TaskFailedError
 from services.settings import Settings
-from services.spec import toolbox
+from services.spec import imports, toolbox
 from services.spec.middleware import to_spec
 from services.spec.validation import check_agent
 
@@ -27,8 +27,9 @@ def resolve_url(redis_url: str | None = None) -> tuple[str, bool]:
     url = redis_url or os.environ.get("REDIS_URL")
     if url:
         return url, False
-    from loopline.embedded import embedded_url
+    from loopline.embedded import embedded_url, trust_this_process
 
+    trust_this_process()  # its own operator: what it names, it runs itself
     return embedded_url(), True
 
 
@@ -51,16 +52,19 @@ def _model_spec(model: Any, embedded: bool) -> ModelSpec:
             f"{type(model).__name__} cannot travel to the model service; give a model name "
             "(served by ChatOpenAI on OPENAI_BASE_URL) or run embedded (no REDIS_URL)"
         )
+    base_url = getattr(model, "openai_api_base", None)
+    if base_url and base_url != os.environ.get("OPENAI_BASE_URL"):
+        raise TypeError(
+            f"ChatOpenAI(base_url={base_url!r}) cannot travel to the model service: "
+            "endpoints are the operator's (the model service's LOOPLINE_MODELS or "
+            "OPENAI_BASE_URL); give the model by name"
+        )
     params: dict[str, Any] = {}
     for key in ("temperature", "max_tokens", "top_p", "seed", "timeout", "max_retries"):
         value = getattr(model, key, None)
         if value is not None:
             params[key] = value
-    return ModelSpec(
-        name=str(model.model_name),  # type: ignore[attr-defined]
-        base_url=getattr(model, "openai_api_base", None),
-        params=params,
-    )
+    return ModelSpec(name=str(model.model_name), params=params)  # type: ignore[attr-defined]
 
 
 def _tool_refs(tools: Sequence[Any], embedded: bool) -> tuple[list[str], list[dict[str, Any]]]:
@@ -70,6 +74,13 @@ def _tool_refs(tools: Sequence[Any], embedded: bool) -> tuple[list[str], list[di
         ref = toolbox.register_local(item) if embedded and not isinstance(item, str) else None
         ref = ref or toolbox.tool_ref(item)
         if ref.startswith(toolbox.LOCAL_PREFIX) and not embedded:
+            module = getattr(item, "__module__", None) or ""
+            if module and module != "__main__" and not imports.is_allowed(module):
+                raise TypeError(
+                    f"tool {getattr(item, '__name__', item)!r}: module {module!r} is not "
+                    f"allowed: add it to {imports.ALLOWED_ENV} (comma-separated module "
+                    "prefixes) where the agent is deployed and run"
+                )
             raise TypeError(
                 f"tool {item!r} is not importable by path; with REDIS_URL set, tools must be "
                 "module-level (package.module:name) so the tools service can import them"
@@ -88,6 +99,20 @@ class Agent:
         self.embedded = embedded
         self.settings = settings
         self.max_steps: int | None = None
+        self.deployed: str | None = None
+        """``NAME@VERSION`` this agent was registered as (with REDIS_URL: the services
+        run only deployed agents, so the first task registers it)."""
+
+    async def _agent_ref(self, client: Client) -> AgentSpec | str:
+        """What a task names: the spec itself on the embedded default (the process is
+        its own operator), else the registration, made once (an unchanged spec keeps its
+        version)."""
+        if self.embedded:
+            return self.spec
+        if self.deployed is None:
+            found = await client.deploy(self.spec, max_steps=self.max_steps)
+            self.deployed = found.ref
+        return self.deployed
 
     def _start_services(self) -> None:
         if self.embedded:
@@ -103,9 +128,9 @@ class Agent:
         self._start_services()
         messages = _input_messages(input)
         async with self.client() as client:
-            return await client.submit(
-                self.spec, messages, task_id=task_id, max_steps=self.max_steps
-            )
+            agent = await self._agent_ref(client)
+            max_steps = self.max_steps if self.embedded else None  # registered with it
+            return await client.submit(agent, messages, task_id=task_id, max_steps=max_steps)
 
     async def aresult(
         self, task_id: str, *, after: str = "0", answered: Sequence[str] = ()

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from contracts.agent import AgentSpec
+from contracts.agent import AgentSpec, DeployedAgent
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
@@ -26,6 +27,7 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
+from services import deployed
 from services.redisconn import async_client
 from services.settings import Settings
 
@@ -96,6 +98,20 @@ class LostTaskWatch:
         return str(info.get("run_id", ""))
 
 
+def _spec_of(agent: Any) -> tuple[AgentSpec, int | None]:
+    """The spec and step limit of what ``Client.deploy`` was given."""
+    if isinstance(agent, AgentSpec):
+        return agent, None
+    if isinstance(agent, str | Path):
+        from loopline.agentfile import load_agent_file
+
+        return load_agent_file(agent)
+    spec = getattr(agent, "spec", None)
+    if isinstance(spec, AgentSpec):  # an Agent from create_agent
+        return spec, getattr(agent, "max_steps", None)
+    raise TypeError(f"cannot deploy {agent!r}: give an AgentSpec, an Agent or an agent file")
+
+
 class TaskFailedError(RuntimeError):
     """The task ended without an answer; ``event`` says why."""
 
@@ -120,16 +136,67 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    # -- deployed agents (the operator's) --
+
+    async def deploy(
+        self,
+        agent: AgentSpec | Any,
+        *,
+        name: str | None = None,
+        overridable: Sequence[str] | None = None,
+        max_steps: int | None = None,
+    ) -> DeployedAgent:
+        """Register an agent (an ``AgentSpec``, an ``Agent`` from ``create_agent``, or an
+        agent file's path) under ``name`` (default: the spec's name), checked in full
+        first. An unchanged registration keeps its version; a changed one is the next.
+        ``overridable``: what a task may override (default: ``OVERRIDABLE``). A Redis
+        user that may not write the registry gets ``RegistryDenied``."""
+        spec, steps = _spec_of(agent)
+        found = deployed.registration(
+            spec,
+            name=name,
+            overridable=overridable,
+            max_steps=max_steps if max_steps is not None else steps,
+        )
+        stored, _ = await deployed.deploy(self.redis, self.names, found)
+        return stored
+
+    async def list_agents(self, *, all_versions: bool = False) -> list[DeployedAgent]:
+        """The deployed agents (their latest versions, or every version)."""
+        if all_versions:
+            return await deployed.all_versions(self.redis, self.names)
+        return await deployed.latest_versions(self.redis, self.names)
+
+    async def get_agent(self, ref: str) -> DeployedAgent:
+        """``NAME`` (the latest version) or ``NAME@VERSION``; ``NotDeployed`` if none."""
+        found = await deployed.lookup(self.redis, self.names, ref)
+        if found is None:
+            raise deployed.NotDeployed(f"no deployed agent {ref!r} (see `loopline agents list`)")
+        return found
+
+    async def remove_agent(self, ref: str) -> list[int]:
+        """Remove ``NAME`` (every version) or ``NAME@VERSION``; the versions removed.
+        Tasks already running go on; new tasks naming it are refused."""
+        return await deployed.remove(self.redis, self.names, ref)
+
+    # -- tasks --
+
     async def submit(
         self,
-        agent: AgentSpec,
+        agent: AgentSpec | str,
         messages: Sequence[Message],
         *,
         task_id: str | None = None,
         max_steps: int | None = None,
         deadline_s: float | None = None,
+        overrides: Mapping[str, Any] | None = None,
     ) -> str:
+        """``agent``: a deployed agent's ``NAME`` or ``NAME@VERSION`` (with ``overrides``
+        its registration allows), or an inline spec (run only where the services allow
+        inline agents)."""
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
+        if overrides:
+            fields["overrides"] = dict(overrides)
         if task_id:
             fields["task_id"] = task_id
         event = TaskSubmitted(max_steps=max_steps, deadline_s=deadline_s, **fields)

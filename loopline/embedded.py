@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from contracts.streams import SERVICES
 from loopline.embedded_server import EmbeddedValkey
 from services.settings import Settings
+from services.spec import endpoints, imports
 
 log = logging.getLogger("loopline.embedded")
 
@@ -95,5 +96,23 @@ def ensure_services(url: str, settings: Settings) -> ServiceThread:
     global _stack
     with _lock:
         if _stack is None:
-            _stack = ServiceThread(url, settings).start()
+            _stack = ServiceThread(url, embedded_settings(settings)).start()
         return _stack
+
+
+def trust_this_process() -> None:
+    """On the embedded default this process names the code and runs it: any importable
+    module and the scripted model are allowed, unless the environment says otherwise
+    (LOOPLINE_ALLOWED_MODULES, LOOPLINE_ALLOW_FAKE_MODEL)."""
+    imports.trust_all()
+    endpoints.allow_fake_by_default()
+
+
+def embedded_settings(settings: Settings) -> Settings:
+    """The embedded default trusts its one producer, the process itself: inline agent
+    specs run (unless LOOPLINE_ALLOW_INLINE_AGENTS says otherwise), and
+    ``trust_this_process``."""
+    trust_this_process()
+    if "allow_inline_agents" in settings.model_fields_set:
+        return settings
+    return settings.model_copy(update={"allow_inline_agents": True})

@@ -63,7 +63,7 @@ def add_task(stats: dict[str, AgentStats], log: list[AnyEvent]) -> None:
     if not log or not isinstance(log[0], TaskSubmitted):
         return
     submitted = log[0]
-    agent = stats.setdefault(submitted.agent.name, AgentStats())
+    agent = stats.setdefault(submitted.agent_name, AgentStats())
     agent.tasks += 1
     step_started: dict[int, float] = {}
     replied: dict[int, float] = {}

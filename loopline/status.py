@@ -10,18 +10,26 @@
   delivered and not acknowledged (being handled, or waiting to be reclaimed). ``lag`` is
   null when Redis cannot tell (after entries were deleted from the middle of a stream).
 - **dead letters**: ``XLEN`` of the dead-letter stream.
+- **entries failing**: the entries a stage failed on and is retrying (``<prefix>:errors``,
+  one field per entry with its last error), by the stage whose input stream holds them,
+  and the first few with their task, event and error: while a stage retries an event,
+  this names the stage at fault (the task's phase cannot: ``model`` covers both the
+  context stage and the model stage).
 - **the server**: ``INFO server`` (kind, version, pid, port); when it is the embedded
   server of a loopline process (``loopline up`` or a program calling ``create_agent`` with
   no ``REDIS_URL``), that process's pid, read from the server's folder name.
 - **tasks in flight**: task state hashes whose ``status`` is ``running``, by phase
   (``model``, ``tools``, ``approval``: waiting for a human). Nothing maintains a count, so
   this SCANs the keyspace for ``<prefix>:task:*:state`` (``COUNT`` 1000 per call) and reads
-  ``status`` and ``phase`` of every match, 500 per round trip. The cost grows with the
-  whole database, not with the running tasks: SCAN visits every key (the match is applied
-  after), so a database of N keys costs about N/1000 round trips, plus one HMGET per task
-  kept (finished tasks keep their keys for ``LOOPLINE_RETENTION_S``, a week by default).
-  That is fine for an operator's command and too much for a tight monitoring loop:
-  ``--no-tasks`` skips it. On a Redis Cluster the scan runs on every primary.
+  ``status``, ``phase`` and ``cause`` of every match, 500 per round trip; a failed task
+  is counted under the stage that ended it (from its cause: a stage that dead-lettered
+  one of its events, the model stage, the loop's own failures, a cancel, a deadline).
+  The cost grows with the whole database, not with the running tasks: SCAN visits every
+  key (the match is applied after), so a database of N keys costs about N/1000 round
+  trips, plus one HMGET per task kept (finished tasks keep their keys for
+  ``LOOPLINE_RETENTION_S``, a week by default). That is fine for an operator's command
+  and too much for a tight monitoring loop: ``--no-tasks`` skips it. On a Redis
+  Cluster the scan runs on every primary.
 
 Every other figure costs a few commands per stream.
 """
@@ -39,9 +47,16 @@ from redis.asyncio.cluster import RedisCluster
 from contracts.streams import GROUPS, SERVICES, Names
 from loopline.embedded_server import owner_of
 from services.redisconn import async_client
+from services.runner import entry_payload, task_of
+from services.secrets import redact
+from services.tasks.state import Cause
 
 SCAN_COUNT = 1000
 READ_BATCH = 500
+FAILING_SHOWN = 5
+"""How many of the entries being retried the report shows with their task and error."""
+FAILING_LOOKED_UP = 100
+"""How many of them are looked up for the running tasks they hold."""
 
 
 def _text(value: Any) -> str:
@@ -86,12 +101,13 @@ async def _tasks(redis: aioredis.Redis, names: Names) -> dict[str, Any]:
     keys = [key async for key in redis.scan_iter(match=pattern, count=SCAN_COUNT)]
     by_status: dict[str, int] = {}
     by_phase: dict[str, int] = {}
+    failed_by: dict[str, int] = {}
     for start in range(0, len(keys), READ_BATCH):
         async with redis.pipeline(transaction=False) as pipe:
             for key in keys[start : start + READ_BATCH]:
-                pipe.hmget(key, "status", "phase")
+                pipe.hmget(key, "status", "phase", "cause")
             rows: list[Any] = await pipe.execute()
-        for status_raw, phase_raw in rows:
+        for status_raw, phase_raw, cause_raw in rows:
             if status_raw is None:  # expired between the scan and the read
                 continue
             status = _text(status_raw)
@@ -99,13 +115,77 @@ async def _tasks(redis: aioredis.Redis, names: Names) -> dict[str, Any]:
             if status == "running":
                 phase = _text(phase_raw or b"")
                 by_phase[phase] = by_phase.get(phase, 0) + 1
+            elif status == "failed":
+                stage = ended_by(_text(cause_raw or b""))
+                failed_by[stage] = failed_by.get(stage, 0) + 1
     return {
         "running": by_status.get("running", 0),
         "running_by_phase": dict(sorted(by_phase.items())),
         "kept": dict(sorted(by_status.items())),
+        "failed_by": dict(sorted(failed_by.items())),
         "state_keys": len(keys),
         "method": f"SCAN MATCH {pattern} COUNT {SCAN_COUNT}",
     }
+
+
+def ended_by(cause: str) -> str:
+    """Who ended a failed task, from the cause its last transition recorded
+    (``services.tasks.state.Cause``): the stage that dead-lettered one of its events
+    (``refused:<stage>``), the model stage (``model-failed:<step>``), a cancel, a
+    deadline; else the loop (its own failures: a hook that raised, the step limit)."""
+    kind, _, rest = cause.partition(":")
+    if kind == "refused":
+        return rest or "?"
+    if kind == "model-failed":
+        return "model"
+    if cause == Cause.CANCEL:
+        return "cancelled"
+    if cause == Cause.DEADLINE:
+        return "deadline"
+    return "loop" if kind else "?"
+
+
+async def _failing(redis: aioredis.Redis, names: Names) -> dict[str, Any]:
+    """The entries being retried after a failure, by the stage that failed on them; the
+    running tasks they hold, by stage (the first ``FAILING_LOOKED_UP`` entries are looked
+    up); the first ``FAILING_SHOWN`` with their task, event and last error."""
+    stage_of = {stream: service for service in SERVICES for stream in names.inputs_of(service)}
+    by_stage: dict[str, int] = {}
+    looked_up: list[dict[str, Any]] = []
+    async for field_raw, error_raw in redis.hscan_iter(names.errors, count=SCAN_COUNT):
+        stream, _, entry_id = _text(field_raw).rpartition("|")
+        stage = stage_of.get(stream, "?")
+        by_stage[stage] = by_stage.get(stage, 0) + 1
+        if len(looked_up) < FAILING_LOOKED_UP:
+            error = redact(_text(error_raw))
+            looked_up.append(
+                {"stage": stage, "stream": stream, "entry_id": entry_id, "error": error}
+            )
+    held: dict[str, set[str]] = {}
+    for item in looked_up:
+        item["task_id"], item["event"] = await _entry_task(redis, item["stream"], item["entry_id"])
+        if item["task_id"] and await _running(redis, names, item["task_id"]):
+            held.setdefault(item["stage"], set()).add(item["task_id"])
+    return {
+        "entries": sum(by_stage.values()),
+        "by_stage": dict(sorted(by_stage.items())),
+        "running_tasks_by_stage": {stage: len(held[stage]) for stage in sorted(held)},
+        "shown": looked_up[:FAILING_SHOWN],
+    }
+
+
+async def _running(redis: aioredis.Redis, names: Names, task_id: str) -> bool:
+    return _text(await redis.hget(names.task_state(task_id), "status") or b"") == "running"
+
+
+async def _entry_task(redis: aioredis.Redis, stream: str, entry_id: str) -> tuple[str, str]:
+    """The task and event type of one stream entry ("" when gone or naming none)."""
+    try:
+        entries: Any = await redis.xrange(stream, entry_id, entry_id, count=1)
+    except aioredis.ResponseError:  # not a stream id: a field nobody should have written
+        return "", ""
+    found = task_of(entry_payload(entries[0][1])) if entries else None
+    return found if found is not None else ("", "")
 
 
 async def _server(redis: aioredis.Redis) -> dict[str, Any] | None:
@@ -163,6 +243,7 @@ async def collect(redis: aioredis.Redis, names: Names, *, tasks: bool = True) ->
         "server": await _server(redis),
         "services": services,
         "dlq": {"stream": names.dlq, "length": int(await redis.xlen(names.dlq))},
+        "failing": await _failing(redis, names),
         "tasks": await _tasks(redis, names) if tasks else None,
     }
     return report
@@ -230,6 +311,44 @@ def _server_line(server: dict[str, Any]) -> str:
     return line
 
 
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k or '?'} {v}" for k, v in counts.items())
+
+
+def _failing_lines(failing: dict[str, Any] | None) -> list[str]:
+    """The entries being retried, by stage, and the first few with their error."""
+    if not failing or not failing["entries"]:
+        return []
+    lines = [f"entries failing, retried: {failing['entries']} ({_counts(failing['by_stage'])})"]
+    for item in failing["shown"]:
+        what = f"{item['event'] or 'an event'} of task {item['task_id'] or '?'}"
+        error = item["error"] if len(item["error"]) <= 160 else item["error"][:157] + "..."
+        lines.append(f"  {item['stage']}: {what}: {error}")
+    return lines
+
+
+def _tasks_line(tasks: dict[str, Any] | None, failing: dict[str, Any] | None) -> str:
+    """The running tasks by phase (and the ones a failing stage holds, by that stage),
+    then the finished ones kept (the failed ones by the stage that ended them)."""
+    if tasks is None:
+        return "tasks in flight: not counted (--no-tasks)"
+    phases = _counts(tasks["running_by_phase"])
+    held = (failing or {}).get("running_tasks_by_stage")
+    if held:
+        phases += f"; held by a failing stage: {_counts(held)}"
+    kept = []
+    for status, count in tasks["kept"].items():
+        if status == "running":
+            continue
+        by = tasks.get("failed_by") if status == "failed" else None
+        kept.append(f"{status} {count}" + (f" ({_counts(by)})" if by else ""))
+    return (
+        f"tasks in flight: {tasks['running']}"
+        + (f" ({phases})" if phases else "")
+        + f"; finished and kept: {', '.join(kept) or 'none'}"
+    )
+
+
 def render(report: dict[str, Any]) -> str:
     """The report as compact tables for a terminal."""
     head = [_server_line(report["server"]), ""] if report.get("server") else []
@@ -251,17 +370,8 @@ def render(report: dict[str, Any]) -> str:
     dlq = report["dlq"]
     lines.append("")
     lines.append(f"dead letters: {dlq['length']} ({dlq['stream']}; see `loopline dlq list`)")
-    tasks = report["tasks"]
-    if tasks is None:
-        lines.append("tasks in flight: not counted (--no-tasks)")
-    else:
-        phases = ", ".join(f"{k or '?'} {v}" for k, v in tasks["running_by_phase"].items())
-        kept = ", ".join(f"{k} {v}" for k, v in tasks["kept"].items() if k != "running")
-        lines.append(
-            f"tasks in flight: {tasks['running']}"
-            + (f" ({phases})" if phases else "")
-            + f"; finished and kept: {kept or 'none'}"
-        )
+    lines.extend(_failing_lines(report.get("failing")))
+    lines.append(_tasks_line(report["tasks"], report.get("failing")))
     consumers = [c for info in report["services"].values() for c in info["consumers"]]
     services_of = {
         c["name"]: service

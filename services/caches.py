@@ -7,6 +7,7 @@ starts a new revision, cached apart).
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 
 import redis.asyncio as aioredis
@@ -20,30 +21,56 @@ from services.errors import UnknownAgent
 log = logging.getLogger("loopline")
 
 
+AGENTS_CACHED = 1024
+"""Specs a process keeps in memory at most: deployed agents are few, but each distinct
+per-run override (a system prompt, a context) is a spec of its own. Past the bound the
+cache starts over (nothing is lost: specs are in Redis), so the hot path pays nothing for
+the bound."""
+
+
 class AgentSpecs:
     """Agent specs by id, stored in Redis and cached for the life of the process.
 
     A spec is written again by every task that starts with it, and kept for the retention
     time after the last task that started or ended with it (``touch``): storage stays
     bounded by the agents in use, and a spec that Redis lost (a restart without
-    persistence) is there again for the next task."""
+    persistence) is there again for the next task.
+
+    A process writes or renews a spec at most once every ``touch_every_s`` (a tenth of the
+    retention, at most a minute): doing it at every task's start and end cost two round
+    trips per task (the end's often on a new connection), for a TTL of days."""
 
     def __init__(self, redis: aioredis.Redis, names: Names, retention_s: int) -> None:
         self._redis = redis
         self._names = names
         self._retention_s = retention_s
         self._specs: dict[str, AgentSpec] = {}
+        self.touch_every_s = min(60.0, retention_s / 10)
+        self._touched: dict[str, float] = {}
 
     async def save(self, spec: AgentSpec) -> str:
+        """Store a starting task's spec, for the retention time from now; written at most
+        every ``touch_every_s`` by this process (a spec Redis lost is back within that)."""
         agent_id = spec.agent_id
-        self._specs.setdefault(agent_id, spec)
-        await self._redis.set(
-            self._names.agent(agent_id), spec.model_dump_json(), ex=self._retention_s
-        )
+        self._keep(agent_id, spec)
+        if self.touch_due(agent_id):
+            self._touched[agent_id] = time.monotonic()
+            await self._redis.set(
+                self._names.agent(agent_id), spec.model_dump_json(), ex=self._retention_s
+            )
         return agent_id
 
+    def touch_due(self, agent_id: str) -> bool:
+        """Whether ``touch`` would renew the spec's time now."""
+        last = self._touched.get(agent_id)
+        return last is None or time.monotonic() - last >= self.touch_every_s
+
     async def touch(self, agent_id: str) -> None:
-        """A task of the agent ended: keep its spec for the retention time from now."""
+        """A task of the agent ended: keep its spec for the retention time from now
+        (less at most ``touch_every_s``, when this process renewed it lately)."""
+        if not self.touch_due(agent_id):
+            return
+        self._touched[agent_id] = time.monotonic()
         try:
             await self._redis.expire(self._names.agent(agent_id), self._retention_s)
         except aioredis.RedisError as exc:  # the next task's start writes it again
@@ -57,8 +84,14 @@ class AgentSpecs:
             if raw is None:
                 raise UnknownAgent(f"no agent spec stored under id {agent_id!r}")
             spec = AgentSpec.model_validate_json(raw)
-            self._specs[agent_id] = spec
+            self._keep(agent_id, spec)
         return spec
+
+    def _keep(self, agent_id: str, spec: AgentSpec) -> None:
+        if agent_id not in self._specs and len(self._specs) >= AGENTS_CACHED:
+            self._specs.clear()
+            self._touched.clear()  # a spec no longer cached is written again when it starts
+        self._specs.setdefault(agent_id, spec)
 
 
 class Transcripts:

@@ -30,7 +30,7 @@ from typing import Any
 import hiredis
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
 Arg = str | bytes | int | float
 
@@ -44,6 +44,8 @@ def _pack(args: tuple[Arg, ...]) -> bytes:
 def _reply_error(message: str) -> ResponseError:
     if message.startswith("NOSCRIPT"):
         return NoScriptError(message)
+    if message.startswith("OOM "):  # maxmemory reached: as redis-py raises it
+        return OutOfMemoryError(message)
     return ResponseError(message)
 
 

@@ -44,6 +44,8 @@ class HookSet:
     """An agent's middleware instances, by the hooks they implement, in list order."""
 
     instances: list[tuple[int, Any]] = field(default_factory=list)
+    context: Any = None
+    """The run's context (``AgentSpec.context``): what ``runtime.context`` gives a hook."""
 
     def with_hook(self, hook: str) -> list[tuple[int, Any]]:
         return [(i, m) for i, m in self.instances if overrides(m, hook)]
@@ -54,29 +56,37 @@ class HookSet:
 
 
 _cache: dict[str, HookSet] = {}
+HOOK_SETS_CACHED = 1024
+"""Agents whose middleware instances a process keeps (each per-run override is an agent
+of its own); past it the cache starts over."""
 
 
 def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
     found = _cache.get(agent_id)
     if found is None:
         found = HookSet(
-            [(i, build(m)) for i, m in enumerate(spec.middleware) if m.type not in NATIVE]
+            [(i, build(m)) for i, m in enumerate(spec.middleware) if m.type not in NATIVE],
+            context=spec.context,
         )
+        if len(_cache) >= HOOK_SETS_CACHED:
+            _cache.clear()
         _cache[agent_id] = found
     return found
 
 
-def lg_runtime() -> Any:
+def lg_runtime(context: Any = None) -> Any:
     from langgraph.runtime import Runtime
 
-    return Runtime(context=None, store=None)
+    return Runtime(context=context, store=None)
 
 
-async def call_state_hook(instance: Any, hook: str, state: dict[str, Any]) -> dict[str, Any]:
+async def call_state_hook(
+    instance: Any, hook: str, state: dict[str, Any], context: Any = None
+) -> dict[str, Any]:
     """One before/after hook; async variant when implemented, else the sync one in a thread
     (LangChain runs sync hooks in async agents the same way)."""
     base = _base()
-    runtime = lg_runtime()
+    runtime = lg_runtime(context)
     if getattr(type(instance), f"a{hook}", None) is not getattr(base, f"a{hook}", None):
         result = await getattr(instance, f"a{hook}")(state, runtime)
     else:
@@ -144,7 +154,8 @@ async def run_state_hooks(
     state_extra = dict(extra)
     changed = False
     for _, instance in chain:
-        update = await call_state_hook(instance, hook, {"messages": state_messages, **state_extra})
+        state = {"messages": state_messages, **state_extra}
+        update = await call_state_hook(instance, hook, state, hooks.context)
         if not update:
             continue
         jump = update.pop("jump_to", None)

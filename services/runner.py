@@ -15,9 +15,15 @@ acknowledgement middleware does:
   or unknown event). A ``DeadLettered`` event with the reason is committed with the ack.
 
 An entry delivered more than ``max_deliveries`` times is dead-lettered with its last error
-without running the handler again. A redelivered entry's commit also clears the error its
-last delivery recorded. While an entry runs longer than a third of the claim idle time, the
-stream's ``Heartbeat`` keeps the reclaimers of other processes off it.
+without running the handler again. A delivery counts only once its outcome is recorded:
+when Redis refuses the writes (out of memory at ``maxmemory`` with ``noeviction``, or out
+of reach), the delivery is taken back (``XCLAIM ... RETRYCOUNT``, a command Redis runs
+even when out of memory) and the entry is retried until its outcome can be recorded, so a
+Redis that ran out of memory never dead-letters an event with "last error: unknown".
+
+A redelivered entry's commit also clears the error its last delivery recorded. While an
+entry runs longer than a third of the claim idle time, the stream's ``Heartbeat`` keeps
+the reclaimers of other processes off it.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from contracts.events import DeadLettered, dump_event, parse_event
 from contracts.streams import DATA_FIELD, GROUPS
@@ -41,6 +50,7 @@ from services import telemetry
 from services.entry import CURRENT, PendingCommit
 from services.errors import PermanentError
 from services.runtime import Handler, Runtime
+from services.secrets import scrub
 
 log = logging.getLogger("loopline")
 
@@ -63,8 +73,36 @@ def fate_of(failure: BaseException | None) -> Fate:
     return Fate.RETRY
 
 
+def out_of_memory(failure: BaseException) -> bool:
+    """Redis refused a write for want of memory (``maxmemory`` with ``noeviction``), here
+    or at the root of the failure: nothing is wrong with the entry."""
+    seen: BaseException | None = failure
+    for _ in range(5):  # a handler may have wrapped the Redis error
+        if seen is None:
+            return False
+        if isinstance(seen, OutOfMemoryError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def unrecordable(failure: BaseException) -> bool:
+    """Redis could not take a write at all (out of memory, out of reach): what failed to
+    be written says nothing about the entry, so its delivery must not count."""
+    return out_of_memory(failure) or isinstance(failure, RedisConnectionError | RedisTimeoutError)
+
+
+NONE_RECORDED = (
+    "none recorded (each delivery ended without an outcome: the process handling it "
+    "stopped while it ran)"
+)
+"""The last error of an entry given up on when no delivery recorded one."""
+
+
 def describe(failure: BaseException) -> str:
-    return f"{type(failure).__name__}: {failure}"
+    """A failure as its dead letter, its recorded error and its task's reason name it:
+    with no secret of this process in it."""
+    return scrub(f"{type(failure).__name__}: {failure}")
 
 
 def entry_payload(fields: Any) -> Any:
@@ -274,25 +312,58 @@ class EntryRunner:
                 await self._commit(entry, clear_error=clear_error)
             except Exception as exc:  # stays pending: the reclaimer redelivers it
                 log.error("committing %s %s failed: %r", self.stream, entry.entry_id, exc)
+                await self._not_recorded(entry, deliveries, exc)
         elif fate is Fate.DEAD_LETTER:
             assert failure is not None
-            await self._dead_letter(entry, payload, describe(failure), deliveries, clear_error)
+            reason = describe(failure)
+            await self._dead_letter(entry, payload, reason, deliveries, deliveries, clear_error)
         else:
             assert failure is not None
-            log.error(
-                "handling %s %s failed: %r", self.stream, entry.entry_id, failure,
-                exc_info=failure,
+            await self._retry(entry, failure, deliveries)
+
+    async def _retry(self, entry: PendingCommit, failure: Exception, deliveries: int) -> None:
+        """Leave the entry pending with its error recorded (and what its handler queued)
+        for its redelivery. A failure that is Redis out of memory does not count as a
+        delivery: the entry waits for memory, however long that takes."""
+        if out_of_memory(failure):
+            log.warning(
+                "Redis is out of memory (maxmemory): %s %s stays pending, retried until "
+                "its outcome can be recorded", self.stream, entry.entry_id,
             )  # fmt: skip
-            error = (self._error_field(entry), describe(failure))
-            with contextlib.suppress(Exception):
-                await self._commit(entry, ack=False, error=error)
+            await self._not_recorded(entry, deliveries, failure)
+            return
+        log.error(
+            "handling %s %s failed: %r", self.stream, entry.entry_id, failure,
+            exc_info=failure,
+        )  # fmt: skip
+        error = (self._error_field(entry), describe(failure))
+        try:
+            await self._commit(entry, ack=False, error=error)
+        except Exception as exc:
+            await self._not_recorded(entry, deliveries, exc)
+
+    async def _not_recorded(
+        self, entry: PendingCommit, deliveries: int, failure: BaseException
+    ) -> None:
+        """Redis could not record this delivery's outcome: when it could not take a write
+        at all (``unrecordable``), the delivery is taken back, so it is retried until
+        its outcome can be recorded rather than given up on with no error to name.
+        XCLAIM runs even when Redis is out of memory; its RETRYCOUNT sets the count."""
+        if not unrecordable(failure):
+            return
+        with contextlib.suppress(aioredis.RedisError):
+            await self.rt.redis.xclaim(
+                self.stream, self.group, self.consumer, 0, [entry.entry_id],
+                retrycount=deliveries - 1, justid=True,
+            )  # fmt: skip
 
     async def _give_up(self, entry: PendingCommit, payload: Any, deliveries: int) -> None:
         """An entry delivered too often: dead-letter it with its last recorded error."""
         field = self._error_field(entry)
-        last_error = _text(await self.rt.redis.hget(self.rt.names.errors, field) or b"unknown")
+        recorded = await self.rt.redis.hget(self.rt.names.errors, field)
+        last_error = NONE_RECORDED if recorded is None else _text(recorded)
         reason = f"gave up after {deliveries - 1} deliveries; last error: {last_error}"
-        await self._dead_letter(entry, payload, reason, deliveries - 1, field)
+        await self._dead_letter(entry, payload, reason, deliveries - 1, deliveries, field)
 
     async def _dead_letter(
         self,
@@ -300,12 +371,14 @@ class EntryRunner:
         payload: Any,
         reason: str,
         deliveries: int,
+        delivery: int,
         clear_error: str | None,
     ) -> None:
         """End the event's task (``Runtime.on_refused``), then commit the entry's
         ``DeadLettered`` event with its ack (and what its handler queued before it
         failed). If the task cannot be ended now (Redis failing), the entry stays pending
-        and is dead-lettered again on its next delivery: no task is left waiting."""
+        and is dead-lettered again on its next delivery: no task is left waiting.
+        ``deliveries``: how many the letter reports; ``delivery``: this one's number."""
         try:
             await self._end_task(payload, reason)
         except Exception as exc:
@@ -313,6 +386,7 @@ class EntryRunner:
             error = (self._error_field(entry), reason)
             with contextlib.suppress(Exception):
                 await self._commit(entry, ack=False, error=error)
+            await self._not_recorded(entry, delivery, exc)
             return
         letter = dead_letter_data(
             self.stream, entry.entry_id, payload, reason, deliveries, max_bytes=self.max_bytes
@@ -320,8 +394,9 @@ class EntryRunner:
         entry.outbox.append((self.rt.names.dlq, letter))
         try:
             await self._commit(entry, clear_error=clear_error)
-        except Exception:
+        except Exception as exc:
             log.exception("dead-lettering %s %s failed", self.stream, entry.entry_id)
+            await self._not_recorded(entry, delivery, exc)
             return
         log.warning("dead-lettered %s %s: %s", self.stream, entry.entry_id, reason)
 

@@ -17,7 +17,9 @@ from urllib.parse import unquote
 MASK = "***"
 
 # scheme://[user]:password@  (the password ends at the last @ before the host)
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@\s]+)@")
+_URL_CREDENTIALS = re.compile(
+    r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@\s]+)@"
+)
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 _SECRET_NAMES = re.compile(r"(PASSWORD|TOKEN|API_KEY|SECRET)$")
 _SHORTEST = 4  # shorter values are too likely to occur in ordinary text
@@ -45,6 +47,19 @@ def redact(text: str, secrets: list[str] | None = None) -> str:
     for secret in configured_secrets() if secrets is None else secrets:
         text = text.replace(secret, MASK)
     return text
+
+
+ON_THE_BUS_SHORTEST = 8
+"""Configured secrets shorter than this are left in what goes on the bus: an event's
+error is data its readers match on, and a short value (a test's ``OPENAI_API_KEY=test``)
+is too likely to be an ordinary word of it (``tests.tooling``)."""
+
+
+def scrub(text: str) -> str:
+    """``text`` that goes on the bus (a failure's error in an event, a dead letter's
+    reason): URL passwords, Bearer tokens and the configured secrets hidden."""
+    secrets = [s for s in configured_secrets() if len(s) >= ON_THE_BUS_SHORTEST]
+    return redact(text, secrets)
 
 
 class RedactingFormatter(logging.Formatter):

@@ -40,6 +40,12 @@ class Settings(BaseSettings):
     concurrency_tools: int = Field(default=64, ge=1)
     concurrency_todos: int = Field(default=8, ge=1)
 
+    allow_inline_agents: bool = False
+    """Run tasks that carry their own agent spec (``TaskSubmitted.agent`` a spec, not a
+    deployed agent's name). Off, whoever can submit a task runs only the operator's
+    deployed agents; the embedded default turns it on (one process is operator and
+    producer there)."""
+
     inline_loop: bool = True
     """The model and tools services apply the loop's transition for agents whose loop stage
     has no hooks (two stream hops fewer per step); off: every result goes through the loop

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
@@ -23,6 +24,14 @@ from tests.support import (
     unique_prefix,
 )
 from tests.tiers import FAST, GUARD, subprocess_allowed, warm_up
+
+# The tests are operator and producer of what they run: their own tools may be imported,
+# tasks may carry specs, the scripted model runs; in this process and in every service
+# process a test starts (they inherit the environment). The security tests start their
+# services with these turned off.
+os.environ.setdefault("LOOPLINE_ALLOWED_MODULES", "tests,benchmarks")
+os.environ.setdefault("LOOPLINE_ALLOW_INLINE_AGENTS", "true")
+os.environ.setdefault("LOOPLINE_ALLOW_FAKE_MODEL", "true")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -3,6 +3,7 @@ records its hook calls in a Redis list, so the order can be read across processe
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any, NotRequired
@@ -109,3 +110,15 @@ class Shouter(AgentMiddleware):
 def terse(request: Any) -> str:
     """A dynamic system prompt (LangChain's decorator)."""
     return "Be terse."
+
+
+class ContextRecorder(AgentMiddleware):  # type: ignore[type-arg]
+    """Records the run's context (``runtime.context``) its ``before_model`` hook sees."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        _redis().rpush(self.key, json.dumps(runtime.context))
+        return None

@@ -51,6 +51,7 @@ def stack(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[ServicePro
         "OPENAI_BASE_URL": scripted.url,
         "OPENAI_API_KEY": "test",
         "PYTHONPATH": f"{REPO_ROOT}:{FIX_DIR}",
+        "LOOPLINE_ALLOWED_MODULES": f"tests,{FIX_MODULE}",  # the operator's, deployed late
     }
     with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
         yield procs

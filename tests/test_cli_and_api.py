@@ -239,6 +239,7 @@ def test_user_errors_are_one_clear_line(
 def test_bad_agent_files_are_one_clear_line(tmp_path: Path) -> None:
     env = {**os.environ, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "PYTHONPATH": str(REPO_ROOT)}
     env.pop("REDIS_URL", None)
+    env.pop("LOOPLINE_ALLOWED_MODULES", None)  # the embedded default: any module may import
     cases = {
         "model: [unclosed": "not valid YAML/JSON",
         "tools: [a]": "'model' field is required",

@@ -10,13 +10,14 @@ import json
 from typing import Any
 
 import pytest
+from redis.exceptions import OutOfMemoryError
 
 from contracts.events import AnyEvent, DeadLettered, StepStarted, dump_event
 from contracts.streams import DATA_FIELD, GROUPS
 from services.consumer import StreamConsumer
 from services.errors import PermanentError
 from services.reliability import Reclaimer
-from services.runner import EntryRunner
+from services.runner import NONE_RECORDED, EntryRunner
 from services.runtime import Handler, Runtime
 from tests.support import MakeRuntime, events_on, pending_on, run_entry
 
@@ -318,4 +319,52 @@ async def test_a_permanent_error_is_dead_lettered_with_what_the_handler_queued(
     (letter,) = await events_on(rt.redis, rt.names.dlq)
     assert (letter.error, letter.task_id) == ("PermanentError: this can never work", "t9")
     assert await rt.redis.xlen(out) == 1
+
+
+async def test_a_delivery_redis_refused_for_want_of_memory_does_not_count(
+    rt: Runtime,
+) -> None:
+    """While Redis refuses the handler's writes (out of memory), the entry is retried far
+    past the delivery limit without being given up on; once a delivery goes through, it
+    is acknowledged and nothing is dead-lettered."""
+    attempts: list[int] = []
+
+    async def memory_full_for_a_while(event: AnyEvent) -> None:
+        attempts.append(1)
+        if len(attempts) <= 6:  # what Redis answers a write at maxmemory with noeviction
+            raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+
+    runner = runner_of(rt, memory_full_for_a_while)
+    await put(rt, "t-oom")
+    reclaimer = reclaimer_of(rt, runner)
+    counts = []
+    for _ in range(12):
+        await asyncio.sleep(0.03)
+        await reclaimer.run_once()
+        info: Any = await rt.redis.xpending_range(rt.names.tools, GROUP, "-", "+", 1)
+        counts.extend(int(p["times_delivered"]) for p in info)
+
+    assert len(attempts) == 7  # six refused, then one that went through
+    assert max(counts) <= 1  # a refused delivery was taken back (the read counted once)
+    assert await events_on(rt.redis, rt.names.dlq) == []
+    assert await pending(rt) == 0
+
+
+async def test_an_entry_given_up_on_with_no_recorded_error_says_so(rt: Runtime) -> None:
+    """Deliveries that recorded no error (their process stopped mid-run): the dead
+    letter says none was recorded, never "unknown"."""
+
+    async def never_called(event: AnyEvent) -> None:
+        raise AssertionError("an entry past its deliveries is not handled again")
+
+    entry_id = await put(rt, "t-none")
+    await rt.redis.xclaim(
+        rt.names.tools, GROUP, "dead-one", 0, [entry_id], retrycount=3, justid=True
+    )  # three deliveries that each ended with their process
+    await asyncio.sleep(0.03)
+    await reclaimer_of(rt, runner_of(rt, never_called)).run_once()
+
+    (letter,) = await events_on(rt.redis, rt.names.dlq)
+    assert letter.error == f"gave up after 3 deliveries; last error: {NONE_RECORDED}"
+    assert "unknown" not in letter.error
     assert await pending(rt) == 0

@@ -71,7 +71,7 @@ async def test_a_tool_missing_on_the_tools_service_fails_its_task(
     """The client computed the tool's schema; the tools service cannot import it."""
     spec = AgentSpec(
         model={"name": "gpt-4o-mini"},  # type: ignore[arg-type]
-        tools=["client_side_only.tools:add"],
+        tools=["tests.client_side_only:add"],  # allowed, but not importable there
         tool_schemas=[ADD_SCHEMA],
     )
     prompt = calling_add(f"missing {uuid.uuid4().hex}")
@@ -83,33 +83,50 @@ async def test_a_tool_missing_on_the_tools_service_fails_its_task(
     assert "client_side_only" in failed.reason
 
 
-async def test_a_middleware_failing_in_the_context_stage_fails_its_task(
-    stack: ServiceProcesses,
+def bus_submission(middleware: list[dict[str, object]]) -> dict[str, object]:
+    """A TaskSubmitted put on the bus as data, past every client-side check."""
+    spec = AgentSpec.model_validate({"model": {"name": "gpt-4o-mini"}, "middleware": middleware})
+    return {
+        "type": "TaskSubmitted",
+        "task_id": uuid.uuid4().hex,
+        "agent": json.loads(spec.model_dump_json()),
+        "messages": [{"type": "human", "content": f"bus {uuid.uuid4().hex}"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("middleware", "reason"),
+    [
+        pytest.param(
+            {
+                "type": "ContextEditingMiddleware",
+                "params": {"edits": [{"type": "ClearToolUsesEdit", "trigger": "lots"}]},
+            },
+            "BadEvent: ContextEditingMiddleware: ClearToolUsesEdit: trigger must be int, "
+            "got 'lots' (str)",
+            id="a wrong-type parameter",
+        ),
+        pytest.param(
+            {"type": "langchain.agents.middleware.shell_tool:ShellToolMiddleware", "params": {}},
+            "BadEvent: ShellToolMiddleware: state field shell_session_resources is not "
+            "JSON-serializable (_SessionResources): a task's state is stored as JSON "
+            "between its stages",
+            id="ShellToolMiddleware",
+        ),
+    ],
+)
+async def test_a_spec_the_loop_refuses_fails_its_task_with_the_reason(
+    stack: ServiceProcesses, middleware: dict[str, object], reason: str
 ) -> None:
-    """A ClearToolUsesEdit whose trigger is not a number, put on the bus as data (past
-    any client-side check): the context stage fails on it until it gives up."""
-    spec = AgentSpec.model_validate(
-        {
-            "model": {"name": "gpt-4o-mini"},
-            "middleware": [
-                {
-                    "type": "ContextEditingMiddleware",
-                    "params": {"edits": [{"type": "ClearToolUsesEdit", "trigger": "lots"}]},
-                }
-            ],
-        }
-    )
+    """A spec that create_agent and agent files refuse at the call, put on the bus as
+    data: the loop refuses the submission before any stage runs, and the waiting client
+    hears the one-line reason."""
+    event = bus_submission([middleware])
     async with Client(stack.redis_url, stack.prefix) as client:
-        event = {
-            "type": "TaskSubmitted",
-            "task_id": uuid.uuid4().hex,
-            "agent": json.loads(spec.model_dump_json()),
-            "messages": [{"type": "human", "content": f"lots {uuid.uuid4().hex}"}],
-        }
         await client.redis.xadd(client.names.tasks, {DATA_FIELD: json.dumps(event)})
-        failed = await ends_failed(client, event["task_id"])
-    assert "stage could not handle" in failed.reason
-    assert "trigger" in failed.reason or "lots" in failed.reason or "TypeError" in failed.reason
+        failed = await ends_failed(client, str(event["task_id"]))
+        assert await client.status(str(event["task_id"])) == "failed"
+    assert failed.reason == f"the loop stage could not handle TaskSubmitted: {reason}"
 
 
 @pytest.mark.parametrize(

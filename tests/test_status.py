@@ -3,6 +3,7 @@ a dead letter, and a task held in flight by a tool call."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -15,10 +16,10 @@ from typing import Any
 import pytest
 import redis as syncredis
 
-from contracts import HumanMessage, TaskCompleted
+from contracts import AgentSpec, HumanMessage, TaskCompleted
 from contracts.streams import DATA_FIELD, GROUPS, SERVICES, Names
 from loopline.agentfile import agent_from_dict
-from loopline.client import Client
+from loopline.client import Client, TaskFailedError
 from loopline.status import render, status
 from loopline.testing.scripted import (
     Reply,
@@ -201,3 +202,73 @@ def test_status_without_redis_url_is_one_line() -> None:
     out = cli(["status"], {"REDIS_URL": "redis://127.0.0.1:1"})
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "cannot reach Redis" in out.stderr
+
+
+def editing_agent() -> AgentSpec:
+    """An agent whose context stage counts tokens (ContextEditingMiddleware)."""
+    return AgentSpec.model_validate(
+        {
+            "model": {"name": "gpt-4o-mini"},
+            "middleware": [
+                {
+                    "type": "ContextEditingMiddleware",
+                    "params": {"edits": [{"type": "ClearToolUsesEdit", "trigger": 50}]},
+                }
+            ],
+        }
+    )
+
+
+async def test_status_names_the_stage_that_fails_a_task(redis_url: str) -> None:
+    """The context stage fails on a task's step (its stored token count of the first
+    message is not a number) until it gives up. `loopline status`, run as a user runs
+    it: while the context stage retries, it names the context stage, the task and the
+    error; once the task has ended, it counts the failed task under context. The task's
+    phase (``model``: waiting for its model reply) never takes the blame."""
+    prompt = f"blame {uuid.uuid4().hex}"
+    SCRIPTS[prompt] = [Reply(content="never reached")]
+    spec = editing_agent()
+    task_id = uuid.uuid4().hex
+    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
+        env = {
+            "OPENAI_BASE_URL": server.url,
+            "OPENAI_API_KEY": "test",
+            "LOOPLINE_CLAIM_IDLE_MS": "2000",
+            "LOOPLINE_MAX_DELIVERIES": "3",
+        }
+        with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
+            names = Names(procs.prefix)
+            cli_env = {"REDIS_URL": redis_url, "LOOPLINE_PREFIX": procs.prefix}
+            async with Client(redis_url, procs.prefix) as client:
+                tokens = names.task_tokens(task_id)
+                await client.redis.hset(tokens, "0:0:approximate:gpt-4o-mini", "lots")
+                await client.submit(spec, [HumanMessage(content=prompt)], task_id=task_id)
+
+                async def context_failing() -> bool:
+                    report = await status(redis_url, procs.prefix)
+                    return bool(report["failing"]["by_stage"] == {"context": 1})
+
+                await wait_for(context_failing, timeout=30, interval=0.1)
+                while_retried = cli(["status"], cli_env)
+                with pytest.raises(TaskFailedError) as failed:
+                    await asyncio.wait_for(client.wait(task_id), 60)
+
+                async def lettered() -> bool:  # committed right after the task ended
+                    report = await status(redis_url, procs.prefix)
+                    return bool(report["dlq"]["length"] == 1 and not report["failing"]["entries"])
+
+                await wait_for(lettered, timeout=10, interval=0.1)
+                after = cli(["status"], cli_env)
+                as_json = json.loads(cli(["status", "--json"], cli_env).stdout)
+    assert while_retried.returncode == 0, while_retried.stderr
+    assert "entries failing, retried: 1 (context 1)" in while_retried.stdout
+    assert f"  context: ContextRequested of task {task_id}: ValueError: " in while_retried.stdout
+    assert "held by a failing stage: context 1" in while_retried.stdout
+    assert failed.value.event.reason.startswith(
+        "the context stage could not handle ContextRequested: gave up after 3 deliveries; "
+        "last error: ValueError: invalid literal for int()"
+    )
+    assert after.returncode == 0, after.stderr
+    assert "tasks in flight: 0; finished and kept: failed 1 (context 1)" in after.stdout
+    assert "model 1" not in after.stdout and "entries failing" not in after.stdout
+    assert as_json["tasks"]["failed_by"] == {"context": 1}

@@ -98,3 +98,9 @@ def exit_now(code: int) -> str:
 async def interrupt_async(code: int) -> str:
     """Raise KeyboardInterrupt from an async tool."""
     raise KeyboardInterrupt(code)
+
+
+def leak_redis_url() -> str:
+    """Fail with the service's Redis URL (and so its password) in the error, as a
+    careless tool might."""
+    raise RuntimeError(f"cannot reach {os.environ['REDIS_URL']}")

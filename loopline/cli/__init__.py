@@ -2,6 +2,7 @@
 do; a traceback means a bug in loopline.
 
 - ``parser``: every command's arguments;
+- ``agents``: ``deploy``, ``agents`` (the operator's registered agents);
 - ``tasks``: ``run``, ``submit``, ``watch``, ``cancel``, ``demo``;
 - ``approvals``: ``approvals``, ``decide``;
 - ``operations``: ``status``, ``stats``, ``dlq``, ``schema``, ``asyncapi``;

@@ -83,6 +83,10 @@ def load_agent(path: str | None) -> tuple[AgentSpec, int | None]:
     """The agent file's spec and step limit, else the default agent on ``LOOPLINE_MODEL``."""
     from loopline.agentfile import agent_from_dict, load_agent_file
 
+    if not settings().redis_url:  # the embedded default: this process runs what it names
+        from loopline.embedded import trust_this_process
+
+        trust_this_process()
     if path:
         return load_agent_file(path)
     return agent_from_dict({"model": os.environ.get("LOOPLINE_MODEL", "gpt-4o-mini")})

@@ -4,8 +4,11 @@ them; each command's function lives in the module of its group."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from contracts.agent import OVERRIDABLE
 from contracts.streams import SERVICES
+from loopline.cli.agents import cmd_agents, cmd_deploy
 from loopline.cli.approvals import cmd_approvals, cmd_decide
 from loopline.cli.operations import cmd_asyncapi, cmd_dlq, cmd_schema, cmd_stats, cmd_status
 from loopline.cli.serving import cmd_serve, cmd_up
@@ -25,17 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", choices=SERVICES)
     p.set_defaults(func=cmd_serve)
 
-    for name, func, help_text in (
-        ("run", cmd_run, "submit a task, show progress, print the answer"),
-        ("submit", cmd_submit, "submit a task and print its id"),
-    ):
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("prompt")
-        p.add_argument("--agent", metavar="FILE", help="agent file (YAML or JSON)")
-        p.add_argument("--max-steps", type=int, default=None)
-        if name == "run":
-            p.add_argument("--json", action="store_true", help="print one JSON object")
-        p.set_defaults(func=func)
+    _task_commands(sub)
+    _agent_commands(sub)
 
     p = sub.add_parser("watch", help="follow the todos or edits stream, or one task's log")
     p.add_argument("what", choices=("todos", "edits", "task"))
@@ -104,3 +98,47 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(p)
     p.set_defaults(func=cmd_asyncapi)
     return parser
+
+
+def _agent_commands(sub: Any) -> None:
+    """``deploy`` and ``agents``: the operator's registered agents."""
+    p = sub.add_parser("deploy", help="register an agent file by name (the operator's)")
+    p.add_argument("agent_file", metavar="AGENT_FILE")
+    p.add_argument("--name", help="the name tasks use (default: the file's name field)")
+    p.add_argument("--max-steps", type=int, default=None)
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--overridable",
+        metavar="FIELDS",
+        help=f"what a task may override, comma-separated (default: {','.join(OVERRIDABLE)})",
+    )
+    group.add_argument("--no-overrides", action="store_true", help="tasks override nothing")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_deploy)
+
+    p = sub.add_parser("agents", help="deployed agents: list, show or rm (NAME[@VERSION])")
+    p.add_argument("action", choices=("list", "show", "rm"))
+    p.add_argument("ref", nargs="?", metavar="NAME[@VERSION]")
+    p.add_argument("--all", action="store_true", help="list every version")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_agents)
+
+
+def _task_commands(sub: Any) -> None:
+    """``run`` and ``submit``: a task of an agent file."""
+    for name, func, help_text in (
+        ("run", cmd_run, "submit a task, show progress, print the answer"),
+        ("submit", cmd_submit, "submit a task and print its id"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("prompt")
+        p.add_argument("--agent", metavar="FILE", help="agent file (YAML or JSON)")
+        p.add_argument(
+            "--deployed",
+            metavar="NAME[@VERSION]",
+            help="a deployed agent (loopline agents list) instead of an agent file",
+        )
+        p.add_argument("--max-steps", type=int, default=None)
+        if name == "run":
+            p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.set_defaults(func=func)

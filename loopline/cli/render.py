@@ -28,7 +28,7 @@ TODO_MARKS = {"completed": "[x]", "in_progress": "[~]", "pending": "[ ]"}
 def describe(event: AnyEvent) -> str | None:
     """One human line per event of a task's log."""
     if isinstance(event, TaskSubmitted):
-        return f"task {event.task_id} submitted (agent {event.agent.name})"
+        return f"task {event.task_id} submitted (agent {event.agent_name})"
     if isinstance(event, StepStarted):
         return f"step {event.step}: calling the model"
     if isinstance(event, ModelResponded):

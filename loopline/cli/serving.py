@@ -27,7 +27,10 @@ def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
                 "serve needs REDIS_URL (services of one deployment share a Redis); "
                 "`loopline up` runs every service on an embedded server"
             )
+        from loopline.embedded import embedded_settings
+
         url, _ = resolve_url(current)
+        current = embedded_settings(current)  # the embedded default trusts this process
         print(f"embedded server: REDIS_URL={redact_url(url)}", flush=True)
     assert url is not None
     asyncio.run(check_redis(url, current.redis_wait_s))

@@ -30,7 +30,7 @@ Final = TaskCompleted | TaskFailed | ApprovalRequested
 
 
 async def _run_task(
-    spec: AgentSpec,
+    agent: AgentSpec | str,
     prompt: str,
     *,
     max_steps: int | None,
@@ -38,11 +38,13 @@ async def _run_task(
     follow: bool = True,
     quiet: bool = False,
 ) -> int:
+    """``agent``: an agent file's spec (registered first on a deployment: the operator's
+    path), or a deployed agent's ``NAME[@VERSION]`` (a producer's)."""
     from loopline.client import Client
-    from services.model.chat import endpoint_configured
+    from services.spec.endpoints import endpoint_configured
 
     current = settings()
-    if not endpoint_configured(spec.model):
+    if isinstance(agent, AgentSpec) and not endpoint_configured(agent.model):
         raise UsageError(
             "no model endpoint configured: set OPENAI_BASE_URL (any OpenAI-compatible "
             "server) and/or OPENAI_API_KEY, or try `loopline demo`"
@@ -54,7 +56,11 @@ async def _run_task(
 
         ensure_services(url, current)
     async with Client(url, current.prefix) as client:
-        task_id = await client.submit(spec, [HumanMessage(content=prompt)], max_steps=max_steps)
+        if isinstance(agent, AgentSpec) and not embedded:
+            # the services run deployed agents only: register it (the operator's path)
+            agent = (await client.deploy(agent, max_steps=max_steps)).ref
+            max_steps = None
+        task_id = await client.submit(agent, [HumanMessage(content=prompt)], max_steps=max_steps)
         if not follow:
             print(task_id)
             return 0
@@ -66,6 +72,18 @@ async def _run_task(
     elif isinstance(final, TaskCompleted):
         print(final.answer)
     return 0 if isinstance(final, TaskCompleted | ApprovalRequested) else 1
+
+
+def _task_agent(args: argparse.Namespace) -> tuple[AgentSpec | str, int | None]:
+    """The agent a ``run`` or ``submit`` names and its step limit."""
+    if args.deployed:
+        if args.agent:
+            raise UsageError("give --agent FILE or --deployed NAME, not both")
+        if not settings().redis_url:
+            raise UsageError("--deployed needs REDIS_URL: the deployment the agent is deployed on")
+        return args.deployed, args.max_steps
+    spec, file_max_steps = load_agent(args.agent)
+    return spec, args.max_steps or file_max_steps
 
 
 async def _follow(client: Client, task_id: str, *, as_json: bool, quiet: bool) -> Final | None:
@@ -87,10 +105,8 @@ async def _follow(client: Client, task_id: str, *, as_json: bool, quiet: bool) -
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    spec, file_max_steps = load_agent(args.agent)
-    return asyncio.run(
-        _run_task(spec, args.prompt, max_steps=args.max_steps or file_max_steps, as_json=args.json)
-    )
+    agent, max_steps = _task_agent(args)
+    return asyncio.run(_run_task(agent, args.prompt, max_steps=max_steps, as_json=args.json))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -98,15 +114,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise UsageError(
             "submit needs REDIS_URL (a running deployment); without one use `loopline run`"
         )
-    spec, file_max_steps = load_agent(args.agent)
+    agent, max_steps = _task_agent(args)
     return asyncio.run(
-        _run_task(
-            spec,
-            args.prompt,
-            max_steps=args.max_steps or file_max_steps,
-            as_json=False,
-            follow=False,
-        )
+        _run_task(agent, args.prompt, max_steps=max_steps, as_json=False, follow=False)
     )
 
 

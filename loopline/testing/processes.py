@@ -36,6 +36,12 @@ def python_path(root: Path) -> str:
     return os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
 
 
+HARNESS_DEFAULTS = {"LOOPLINE_ALLOW_INLINE_AGENTS": "true", "LOOPLINE_ALLOW_FAKE_MODEL": "true"}
+"""A test or benchmark is both operator and producer of the services it starts: tasks may
+carry their own specs and the scripted model runs (the environment or ``env`` can say
+otherwise, as the security tests do)."""
+
+
 class ServiceProcesses:
     """Each service as its own ``loopline serve NAME`` process (``replicas`` of each), on
     ``redis_url`` under ``prefix``. ``root``: the source tree the processes run (the A/B
@@ -58,6 +64,7 @@ class ServiceProcesses:
         self.replicas = replicas
         self.root = root
         self.env = {
+            **HARNESS_DEFAULTS,
             **os.environ,
             "REDIS_URL": redis_url,
             "LOOPLINE_PREFIX": prefix,

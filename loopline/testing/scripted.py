@@ -135,6 +135,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length > 0 else b""
+        self._srv.owner._record_authorization(self.headers.get("Authorization"))
         if self._route() != "/chat/completions":
             self._send_not_found()
             return
@@ -232,6 +233,9 @@ class ScriptedOpenAIServer:
         self.port = port
         self.model_name_echo = model_name_echo
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []
+        """The ``Authorization`` header of every POST, in order (None: none was sent):
+        which key reached this endpoint."""
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._httpd: _HTTPServer | None = None
@@ -305,8 +309,13 @@ class ScriptedOpenAIServer:
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.authorizations.clear()
 
     # -- internals used by the handler ---------------------------------------------------
+
+    def _record_authorization(self, header: str | None) -> None:
+        with self._lock:
+            self.authorizations.append(header)
 
     def _record(self, body: dict[str, Any]) -> None:
         with self._lock:

@@ -180,9 +180,7 @@ def build_builtin(name: str, params: dict[str, Any]) -> Any:
         return cls(*args, **rest)
     if name == "SummarizationMiddleware":
         # JSON has no tuples: ("messages", 4) arrives as ["messages", 4].
-        params = {
-            k: _context_size(v) if k in ("trigger", "keep") else v for k, v in params.items()
-        }
+        params = {k: _context_size(v) if k in ("trigger", "keep") else v for k, v in params.items()}
     if name == "HumanInTheLoopMiddleware":
         rest = {k: v for k, v in params.items() if k != "interrupt_on"}
         return cls(params["interrupt_on"], **rest)

@@ -78,6 +78,7 @@ def estimate_tokens(request: Any) -> int:
     limit = getattr(request.model, "max_tokens", None)
     return chars // 4 + 1 + (int(limit) if isinstance(limit, int) else 0)
 
+
 _redis: Any = None
 _prefix = "loopline"
 

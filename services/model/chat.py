@@ -1,9 +1,9 @@
-"""Chat models for agent specs: ChatOpenAI on any OpenAI-compatible endpoint, bound to the
-agent's tools, built once per agent and reused (one HTTP connection pool per model)."""
+"""Chat models for agent specs: ChatOpenAI on the operator's endpoint for the model the
+agent names (``services.spec.endpoints``), bound to the agent's tools, built once per agent
+and reused (one HTTP connection pool per model)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -14,47 +14,35 @@ from langchain_core.runnables import Runnable
 from contracts.agent import AgentSpec, ModelSpec
 from services.agent_view import tool_schemas
 from services.errors import ConfigurationError
+from services.spec import endpoints
 from services.spec.models import local_model
 
 
-def endpoint_configured(spec: ModelSpec) -> bool:
-    return bool(
-        spec.ref
-        or spec.name == "fake"
-        or spec.name.startswith("fake:")
-        or spec.base_url
-        or os.environ.get("OPENAI_BASE_URL")
-        or os.environ.get("OPENAI_API_KEY")
-    )
-
-
 def build_chat_model(spec: ModelSpec) -> BaseChatModel:
+    """Built once per agent (``ModelPool``): the checks here cost nothing per step."""
     if spec.ref:
         return local_model(spec.ref)
-    provider, _, _ = spec.name.rpartition(":")
-    if spec.name == "fake" or provider == "fake":
+    problem = endpoints.model_problem(spec)
+    if problem:
+        raise ConfigurationError(problem)
+    if endpoints.is_fake(spec):
         from services.model.fake import ScriptedChatModel
 
         return ScriptedChatModel(**spec.params)
-    if provider and provider != "openai":
+    endpoint = endpoints.endpoint_for(spec)
+    if endpoint is None:
         raise ConfigurationError(
-            f"model {spec.name!r}: only OpenAI-compatible endpoints are supported "
-            "(use 'openai:NAME' or a plain name and set OPENAI_BASE_URL)"
-        )
-    if not endpoint_configured(spec):
-        raise ConfigurationError(
-            "no model endpoint configured: set OPENAI_BASE_URL (any OpenAI-compatible "
-            "server) and/or OPENAI_API_KEY, or try `loopline demo`"
+            f"no endpoint configured for model {spec.name!r}: name it in {endpoints.MODELS_ENV} "
+            "or set OPENAI_BASE_URL (any OpenAI-compatible server) and/or OPENAI_API_KEY, "
+            "or try `loopline demo`"
         )
     from langchain_openai import ChatOpenAI
 
     kwargs: dict[str, Any] = dict(spec.params)
-    base_url = spec.base_url or os.environ.get("OPENAI_BASE_URL")
-    if base_url:
-        kwargs["base_url"] = base_url
-    if not os.environ.get("OPENAI_API_KEY"):
-        kwargs.setdefault("api_key", "unused")  # local OpenAI-compatible servers need none
-    return ChatOpenAI(model=spec.model_name, **kwargs)
+    if endpoint.base_url:
+        kwargs["base_url"] = endpoint.base_url
+    kwargs["api_key"] = endpoint.api_key or "unused"  # local servers need none
+    return ChatOpenAI(model=endpoint.model, **kwargs)
 
 
 def prompt_of(messages: list[BaseMessage]) -> ChatPromptValue:
@@ -63,6 +51,11 @@ def prompt_of(messages: list[BaseMessage]) -> ChatPromptValue:
     at 1,000 messages on a 2-core machine); these messages are LangChain messages
     already, so the same value is built without that pass."""
     return ChatPromptValue.model_construct(messages=messages)
+
+
+MODELS_CACHED = 1024
+"""Bound models a model service keeps (each per-run override of a deployed agent is an
+agent of its own); past it the pool starts over."""
 
 
 class ModelPool:
@@ -77,5 +70,7 @@ class ModelPool:
             model = build_chat_model(spec.model)
             schemas = tool_schemas(spec)
             found = model.bind_tools(schemas, tool_choice=None) if schemas else model
+            if len(self._bound) >= MODELS_CACHED:
+                self._bound.clear()
             self._bound[agent_id] = found
         return found

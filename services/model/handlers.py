@@ -17,6 +17,7 @@ from services.model.chat import ModelPool, prompt_of
 from services.model.lcview import LangChainViews
 from services.model.wrapped import call_with_middleware
 from services.runtime import Handler, Runtime
+from services.secrets import scrub
 from services.tasks.handover import LoopHandOver
 
 log = logging.getLogger("loopline.model")
@@ -62,7 +63,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     task_id=event.task_id,
                     step=event.step,
                     agent_id=event.agent_id,
-                    error=f"{type(exc).__name__}: {exc}",
+                    # a provider may echo the key it was given: no secret on the bus
+                    error=scrub(f"{type(exc).__name__}: {exc}"),
                 ),
             )
             return

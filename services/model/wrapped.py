@@ -181,7 +181,7 @@ async def call_with_middleware(
         system_message=LcSystemMessage(content=spec.system_prompt) if spec.system_prompt else None,
         tools=[schema_tool(schema) for schema in tool_schemas(spec)],
         state={"messages": messages, **extra},  # type: ignore[arg-type]
-        runtime=lg_runtime(),
+        runtime=lg_runtime(spec.context),
     )
 
     async def call_model(req: Any) -> Any:

@@ -139,6 +139,8 @@ def build(spec: MiddlewareSpec) -> Any:
             raise ConfigurationError(f"middleware {spec.type}: {exc}") from exc
     try:
         target = imports.resolve(spec.type)
+    except imports.ModuleNotAllowed as exc:
+        raise ConfigurationError(f"middleware {spec.type!r}: {exc}") from exc
     except imports.ModuleNotImportable as exc:
         raise ConfigurationError(f"middleware {spec.type!r}: {exc}") from exc
     except imports.NameNotFound as exc:

@@ -93,6 +93,8 @@ def resolve(ref: str) -> BaseTool:
         raise ConfigurationError(f"tool path {ref!r} must look like package.module:name")
     try:
         obj = imports.resolve(ref)
+    except imports.ModuleNotAllowed as exc:
+        raise ConfigurationError(f"tool path {ref!r}: {exc}") from exc
     except imports.ModuleNotImportable as exc:
         raise ConfigurationError(f"tool path {ref!r}: cannot import {module_name}: {exc}") from exc
     except imports.NameNotFound as exc:

@@ -22,8 +22,9 @@ from typing import Any
 from contracts.agent import AgentSpec, MiddlewareSpec
 from services.errors import ConfigurationError
 from services.middleware.context_editing import ClearToolUsesEdit
-from services.spec import imports, jsonable, local, signature
-from services.spec.middleware import BUILTIN, NATIVE
+from services.spec import endpoints, imports, jsonable, local, signature, toolbox
+from services.spec.middleware import BUILTIN, NATIVE, from_spec
+from services.spec.params import CALLABLE_KEY
 
 
 class InvalidSpec(ConfigurationError, ValueError):
@@ -50,9 +51,66 @@ _ENCODER = json.JSONEncoder(sort_keys=True)
 
 
 def check_agent(spec: AgentSpec) -> None:
-    """Raise ``InvalidSpec`` for the first middleware of the spec that cannot run."""
+    """Raise ``InvalidSpec`` for the first part of the spec that cannot run: a model that
+    names its own endpoint, a tool outside the import allow-list, a middleware whose
+    parameters do not fit (or that names code outside the allow-list). Run where a task
+    starts, never per step."""
+    problem = endpoints.endpoint_problem(spec.model)
+    if problem:
+        raise InvalidSpec(problem)
+    for ref in spec.tools:
+        _check_allowed(ref, "tool path")
     for middleware in spec.middleware:
         check_middleware(middleware)
+
+
+def check_deployable(spec: AgentSpec) -> None:
+    """What a registration checks beyond ``check_agent``: the spec must run in other
+    processes (nothing ``local:``), its model must be one this deployment may run, and
+    every tool and middleware must import and build (inside the allow-list)."""
+    check_agent(spec)
+    problem = endpoints.model_problem(spec.model)
+    if problem:
+        raise InvalidSpec(problem)
+    local_refs = [r for r in spec.tools if local.is_local(r)]
+    local_refs += [m.type for m in spec.middleware if local.is_local(m.type)]
+    local_refs += [r for m in spec.middleware for r in callable_refs(m.params) if local.is_local(r)]
+    if spec.model.ref or local_refs:
+        shown = spec.model.ref or local_refs[0]
+        raise InvalidSpec(
+            f"{shown} is an in-process object: a deployed agent names its model, tools "
+            "and middleware by name or import path (package.module:name)"
+        )
+    for ref in spec.tools:
+        try:
+            toolbox.resolve(ref)
+        except ConfigurationError as exc:
+            raise InvalidSpec(str(exc)) from exc
+    for middleware in spec.middleware:
+        try:
+            from_spec(middleware)  # what only building finds (LangChain's own checks)
+        except (ConfigurationError, ValueError, TypeError) as exc:
+            raise InvalidSpec(f"{_shown_name(middleware.type)}: {exc}") from exc
+
+
+def callable_refs(value: Any) -> list[str]:
+    """The ``{"callable": ref}`` function references inside middleware parameters."""
+    if isinstance(value, dict):
+        if set(value) == {CALLABLE_KEY} and isinstance(value[CALLABLE_KEY], str):
+            return [value[CALLABLE_KEY]]
+        return [r for v in value.values() for r in callable_refs(v)]
+    if isinstance(value, list | tuple):
+        return [r for v in value for r in callable_refs(v)]
+    return []
+
+
+def _check_allowed(ref: str, what: str) -> None:
+    if local.is_local(ref):
+        return  # in-process objects are this process's own
+    try:
+        imports.check_allowed(ref)
+    except imports.ModuleNotAllowed as exc:
+        raise InvalidSpec(f"{what} {ref!r}: {exc}") from exc
 
 
 def check_middleware(spec: MiddlewareSpec) -> None:
@@ -61,6 +119,11 @@ def check_middleware(spec: MiddlewareSpec) -> None:
     except (TypeError, ValueError) as exc:
         _refuse_unstorable(spec)
         raise InvalidSpec(f"{_shown_name(spec.type)}: parameters are not JSON: {exc}") from exc
+    # The allow-list first, outside the cache: it is the operator's to change.
+    if ":" in spec.type:  # a bare name is one of the built-ins
+        _check_allowed(spec.type, "middleware")
+    for ref in callable_refs(spec.params):
+        _check_allowed(ref, f"{_shown_name(spec.type)}: function")
     if key in _checked:
         return
     _check(spec)

@@ -36,7 +36,7 @@ from contracts.events import (
     parse_event,
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
-from services import approvals
+from services import approvals, deployed
 from services.errors import BadEvent, UnknownTask
 from services.hooks import HookSet, hooks_for
 from services.runtime import Runtime
@@ -68,6 +68,12 @@ log = logging.getLogger("loopline.loop")
 REQUESTS_ABOUT_A_TASK = frozenset({"CancelRequested", "DecisionsSubmitted"})
 """Events from outside about a task; refusing one leaves the task as it is."""
 
+INLINE_REFUSED = (
+    "inline agent specs are not run here: the operator deploys agents (`loopline deploy "
+    "AGENT_FILE`) and tasks name them (agent: NAME or NAME@VERSION); "
+    "LOOPLINE_ALLOW_INLINE_AGENTS=true runs inline specs where every producer is trusted"
+)
+
 LAST_RESULT_MAX_BYTES = 2048
 """A step's only tool result rides in the next model request up to this size (JSON):
 larger ones are read from the transcript, so events stay small."""
@@ -91,17 +97,14 @@ class Loop:
         rt = self.rt
         if not event.messages:
             raise BadEvent("TaskSubmitted needs at least one message")
-        try:
-            check_agent(event.agent)  # once per distinct middleware spec: cached
-        except InvalidSpec as exc:
-            raise BadEvent(str(exc)) from exc
+        spec, max_steps = await self._agent_of(event)
         # Messages get ids as LangGraph gives them, so middleware can replace them by id;
         # derived from the task id, so a redelivery stores the same ones.
         inputs = [
             m if m.id else m.model_copy(update={"id": f"{event.task_id}:in:{i}"})
             for i, m in enumerate(event.messages)
         ]
-        agent_id = await rt.save_agent(event.agent)
+        agent_id = await rt.save_agent(spec)
         deadline_s = event.deadline_s or rt.settings.task_deadline_s
         if deadline_s:
             # Before the start, so a crash in between cannot leave a task without one.
@@ -112,7 +115,7 @@ class Loop:
             event.task_id,
             StartTask(
                 agent_id=agent_id,
-                max_steps=event.max_steps or rt.settings.max_steps,
+                max_steps=max_steps or rt.settings.max_steps,
                 submitted_event=dump_event(event),
                 step_event=dump_event(StepStarted(task_id=event.task_id, step=1)),
                 retention=rt.settings.retention_s,
@@ -121,6 +124,34 @@ class Loop:
         )
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
+
+    async def _agent_of(self, event: TaskSubmitted) -> tuple[AgentSpec, int | None]:
+        """The spec a submitted task runs and its step limit: the deployed agent it names
+        with the overrides its registration allows, or (where inline agents are allowed)
+        the spec it carries. Checked once per task, where it starts, never per step: the
+        import allow-list and the model's endpoint again, as this process sees them."""
+        if isinstance(event.agent, str):
+            try:
+                found = await deployed.lookup(self.rt.redis, self.names, event.agent)
+                if found is None:
+                    raise BadEvent(
+                        f"no deployed agent {event.agent!r}: the operator deploys it first "
+                        "(`loopline deploy AGENT_FILE`)"
+                    )
+                spec, max_steps = deployed.run_spec(found, event.overrides, event.max_steps)
+            except ValueError as exc:
+                raise BadEvent(str(exc)) from exc
+        elif not self.rt.settings.allow_inline_agents:
+            raise BadEvent(INLINE_REFUSED)
+        else:
+            spec, max_steps = event.agent, event.max_steps
+            if event.overrides:
+                raise BadEvent("overrides apply to deployed agents; an inline spec is whole")
+        try:
+            check_agent(spec)  # once per distinct middleware spec: cached
+        except InvalidSpec as exc:
+            raise BadEvent(str(exc)) from exc
+        return spec, max_steps
 
     async def cancel_requested(self, event: CancelRequested) -> None:
         await self.stop(event.task_id, f"cancelled: {event.reason}", Cause.CANCEL)
@@ -313,6 +344,8 @@ class Loop:
     def _touch_later(self, agent_id: str) -> None:
         """Keep the agent's spec for the retention time from the end of this task (after
         the commit: nothing may be queued on a committed entry)."""
+        if not self.rt.agents.touch_due(agent_id):
+            return
         task = asyncio.get_running_loop().create_task(self.rt.agents.touch(agent_id))
         self._touching.add(task)
         task.add_done_callback(self._touching.discard)

@@ -17,8 +17,8 @@ again from the start and LangChain's own code acts on the decision.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -26,12 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool
+from redis.exceptions import RedisError
 
 from contracts.messages import Message, ToolCall, ToolMessage
 from services import approvals
 from services.runtime import Runtime
 from services.spec import toolbox
 from services.tools.logic import run_tool, run_wrapped, unknown_outcome
+
+log = logging.getLogger("loopline.tools")
 
 
 class StillRunning(Exception):
@@ -101,6 +104,8 @@ class Lease:
     calls_key: str
     call_id: str
     started: bool | None
+    held: bool = True
+    """False once the call ended: its renewal stops at its next look (``_keep_lease``)."""
 
 
 class ToolCalls:
@@ -167,10 +172,34 @@ class ToolCalls:
 
     async def _keep_lease(self, lease: Lease) -> None:
         """While the tool runs, renew its lease, so a duplicate delivery of the same call
-        waits instead of taking the worker for dead."""
-        while True:
+        waits instead of taking the worker for dead. It ends when the call does: by its
+        cancellation, or at its next look at ``lease.held`` when the Redis client
+        swallowed the cancellation (seen with a command that Redis refused for want of
+        memory at the moment it was cancelled: the call's handler then waited for good)."""
+        while lease.held:
             await asyncio.sleep(self.lease_s / 3)
-            await self.rt.redis.hset(lease.calls_key, lease.call_id, self._marker(lease.started))
+            if not lease.held:
+                return
+            try:
+                await self.rt.redis.hset(
+                    lease.calls_key, lease.call_id, self._marker(lease.started)
+                )
+            except RedisError as exc:  # out of memory or out of reach: again next time
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():  # a cancellation turned error
+                    raise asyncio.CancelledError from exc
+                # A renewal Redis refused must not fail the call that runs: its result is
+                # still recorded with the entry's commit, when Redis takes writes again.
+                log.warning("renewing the lease of tool call %s failed: %r", lease.call_id, exc)
+
+    @staticmethod
+    async def _release(lease: Lease, renew: asyncio.Task[None]) -> None:
+        """Stop renewing the lease; never wait long for it (see ``_keep_lease``)."""
+        lease.held = False
+        renew.cancel()
+        await asyncio.wait([renew], timeout=1)
+        if renew.done() and not renew.cancelled() and renew.exception() is not None:
+            log.warning("renewing the lease of tool call %s failed", lease.call_id)
 
     async def _run_unless_known(
         self, job: Job, record: dict[str, Any], decision: dict[str, Any] | None
@@ -200,9 +229,7 @@ class ToolCalls:
         try:
             outcome = await self._run_chain(job, decision, lease)
         finally:
-            renew.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renew
+            await self._release(lease, renew)
         if isinstance(outcome, Parked):  # after the lease stopped: nothing overwrites it
             return await self._park(calls_key, job.call.id, outcome)
         return await self._record_done(calls_key, outcome)

@@ -13,6 +13,7 @@ from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from contracts.messages import Message, ToolCall, ToolMessage, from_langchain
+from services.secrets import scrub
 from services.tool_errors import (
     INVALID_TOOL_NAME_ERROR_TEMPLATE,
     TOOL_CALL_ERROR_TEMPLATE,
@@ -22,7 +23,9 @@ from services.tools.threads import ToolAborted
 
 
 def failure_message(call: ToolCall, exc: Exception) -> ToolMessage:
-    content = TOOL_CALL_ERROR_TEMPLATE.format(error=repr(exc))
+    """The model's answer for a tool that raised, as LangChain's ToolNode words it, with
+    no secret of this process in it (a tool's error may hold its connection URL)."""
+    content = scrub(TOOL_CALL_ERROR_TEMPLATE.format(error=repr(exc)))
     return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
 
 

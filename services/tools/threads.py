@@ -18,6 +18,7 @@ loop.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -51,17 +52,24 @@ class _Call(Future[Any]):
 
 
 class ToolThreads(ThreadPoolExecutor):
-    """A thread for every call in flight: idle threads take new calls, and a new thread
-    starts when none is idle (the consumer's concurrency bounds the calls in flight)."""
+    """At most ``max_running`` threads run calls, as in the standard executor
+    (``min(32, cpus + 4)``: more threads than that only contend for the GIL); calls past
+    them wait in a queue. An abandoned call's thread leaves the count at once, so a new
+    thread takes the queue's work; when its call ends at last, the thread rejoins if there
+    is room, else it ends."""
 
-    def __init__(self, stuck_max: int, on_stuck: Callable[[int], None]) -> None:
+    def __init__(
+        self, stuck_max: int, on_stuck: Callable[[int], None], max_running: int | None = None
+    ) -> None:
         super().__init__(max_workers=1, thread_name_prefix="tool")  # no thread of its own
         self.stuck_max = stuck_max
         self.on_stuck = on_stuck
+        self.max_running = max_running or min(32, (os.cpu_count() or 1) + 4)
         self._work: queue.SimpleQueue[tuple[_Call, Callable[[], Any]] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._healthy = 0
+        """Threads that are not abandoned: running a call or waiting for one."""
         self._idle = 0
-        self._started = 0
         self.stuck = 0
         self._closed = False
 
@@ -70,34 +78,48 @@ class ToolThreads(ThreadPoolExecutor):
         with self._lock:
             if self._closed:
                 raise RuntimeError("the tool threads are shut down")
-            if self._idle == 0:
-                self._started += 1
-                threading.Thread(
-                    target=self._worker, name=f"tool-{self._started}", daemon=True
-                ).start()
-            else:
-                self._idle -= 1
-        self._work.put((call, lambda: fn(*args, **kwargs)))
+            self._work.put((call, lambda: fn(*args, **kwargs)))
+            self._start_if_needed()
         return call
+
+    def _start_if_needed(self) -> None:
+        """With the lock held: a new thread when queued calls outnumber the idle threads
+        and there is room."""
+        if self._work.qsize() > self._idle and self._healthy < self.max_running:
+            self._healthy += 1
+            threading.Thread(target=self._worker, name="tool", daemon=True).start()
 
     def abandon(self) -> None:
         with self._lock:
             self.stuck += 1
+            self._healthy -= 1
             stuck = self.stuck
+            self._start_if_needed()
         if stuck > self.stuck_max:
             self.on_stuck(stuck)
 
     def _worker(self) -> None:
         while True:
+            with self._lock:
+                self._idle += 1
             item = self._work.get()
+            with self._lock:
+                self._idle -= 1
             if item is None:
                 return
             call, run = item
             self._run(call, run)
-            with self._lock:
-                if call.abandoned:
-                    self.stuck -= 1
-                self._idle += 1
+            if call.abandoned and not self._rejoin():
+                return
+
+    def _rejoin(self) -> bool:
+        """An abandoned call ended: its thread counts again, if there is room."""
+        with self._lock:
+            self.stuck -= 1
+            if self._healthy >= self.max_running:
+                return False
+            self._healthy += 1
+            return True
 
     @staticmethod
     def _run(call: _Call, run: Callable[[], Any]) -> None:
@@ -113,9 +135,10 @@ class ToolThreads(ThreadPoolExecutor):
             call.set_result(result)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stop the idle threads; never wait for a call (a hung one would hold the exit)."""
+        """Stop the threads once they are idle; never wait for a call (a hung one would
+        hold the exit)."""
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, 0
-        for _ in range(idle):
+            threads = self._healthy
+        for _ in range(threads):
             self._work.put(None)
