@@ -454,7 +454,6 @@ async def test_a_context_override_reaches_the_middleware(
     assert (await client.get_agent(agent.ref)).spec.context is None
 
 
-@pytest.mark.fast
 def test_create_agent_names_the_module_outside_the_allow_list(
     monkeypatch: pytest.MonkeyPatch, redis_url: str
 ) -> None:

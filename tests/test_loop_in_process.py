@@ -293,21 +293,25 @@ async def test_a_hook_that_raises_fails_the_task_with_its_reason(
     assert await loop.nothing_pending()
 
 
-GATED = agent_from_dict(
-    {
-        "model": "gpt-4o-mini",
-        "tools": ["tests.tooling:add"],
-        "middleware": [{"type": "HumanInTheLoopMiddleware", "interrupt_on": {"add": True}}],
-    }
-)[0]
+def gated() -> AgentSpec:
+    """An agent whose ``add`` calls wait for a human (built when a test runs, so that
+    collecting this module imports no tool)."""
+    return agent_from_dict(
+        {
+            "model": "gpt-4o-mini",
+            "tools": ["tests.tooling:add"],
+            "middleware": [{"type": "HumanInTheLoopMiddleware", "interrupt_on": {"add": True}}],
+        }
+    )[0]
 
 
 async def test_a_gated_call_waits_for_a_human_with_nothing_pending_then_runs_edited(
     loop: LoopService, rt: Runtime
 ) -> None:
-    await loop.send(submitted("gated", GATED))
+    spec = gated()
+    await loop.send(submitted("gated", spec))
     reply = model_reply("gated", 1, 1, add_call("c0", 1, 2))
-    waiting = await loop.send(reply.model_copy(update={"agent_id": GATED.agent_id}))
+    waiting = await loop.send(reply.model_copy(update={"agent_id": spec.agent_id}))
 
     assert waiting.acked_by_handler  # once the log says it waits, nothing is pending
     (asked,) = await requests_of(rt, "gated", ApprovalRequested, rt.names.approvals)
