@@ -35,6 +35,7 @@ def doc() -> dict[str, Any]:
     return asyncapi.document()
 
 
+@pytest.mark.fast
 def test_the_committed_document_is_current(doc: dict[str, Any]) -> None:
     assert DOC.exists(), f"{DOC} is missing: run `{REGENERATE}`"
     current = asyncapi.render(doc)
@@ -66,6 +67,7 @@ def _refs(node: Any) -> list[str]:
     return []
 
 
+@pytest.mark.fast
 def test_every_ref_resolves(doc: dict[str, Any]) -> None:
     refs = _refs(doc)
     assert refs
@@ -93,6 +95,7 @@ def _payload_events(doc: dict[str, Any], channel: dict[str, Any]) -> set[str]:
     return names
 
 
+@pytest.mark.fast
 def test_every_stream_and_event_is_documented(doc: dict[str, Any]) -> None:
     names = Names()
     channels = doc["channels"]
@@ -154,6 +157,7 @@ def _normalized(schema: Any) -> Any:
     return schema
 
 
+@pytest.mark.fast
 def test_payload_schemas_are_the_event_schemas(doc: dict[str, Any]) -> None:
     components = doc["components"]["schemas"]
     for name, schema in event_schemas().items():
@@ -162,6 +166,7 @@ def test_payload_schemas_are_the_event_schemas(doc: dict[str, Any]) -> None:
             assert components[sub] == _normalized(sub_schema), (name, sub)
 
 
+@pytest.mark.fast
 def test_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "asyncapi.json"
     assert asyncapi.main(["--check", str(path)]) == 1  # missing

@@ -22,7 +22,6 @@ from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,
-    responder_by_prompt,
 )
 from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix
 
@@ -52,12 +51,6 @@ system_prompt: You add numbers.
 middleware:
   - type: TodoListMiddleware
 """
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -307,6 +300,7 @@ with ScriptedOpenAIServer(turns) as server:
     assert out == {"calls": ["ada"], "last": "told", "tool": "secret of ada", "n": 2}
 
 
+@pytest.mark.fast
 def test_names_are_prefixed_and_task_keys_share_a_hash_tag() -> None:
     names = Names("p")
     keys = names.task_keys("abc")

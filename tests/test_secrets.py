@@ -38,6 +38,7 @@ PASSWORD = "S3cretPass-7q"
 API_KEY = "sk-test-Zk39aPq0x"
 
 
+@pytest.mark.fast
 def test_urls_and_texts_are_redacted() -> None:
     assert redact_url(f"redis://:{PASSWORD}@127.0.0.1:6379/0") == "redis://:***@127.0.0.1:6379/0"
     assert redact_url(f"rediss://alice:{PASSWORD}@h:1") == "rediss://alice:***@h:1"
@@ -48,6 +49,7 @@ def test_urls_and_texts_are_redacted() -> None:
     assert redacted.count("***") == 3
 
 
+@pytest.mark.fast
 def test_what_goes_on_the_bus_keeps_ordinary_words(monkeypatch: pytest.MonkeyPatch) -> None:
     """A short configured value (a test's key "test") stays in an event's error, where
     it is likely a word of it; real secrets and URL passwords never do."""
