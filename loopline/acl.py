@@ -65,8 +65,15 @@ DATA = (
 )  # fmt: skip
 """The data commands the services (and their scripts) run."""
 
+PUBSUB = ("subscribe", "unsubscribe")
+"""What a model service listens with (stream requests)."""
+
+STREAM_ASKS = ("hset", "expire", "zadd", "zremrangebyscore", "publish")
+"""What a client runs to ask for a task's token stream (``Client.stream_replies``)."""
+
 PRODUCER_READS = (
     "hget", "hmget", "hgetall", "hkeys", "hexists", "hlen", "get", "lrange", "llen", "lindex",
+    "zrevrange",
 )  # fmt: skip
 """What the client reads of a task: its state, transcript, todos, waiting calls."""
 
@@ -81,6 +88,8 @@ class Role:
     read_keys: tuple[str, ...] = ()
     write_keys: tuple[str, ...] = ()
     commands: tuple[str, ...] = ()
+    channels: tuple[str, ...] = ()
+    """Pub/sub channels it may publish or subscribe to (``&``)."""
     categories: tuple[str, ...] = field(default=())
     """ACL categories and removals (``+@all``, ``-@dangerous``), before the commands."""
 
@@ -134,24 +143,37 @@ def roles(prefix: str) -> dict[str, Role]:
         runs_the_loop = service in ("loop", "model", "tools")  # services.tasks.handover
         if runs_the_loop:  # a task that ends leaves the deadlines set, its agent kept on
             keys += [names.deadlines, agents]
+            # a run that ends writes its thread back and starts the next queued run
+            # (RunDequeued on the tasks stream); hooks and tools reach the shared store
+            keys += [f"{prefix}:thread:*", names.threads, names.tasks, f"{prefix}:store:*"]
         if service in ("model", "tools"):  # RateLimitMiddleware's windows
             keys.append(f"{prefix}:ratelimit:*")
         if service == "loop":  # it trims the public streams
             keys += [names.todos, names.edits]
         reads = [] if runs_the_loop else [agents]
+        channels: tuple[str, ...] = ()
+        commands: tuple[str, ...] = (*CONNECTION, *CONSUMER, *SCRIPTS, *DATA)
+        if service == "model":  # which tasks a client asked to stream (services.model.streaming)
+            reads.append(names.stream_requested)
+            channels = (names.stream_requests,)
+            commands += PUBSUB
         if service == "loop":  # it looks up the deployed agent a task names
             reads.append(names.deployed)
         found[service] = Role(
             service,
             keys=tuple(dict.fromkeys(keys)),
             read_keys=tuple(reads),
-            commands=(*CONNECTION, *CONSUMER, *SCRIPTS, *DATA),
+            commands=commands,
+            channels=channels,
         )
     found["producer"] = Role(
         "producer",
-        read_keys=(tasks, *public, names.deployed),  # and which agents it may name
-        write_keys=(names.tasks,),
-        commands=(*CONNECTION, *READ_STREAMS, "xadd", *PRODUCER_READS),
+        # its tasks, their threads, and which agents it may name
+        read_keys=(tasks, f"{prefix}:thread:*", names.threads, *public, names.deployed),
+        # the tasks stream, and asking for a task's token stream (Client.stream_replies)
+        write_keys=(names.tasks, f"{prefix}:task:*:streaming", names.stream_requested),
+        commands=(*CONNECTION, *READ_STREAMS, "xadd", *PRODUCER_READS, *STREAM_ASKS),
+        channels=(names.stream_requests,),
     )
     found["subscriber"] = Role(
         "subscriber", read_keys=public, commands=(*CONNECTION, *READ_STREAMS)
@@ -173,7 +195,7 @@ def rules(prefix: str, role: Role, password: str) -> list[str]:
     out += [f"~{k}" for k in role.keys]
     out += [f"%R~{k}" for k in role.read_keys]
     out += [f"%W~{k}" for k in role.write_keys]
-    out += ["resetchannels", "-@all", *role.categories]
+    out += ["resetchannels", *(f"&{c}" for c in role.channels), "-@all", *role.categories]
     out += [f"+{c}" for c in dict.fromkeys(role.commands)]
     return out
 
