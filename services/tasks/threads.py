@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 
 from contracts.streams import DATA_FIELD, Names
 from services.tasks.state import pairs, text
-from services.tasks.transition import Args, Register, declared_argv, lua_file
+from services.tasks.transition import Args, Register, checked_body
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +68,7 @@ class DropQueued(Args):
 
 @cache
 def thread_script(args: type[Args]) -> str:
-    body = lua_file(args.LUA)
-    names = args.names()
-    if declared_argv(body) != names:
-        raise ValueError(
-            f"lua/{args.LUA}.lua declares ARGV {declared_argv(body)}, {args.__name__} has {names}"
-        )
-    table = ", ".join(f"{name} = ARGV[{i}]" for i, name in enumerate(names, 1))
+    body, table = checked_body(args)
     return f"local arg = {{{table}}}\nlocal function run()\n{body}\nend\nreturn run()\n"
 
 
