@@ -88,6 +88,7 @@ def stack(redis_url: str, servers: dict[str, ScriptedOpenAIServer]) -> Iterator[
         LOOPLINE_ALLOW_INLINE_AGENTS="false",
         LOOPLINE_ALLOW_FAKE_MODEL="true",
         LOOPLINE_ALLOWED_MODULES="tests",
+        RECORD_REDIS_URL=redis_url,  # where the recording middleware writes: this Redis
     ) as procs:
         yield procs
 
