@@ -22,7 +22,11 @@ _URL_CREDENTIALS = re.compile(
 )
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 _SECRET_NAMES = re.compile(r"(PASSWORD|TOKEN|API_KEY|SECRET)$")
-_SHORTEST = 4  # shorter values are too likely to occur in ordinary text
+SHORTEST = 8
+"""Configured secret values shorter than this are not searched for in text (a URL's
+password is hidden whatever its length): a short value (a test's ``OPENAI_API_KEY=test``)
+is too likely to be an ordinary word of a log line, an error or an event (``tests``,
+``pytest``), which masking it would garble; a real key or password is longer."""
 
 
 def redact_url(url: str) -> str:
@@ -33,10 +37,10 @@ def redact_url(url: str) -> str:
 def configured_secrets(environ: dict[str, str] | None = None) -> list[str]:
     """The secret values this process was given, longest first."""
     env = os.environ if environ is None else environ
-    found = {v for k, v in env.items() if _SECRET_NAMES.search(k) and len(v) >= _SHORTEST}
+    found = {v for k, v in env.items() if _SECRET_NAMES.search(k) and len(v) >= SHORTEST}
     for name in ("REDIS_URL", "LOOPLINE_REDIS_URL"):
         match = _URL_CREDENTIALS.search(env.get(name, ""))
-        if match and len(match["password"]) >= _SHORTEST:
+        if match and len(match["password"]) >= SHORTEST:
             found.update({match["password"], unquote(match["password"])})
     return sorted(found, key=len, reverse=True)
 
@@ -49,17 +53,10 @@ def redact(text: str, secrets: list[str] | None = None) -> str:
     return text
 
 
-ON_THE_BUS_SHORTEST = 8
-"""Configured secrets shorter than this are left in what goes on the bus: an event's
-error is data its readers match on, and a short value (a test's ``OPENAI_API_KEY=test``)
-is too likely to be an ordinary word of it (``tests.tooling``)."""
-
-
 def scrub(text: str) -> str:
     """``text`` that goes on the bus (a failure's error in an event, a dead letter's
     reason): URL passwords, Bearer tokens and the configured secrets hidden."""
-    secrets = [s for s in configured_secrets() if len(s) >= ON_THE_BUS_SHORTEST]
-    return redact(text, secrets)
+    return redact(text)
 
 
 class RedactingFormatter(logging.Formatter):
