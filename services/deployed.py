@@ -230,6 +230,8 @@ def run_spec(
     if not update:
         return agent.spec, steps
     try:
+        if "system_prompt" in update:
+            update["system_message"] = None  # the prompt given replaces the message
         spec = AgentSpec.model_validate({**agent.spec.model_dump(), **update})
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -6,7 +6,13 @@ import logging
 import time
 from typing import Any
 
-from contracts.events import AnyEvent, ModelFailed, ModelRequested, ModelResponded
+from contracts.events import (
+    AnyEvent,
+    ModelFailed,
+    ModelRequested,
+    ModelResponded,
+    StructuredOutcome,
+)
 from contracts.messages import AIMessage, from_langchain
 from services.agent_view import system_message
 from services.editing.engine import apply_edits
@@ -18,6 +24,7 @@ from services.model.lcview import LangChainViews
 from services.model.wrapped import call_with_middleware
 from services.runtime import Handler, Runtime
 from services.secrets import scrub
+from services.spec import structured
 from services.tasks.handover import LoopHandOver
 
 log = logging.getLogger("loopline.model")
@@ -38,6 +45,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         )
         view = apply_edits(transcript, event.edits) if event.edits else transcript
         started = time.perf_counter()
+        outcome: StructuredOutcome | None = None
         try:
             hooks = hooks_for(event.agent_id, spec)
             if hooks.with_hook("wrap_model_call"):
@@ -51,7 +59,12 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 request = views.convert(
                     event.task_id, event.rev, transcript, view, system_message(spec)
                 )
-                reply = await pool.bound(event.agent_id, spec).ainvoke(prompt_of(request))
+                bound, strategy = pool.bound_with_strategy(event.agent_id, spec)
+                reply = await bound.ainvoke(prompt_of(request))
+                if spec.message_name:
+                    reply.name = spec.message_name  # as LangChain's model node names it
+                if spec.response_format is not None:
+                    outcome = structured.outcome(spec.response_format, strategy, reply)
                 message = from_langchain(reply)
             if not isinstance(message, AIMessage):
                 raise TypeError(f"the model returned a {message.type} message")
@@ -75,6 +88,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             message=message,
             transcript_len=event.transcript_len,
             model_ms=round((time.perf_counter() - started) * 1000, 3),
+            structured=outcome,
         )
         try:
             await hand_over.model_responded(responded, spec)

@@ -162,6 +162,12 @@ def _normalize(result: Any) -> Any:
     return result
 
 
+def _system_message(spec: AgentSpec) -> Any:
+    if spec.system_message is not None:
+        return to_langchain(spec.system_message)
+    return LcSystemMessage(content=spec.system_prompt) if spec.system_prompt else None
+
+
 async def call_with_middleware(
     spec: AgentSpec,
     hooks: HookSet,
@@ -178,7 +184,7 @@ async def call_with_middleware(
     request = ModelRequest(
         model=build_chat_model(spec.model),
         messages=messages,
-        system_message=LcSystemMessage(content=spec.system_prompt) if spec.system_prompt else None,
+        system_message=_system_message(spec),
         tools=[schema_tool(schema) for schema in tool_schemas(spec)],
         state={"messages": messages, **extra},  # type: ignore[arg-type]
         runtime=lg_runtime(spec.context),
@@ -194,6 +200,8 @@ async def call_with_middleware(
         )
         system = [req.system_message] if req.system_message is not None else []
         reply = await bound.ainvoke([*system, *req.messages])
+        if spec.message_name:
+            reply.name = spec.message_name  # as LangChain's model node names it
         return ModelResponse(result=[reply])
 
     chain = chain_of(spec, hooks, transcript, messages, edits)

@@ -27,6 +27,7 @@ from contracts.events import (
     ModelFailed,
     ModelResponded,
     StepStarted,
+    StructuredOutcome,
     TaskCompleted,
     TaskFailed,
     TaskSubmitted,
@@ -195,6 +196,8 @@ class Loop:
             if hooked is None:
                 return
             turn = hooked
+        if event.structured is not None:
+            turn = await self._with_structured(tid, turn, event.structured)
         fusion = None
         if decisions is None and event.transcript_len is not None and not hooks.has_state_hooks:
             fusion = await self._tool_calls_fusion(event, turn)
@@ -455,6 +458,25 @@ class Loop:
             ),
             fusion,
         )
+
+    async def _with_structured(
+        self, task_id: str, turn: ModelTurn, outcome: StructuredOutcome
+    ) -> ModelTurn:
+        """The model service's structured outcome joined to the turn (LangChain's model
+        node adds it before after_model runs): its tool messages answer the structured
+        calls, and a structured response with no other call to run ends the task with
+        ``structured_response`` in the state."""
+        answers = {m.tool_call_id: m for m in outcome.tool_messages}
+        extra = turn.extra
+        if outcome.given:
+            base = extra if extra is not None else await self.store.extra(task_id)
+            extra = {**base, "structured_response": outcome.response}
+        decided = {**turn.decided, **answers}
+        pending = [c for c in turn.ai.tool_calls if c.id not in decided]
+        if outcome.given and not pending:
+            after = [*answers.values(), *turn.after_ai]
+            return ModelTurn(turn.ai, after, {}, extra, end=True)
+        return ModelTurn(turn.ai, turn.after_ai, decided, extra, turn.end)
 
     # -- hooks of the loop stage -------------------------------------------------------
 
