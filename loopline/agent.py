@@ -141,20 +141,20 @@ def _response_format_spec(response_format: Any, embedded: bool) -> ResponseForma
             )
         return ResponseFormatSpec(
             strategy="tool",
-            schema=_schema_ref(response_format.schema, embedded),
+            schema_=_schema_ref(response_format.schema, embedded),
             tool_message_content=response_format.tool_message_content,
             handle_errors=handle,
         )
     if isinstance(response_format, ProviderStrategy):
         return ResponseFormatSpec(
             strategy="provider",
-            schema=_schema_ref(response_format.schema, embedded),
+            schema_=_schema_ref(response_format.schema, embedded),
             strict=response_format.schema_spec.strict,
         )
     schema = (
         response_format.schema if isinstance(response_format, AutoStrategy) else response_format
     )
-    return ResponseFormatSpec(strategy="auto", schema=_schema_ref(schema, embedded))
+    return ResponseFormatSpec(strategy="auto", schema_=_schema_ref(schema, embedded))
 
 
 def _system_fields(system_prompt: Any) -> dict[str, Any]:

@@ -23,7 +23,12 @@ from services.spec import imports, local
 Strategy = Any
 """A LangChain ``ToolStrategy`` or ``ProviderStrategy`` (``AutoStrategy`` before the choice)."""
 
-_strategies: dict[ResponseFormatSpec, Strategy] = {}
+_strategies: dict[str, Strategy] = {}
+"""By the spec's JSON (a spec holding a JSON schema dict is not hashable)."""
+
+
+def _key(rf: ResponseFormatSpec) -> str:
+    return rf.model_dump_json()
 
 
 def response_schema(rf: ResponseFormatSpec) -> Any:
@@ -52,7 +57,7 @@ def response_schema(rf: ResponseFormatSpec) -> Any:
 
 def strategy_of(rf: ResponseFormatSpec) -> Strategy:
     """The LangChain strategy the spec stands for (built once per spec)."""
-    found = _strategies.get(rf)
+    found = _strategies.get(_key(rf))
     if found is None:
         from langchain.agents.structured_output import (
             AutoStrategy,
@@ -71,7 +76,7 @@ def strategy_of(rf: ResponseFormatSpec) -> Strategy:
             found = ProviderStrategy(schema, strict=rf.strict)
         else:
             found = AutoStrategy(schema)
-        _strategies[rf] = found
+        _strategies[_key(rf)] = found
     return found
 
 
@@ -93,15 +98,15 @@ def output_tools(rf: ResponseFormatSpec) -> dict[str, Any]:
     return {b.tool.name: b for b in bindings}
 
 
-_auto_tools: dict[ResponseFormatSpec, Strategy] = {}
+_auto_tools: dict[str, Strategy] = {}
 
 
 def _auto_tool_strategy(rf: ResponseFormatSpec) -> Strategy:
     from langchain.agents.structured_output import ToolStrategy
 
-    found = _auto_tools.get(rf)
+    found = _auto_tools.get(_key(rf))
     if found is None:
-        found = _auto_tools[rf] = ToolStrategy(schema=response_schema(rf))
+        found = _auto_tools[_key(rf)] = ToolStrategy(schema=response_schema(rf))
     return found
 
 
@@ -138,12 +143,21 @@ def bind(
         kwargs: dict[str, Any] = {**used.to_model_kwargs(), **settings}
         if _is_openai_compatible_model(model) and not getattr(model, "use_responses_api", False):
             kwargs["strict"] = True
+            # an OpenAI tool dict is bound as it is; its function part is made strict, as
+            # the tool object it stands for would be
+            tools = [_function_of(t) for t in tools]
         return model.bind_tools(tools, **kwargs), used
     structured = output_tools(rf)
     wanted = {s.name for s in used.schema_specs}
     final = [*tools, *(b.tool for name, b in structured.items() if name in wanted)]
     choice = "any" if structured else tool_choice
     return model.bind_tools(final, tool_choice=choice, **settings), used
+
+
+def _function_of(tool: Any) -> Any:
+    if isinstance(tool, dict) and tool.get("type") == "function" and "function" in tool:
+        return tool["function"]
+    return tool
 
 
 def outcome(rf: ResponseFormatSpec, used: Strategy, reply: Any) -> StructuredOutcome | None:
