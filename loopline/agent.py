@@ -247,8 +247,9 @@ class Agent:
             "todos": todos,
             "task_id": task_id,
         }
-        if given:
-            result["structured_response"] = self._structured(structured_json)
+        if self.spec.response_format is not None:
+            # LangChain's key is there, None, when the agent ended without one
+            result["structured_response"] = self._structured(structured_json) if given else None
         if isinstance(outcome, ApprovalRequested):
             requests = [r.request for r in open_calls] or [outcome.request]
             result["__interrupt__"] = requests

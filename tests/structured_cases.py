@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from langchain.agents.middleware import ModelRetryMiddleware
 from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.messages import BaseMessage, SystemMessage
 
@@ -55,6 +56,18 @@ CASES = {
                 )
             ),
             call("Weather", {"city": "Rome", "celsius": 20}),
+        ],
+    ),
+    # the same inside a wrap_model_call chain (the model call is the middleware's handler)
+    "wrapped": Case(
+        "weather wrapped",
+        lambda: {
+            "response_format": ToolStrategy(Weather),
+            "middleware": [ModelRetryMiddleware(max_retries=1)],
+        },
+        [
+            call("Weather", {"city": "Oslo", "celsius": 99}),
+            call("Weather", {"city": "Oslo", "celsius": 4}),
         ],
     ),
     # a JSON schema dict, a tool call first, the answer's own tool message

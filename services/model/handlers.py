@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from contracts.events import (
     AnyEvent,
@@ -13,7 +12,7 @@ from contracts.events import (
     ModelResponded,
     StructuredOutcome,
 )
-from contracts.messages import AIMessage, from_langchain
+from contracts.messages import AIMessage, Message, from_langchain
 from services.agent_view import system_message
 from services.editing.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
@@ -52,7 +51,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 extra = await hand_over.loop.store.extra(event.task_id)
                 # unedited: the chain edits at ContextEditingMiddleware's place, so the
                 # middleware outside it see what LangChain's would
-                message: Any = await call_with_middleware(
+                message: Message
+                message, outcome = await call_with_middleware(
                     spec, hooks, list(transcript), extra, event.edits
                 )
             else:

@@ -110,18 +110,31 @@ def _auto_tool_strategy(rf: ResponseFormatSpec) -> Strategy:
     return found
 
 
-def effective(rf: ResponseFormatSpec, model: Any, tools: list[Any]) -> Strategy:
+def effective(
+    rf: ResponseFormatSpec, model: Any, tools: list[Any], requested: Any = None
+) -> Strategy:
     """The strategy used for a call: the auto choice made as LangChain makes it, by the
-    model's profile (or name) and the tools it is given."""
+    model's profile (or name) and the tools it is given. ``requested``: the request's
+    ``response_format`` when ``wrap_model_call`` middleware may have replaced it (None:
+    the agent's own)."""
     from langchain.agents.factory import _supports_provider_strategy
-    from langchain.agents.structured_output import AutoStrategy, ProviderStrategy
+    from langchain.agents.structured_output import (
+        AutoStrategy,
+        ProviderStrategy,
+        ToolStrategy,
+    )
 
-    found = strategy_of(rf)
+    initial = strategy_of(rf)
+    found = initial if requested is None else requested
+    if not isinstance(found, AutoStrategy | ToolStrategy | ProviderStrategy):
+        found = AutoStrategy(schema=found)  # a bare schema, as LangChain normalizes it
     if not isinstance(found, AutoStrategy):
         return found
     if _supports_provider_strategy(model, tools=tools):
         return ProviderStrategy(schema=found.schema)
-    return _auto_tool_strategy(rf)
+    if found is initial:
+        return _auto_tool_strategy(rf)
+    return ToolStrategy(schema=found.schema)
 
 
 def bind(
@@ -131,14 +144,16 @@ def bind(
     *,
     tool_choice: Any = None,
     settings: dict[str, Any] | None = None,
+    requested: Any = None,
 ) -> tuple[Any, Strategy]:
     """The model bound for one call, and the strategy used: LangChain's
-    ``_get_bound_model`` for an agent with a ``response_format``."""
+    ``_get_bound_model`` for an agent with a ``response_format`` (``requested``: see
+    ``effective``)."""
     from langchain.agents.factory import _is_openai_compatible_model
     from langchain.agents.structured_output import ProviderStrategy
 
     settings = dict(settings or {})
-    used = effective(rf, model, tools)
+    used = effective(rf, model, tools, requested)
     if isinstance(used, ProviderStrategy):
         kwargs: dict[str, Any] = {**used.to_model_kwargs(), **settings}
         if _is_openai_compatible_model(model) and not getattr(model, "use_responses_api", False):
