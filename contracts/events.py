@@ -248,6 +248,9 @@ class TaskCompleted(Event):
     type: Literal["TaskCompleted"] = "TaskCompleted"
     steps: int
     answer: str
+    structured_response: Any = None
+    """For agents with a ``response_format``: the structured response (JSON) the task
+    ended with, as stored in its state."""
 
 
 class TaskFailed(Event):

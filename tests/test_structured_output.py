@@ -126,9 +126,10 @@ async def test_agent_file_names_the_schema_by_import_path(
     )
     async with Client(stack.redis_url, stack.prefix) as client:
         task_id = await client.submit(spec, [HumanMessage(content=case.prompt)])
-        await client.wait(task_id)
+        done = await client.wait(task_id)
         given, value = await client.structured_response(task_id)
     assert given and Weather.model_validate(value) == lc["structured_response"]
+    assert done.structured_response == value  # the completion event carries it too
 
 
 async def test_no_retry_fails_as_langchain_raises(

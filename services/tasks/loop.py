@@ -449,7 +449,12 @@ class Loop:
                 expected=[] if turn.end else join_order(turn.ai, turn.decided),
                 pre_results={k: v.model_dump_json() for k, v in turn.decided.items()},
                 completed_event=dump_event(
-                    TaskCompleted(task_id=tid, steps=event.step, answer=answer)
+                    TaskCompleted(
+                        task_id=tid,
+                        steps=event.step,
+                        answer=answer,
+                        structured_response=_structured_response(event, turn),
+                    )
                 ),
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
                 failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
@@ -603,3 +608,9 @@ class Loop:
         state = await self._fail_at_current_step(task_id, reason, None)
         await self._emit(task_id, state)
         return state
+
+
+def _structured_response(event: ModelResponded, turn: ModelTurn) -> Any:
+    """The structured response this reply gave, when it gave one."""
+    given = event.structured is not None and event.structured.given
+    return (turn.extra or {}).get("structured_response") if given else None
