@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain.agents.middleware import ModelRetryMiddleware
+from langchain.agents.middleware import ModelCallLimitMiddleware, ModelRetryMiddleware
 from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.messages import BaseMessage, SystemMessage
 
@@ -64,6 +64,18 @@ CASES = {
         lambda: {
             "response_format": ToolStrategy(Weather),
             "middleware": [ModelRetryMiddleware(max_retries=1)],
+        },
+        [
+            call("Weather", {"city": "Oslo", "celsius": 99}),
+            call("Weather", {"city": "Oslo", "celsius": 4}),
+        ],
+    ),
+    # and with loop-stage hooks (before_model/after_model: the task's state is kept)
+    "hooked": Case(
+        "weather hooked",
+        lambda: {
+            "response_format": ToolStrategy(Weather),
+            "middleware": [ModelCallLimitMiddleware(run_limit=5)],
         },
         [
             call("Weather", {"city": "Oslo", "celsius": 99}),

@@ -16,16 +16,20 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent as lc_create_agent
-from langchain.agents.structured_output import StructuredOutputValidationError
+from langchain.agents.structured_output import StructuredOutputValidationError, ToolStrategy
+from langchain_core.messages import SystemMessage
 from langchain_openai import ChatOpenAI
 
 from contracts import HumanMessage
+from contracts.agent import AgentSpec, ModelSpec
 from loopline import create_agent
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client, TaskFailedError
 from loopline.testing.scripted import ScriptedOpenAIServer
 from services.errors import ConfigurationError
 from services.settings import Settings
+from services.spec import local
+from services.spec.validation import check_deployable
 from tests.answers import Forecast, Weather
 from tests.structured_cases import CASES, FAILING, SCRIPTS, Case, shape
 from tests.support import REPO_ROOT, ServiceProcesses, services_on, twin_servers
@@ -151,6 +155,30 @@ def test_a_schema_outside_the_allow_list_is_refused(
     monkeypatch.setenv("LOOPLINE_ALLOWED_MODULES", "benchmarks")
     with pytest.raises(TypeError, match=r"module 'tests\.answers' is not allowed"):
         create_agent("gpt-4o-mini", [], response_format=Forecast, redis_url=stack.redis_url)
+
+
+def test_what_cannot_travel_is_refused_in_one_line() -> None:
+    def make(response_format: Any) -> Any:
+        return create_agent("gpt-4o-mini", [], response_format=response_format)
+
+    with pytest.raises(TypeError, match="handle_errors"):
+        make(ToolStrategy(Weather, handle_errors=ValueError))
+    with pytest.raises(TypeError, match="unions do not travel"):
+        make(ToolStrategy(Weather | Forecast))  # type: ignore[arg-type]
+    local_ref = local.register_instance(Weather)  # how embedded agents name it
+    spec = AgentSpec(model=ModelSpec(name="gpt-4o-mini"), response_format={"schema": local_ref})
+    with pytest.raises(ConfigurationError, match="in-process object"):
+        check_deployable(spec)
+    with pytest.raises(ConfigurationError, match=r"must look like package\.module:Class"):
+        agent_from_dict({"model": "gpt-4o-mini", "response_format": "Weather"})
+
+
+def test_a_plain_system_message_is_the_same_agent_as_its_text() -> None:
+    plain = create_agent("gpt-4o-mini", [], system_prompt=SystemMessage(content="Be brief."))
+    text = create_agent("gpt-4o-mini", [], system_prompt="Be brief.")
+    assert plain.spec == text.spec and plain.spec.system_message is None
+    named = create_agent("gpt-4o-mini", [], system_prompt=SystemMessage("Hi.", name="rules"))
+    assert named.spec.system_message is not None and named.spec.system_message.name == "rules"
 
 
 EMBEDDED = r"""
