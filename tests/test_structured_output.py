@@ -12,6 +12,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ from services.spec import local
 from services.spec.validation import check_deployable
 from tests.answers import Forecast, Weather
 from tests.structured_cases import CASES, FAILING, SCRIPTS, Case, shape
-from tests.support import REPO_ROOT, ServiceProcesses, services_on, twin_servers
+from tests.support import REPO_ROOT, ServiceProcesses, run_cli, services_on, twin_servers
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +156,24 @@ def test_a_schema_outside_the_allow_list_is_refused(
     monkeypatch.setenv("LOOPLINE_ALLOWED_MODULES", "benchmarks")
     with pytest.raises(TypeError, match=r"module 'tests\.answers' is not allowed"):
         create_agent("gpt-4o-mini", [], response_format=Forecast, redis_url=stack.redis_url)
+
+
+def test_the_command_line_prints_the_structured_response(
+    stack: ServiceProcesses,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", servers[1].url)  # where the services call
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    agent = tmp_path / "verdict.yaml"
+    agent.write_text("model: gpt-4o-mini\nresponse_format: tests.answers:Verdict\n")
+    prompt = f"{CASES['auto'].prompt} from the command line"
+    done = run_cli(stack, "run", prompt, "--agent", str(agent), "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["status"] == "completed"
+    assert out["structured_response"] == {"answer": True, "reason": "it fits"}
 
 
 def test_what_cannot_travel_is_refused_in_one_line() -> None:
