@@ -58,6 +58,19 @@ CASES = {
             call("Weather", {"city": "Rome", "celsius": 20}),
         ],
     ),
+    # the structured answer beside another call: that call runs, then the agent ends
+    "tool_and_more": Case(
+        "weather and more",
+        lambda: {"response_format": ToolStrategy(Weather)},
+        [
+            Reply(
+                tool_calls=(
+                    ScriptedToolCall("add", {"a": 1, "b": 2}),
+                    ScriptedToolCall("Weather", {"city": "Oslo", "celsius": 4}),
+                )
+            )
+        ],
+    ),
     # the same inside a wrap_model_call chain (the model call is the middleware's handler)
     "wrapped": Case(
         "weather wrapped",

@@ -233,7 +233,7 @@ def test_embedded_matches_langchain() -> None:
     """No REDIS_URL: the embedded runtime, tools and model in-process."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "OPENAI_BASE_URL")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
-    names = ["tool_retry", "tool_twice", "wrapped", "provider", "auto"]
+    names = ["tool_retry", "tool_twice", "tool_and_more", "wrapped", "provider", "auto"]
     done = subprocess.run(
         [sys.executable, "-c", EMBEDDED, *names],
         env=env,

@@ -439,6 +439,12 @@ class Loop:
             (m.text() for m in reversed([turn.ai, *turn.after_ai]) if isinstance(m, AIMessage)),
             "",
         )
+        completed = TaskCompleted(
+            task_id=tid,
+            steps=event.step,
+            answer=answer,
+            structured_response=_structured_response(event, turn),
+        )
         return await self.store.apply(
             tid,
             RecordReply(
@@ -448,18 +454,12 @@ class Loop:
                 responded_event=self.rt.encode(event),  # with the size check of a publish
                 expected=[] if turn.end else join_order(turn.ai, turn.decided),
                 pre_results={k: v.model_dump_json() for k, v in turn.decided.items()},
-                completed_event=dump_event(
-                    TaskCompleted(
-                        task_id=tid,
-                        steps=event.step,
-                        answer=answer,
-                        structured_response=_structured_response(event, turn),
-                    )
-                ),
+                completed_event=dump_event(completed),
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
                 failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
                 extra=json.dumps(turn.extra) if turn.extra is not None else "",
+                end_after=dump_event(completed) if turn.end_after_tools else b"",
             ),
             fusion,
         )
@@ -481,7 +481,10 @@ class Loop:
         if outcome.given and not pending:
             after = [*answers.values(), *turn.after_ai]
             return ModelTurn(turn.ai, after, {}, extra, end=True)
-        return ModelTurn(turn.ai, turn.after_ai, decided, extra, turn.end)
+        # LangChain runs the reply's other calls, then ends on the structured answer
+        return ModelTurn(
+            turn.ai, turn.after_ai, decided, extra, turn.end, end_after_tools=outcome.given
+        )
 
     # -- hooks of the loop stage -------------------------------------------------------
 

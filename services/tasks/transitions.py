@@ -75,6 +75,10 @@ class RecordReply(Args):
     """Messages after_model hooks added after the reply (JSON each)."""
     extra: str
     """The middleware's state fields (JSON), or "" when unchanged."""
+    end_after: bytes = b""
+    """A TaskCompleted (JSON) to end the task with once the step's results are in, in
+    place of the next step (a structured response given beside other tool calls, as
+    LangChain ends after running them); empty for none."""
 
 
 @dataclass(frozen=True, slots=True)
