@@ -17,6 +17,8 @@ and at most once per cause (``state.Cause``)::
       TOOLS ──RecordResult──▶ TOOLS                   one call's result, more to come
       TOOLS ──RecordResult──▶ MODEL (step + 1)        the step's last result: all join
       TOOLS ──RecordResult──▶ DONE                    ... at the step limit: failed
+      TOOLS ──RecordResult──▶ DONE                    ... after a structured response
+                                                      (RecordReply's end_after): completed
       TOOLS ──ParkCall──▶ TOOLS                       a per-call approval: the call waits
       TOOLS ──DecideCall──▶ TOOLS                     its decision, accepted once
       any   ──FailTask──▶ DONE                        failed: cancel, deadline, model
@@ -84,7 +86,8 @@ class RecordReply(Args):
 @dataclass(frozen=True, slots=True)
 class RecordResult(Args):
     """A tool call's result: tools -> tools, or (the step's last) -> the next step's model
-    phase, or -> done (failed) at the step limit."""
+    phase, or -> done (failed) at the step limit, or -> done (completed) when the reply
+    gave a structured response (``RecordReply.end_after``)."""
 
     LUA = "tool_completed"
     step: int
