@@ -86,6 +86,9 @@ class ResponseFormatSpec(BaseModel):
     string: that message); False: the task fails."""
     strict: bool | None = None
     """ProviderStrategy's ``strict``."""
+    ref: str | None = None
+    """Embedded mode: a ``local:`` reference to the strategy object itself, for what is
+    not data (``handle_errors`` given as exception types or a function)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -134,16 +134,19 @@ def _response_format_spec(response_format: Any, embedded: bool) -> ResponseForma
         return response_format
     if isinstance(response_format, ToolStrategy):
         handle = response_format.handle_errors
-        if not isinstance(handle, bool | str):
+        data = isinstance(handle, bool | str)
+        if not data and not embedded:
             raise TypeError(
                 "ToolStrategy(handle_errors=...) travels as True, False or a message; "
-                f"{handle!r} cannot"
+                f"{handle!r} cannot (in-process, without REDIS_URL, it may be anything)"
             )
         return ResponseFormatSpec(
             strategy="tool",
             schema_=_schema_ref(response_format.schema, embedded),
             tool_message_content=response_format.tool_message_content,
-            handle_errors=handle,
+            handle_errors=handle if isinstance(handle, bool | str) else True,
+            # embedded: the strategy object itself, for handle_errors that is code
+            ref=None if data else local.register_instance(response_format),
         )
     if isinstance(response_format, ProviderStrategy):
         return ResponseFormatSpec(

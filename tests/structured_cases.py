@@ -128,6 +128,22 @@ CASES = {
     ),
 }
 
+EMBEDDED_ONLY = {
+    # handle_errors as a function: code, so only in-process (deployed refuses it)
+    "tool_errors_function": Case(
+        "weather function",
+        lambda: {
+            "response_format": ToolStrategy(
+                Weather, handle_errors=lambda e: f"Try again ({type(e).__name__})."
+            )
+        },
+        [
+            call("Weather", {"city": "Oslo", "celsius": 99}),
+            call("Weather", {"city": "Oslo", "celsius": 4}),
+        ],
+    ),
+}
+
 FAILING = Case(
     "weather strict",
     lambda: {"response_format": ToolStrategy(Weather, handle_errors=False)},
@@ -135,7 +151,7 @@ FAILING = Case(
 )
 """handle_errors=False: LangChain raises StructuredOutputValidationError."""
 
-SCRIPTS = {case.prompt: case.turns for case in [*CASES.values(), FAILING]}
+SCRIPTS = {case.prompt: case.turns for case in [*CASES.values(), *EMBEDDED_ONLY.values(), FAILING]}
 
 
 def shape(messages: list[BaseMessage]) -> list[dict[str, Any]]:

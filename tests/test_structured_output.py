@@ -32,7 +32,7 @@ from services.settings import Settings
 from services.spec import local
 from services.spec.validation import check_deployable
 from tests.answers import Forecast, Weather
-from tests.structured_cases import CASES, FAILING, SCRIPTS, Case, shape
+from tests.structured_cases import CASES, EMBEDDED_ONLY, FAILING, SCRIPTS, Case, shape
 from tests.support import REPO_ROOT, ServiceProcesses, run_cli, services_on, twin_servers
 
 
@@ -176,12 +176,14 @@ def test_the_command_line_prints_the_structured_response(
     assert out["structured_response"] == {"answer": True, "reason": "it fits"}
 
 
-def test_what_cannot_travel_is_refused_in_one_line() -> None:
+def test_what_cannot_travel_is_refused_in_one_line(redis_url: str) -> None:
     def make(response_format: Any) -> Any:
-        return create_agent("gpt-4o-mini", [], response_format=response_format)
+        return create_agent("gpt-4o-mini", [], response_format=response_format, redis_url=redis_url)
 
     with pytest.raises(TypeError, match="handle_errors"):
         make(ToolStrategy(Weather, handle_errors=ValueError))
+    with pytest.raises(TypeError, match="handle_errors"):
+        make(EMBEDDED_ONLY["tool_errors_function"].kwargs()["response_format"])
     with pytest.raises(TypeError, match="unions do not travel"):
         make(ToolStrategy(Weather | Forecast))  # type: ignore[arg-type]
     local_ref = local.register_instance(Weather)  # how embedded agents name it
@@ -192,11 +194,14 @@ def test_what_cannot_travel_is_refused_in_one_line() -> None:
         agent_from_dict({"model": "gpt-4o-mini", "response_format": "Weather"})
 
 
-def test_a_plain_system_message_is_the_same_agent_as_its_text() -> None:
-    plain = create_agent("gpt-4o-mini", [], system_prompt=SystemMessage(content="Be brief."))
-    text = create_agent("gpt-4o-mini", [], system_prompt="Be brief.")
+def test_a_plain_system_message_is_the_same_agent_as_its_text(redis_url: str) -> None:
+    def make(system_prompt: Any) -> Any:
+        return create_agent("gpt-4o-mini", [], system_prompt=system_prompt, redis_url=redis_url)
+
+    plain = make(SystemMessage(content="Be brief."))
+    text = make("Be brief.")
     assert plain.spec == text.spec and plain.spec.system_message is None
-    named = create_agent("gpt-4o-mini", [], system_prompt=SystemMessage("Hi.", name="rules"))
+    named = make(SystemMessage("Hi.", name="rules"))
     assert named.spec.system_message is not None and named.spec.system_message.name == "rules"
 
 
@@ -206,13 +211,13 @@ warnings.simplefilter("ignore")
 from langchain_openai import ChatOpenAI
 from loopline import create_agent
 from loopline.testing.harness import twin_servers
-from tests.structured_cases import CASES, SCRIPTS, shape
+from tests.structured_cases import CASES, EMBEDDED_ONLY, SCRIPTS, shape
 from tests.test_structured_output import requests_for, run_langchain
 
 out = {}
 with twin_servers(SCRIPTS) as (lc_server, ll_server):
     for name in sys.argv[1:]:
-        case = CASES[name]
+        case = {**CASES, **EMBEDDED_ONLY}[name]
         lc = run_langchain(case, lc_server)
         model = ChatOpenAI(model=case.model, base_url=ll_server.url, api_key="test")
         ours = create_agent(model, case.tools, **case.kwargs()).invoke({"messages": case.prompt})
@@ -233,7 +238,16 @@ def test_embedded_matches_langchain() -> None:
     """No REDIS_URL: the embedded runtime, tools and model in-process."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "OPENAI_BASE_URL")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
-    names = ["tool_retry", "tool_twice", "tool_and_more", "wrapped", "provider", "auto"]
+    cases = {**CASES, **EMBEDDED_ONLY}
+    names = [
+        "tool_retry",
+        "tool_twice",
+        "tool_and_more",
+        "wrapped",
+        "provider",
+        "auto",
+        "tool_errors_function",
+    ]
     done = subprocess.run(
         [sys.executable, "-c", EMBEDDED, *names],
         env=env,
@@ -246,5 +260,7 @@ def test_embedded_matches_langchain() -> None:
     runs = json.loads(done.stdout.strip().splitlines()[-1])
     for name in names:
         lc, ll = runs[name]["lc"], runs[name]["ll"]
-        assert len(lc["requests"]) == len(CASES[name].turns), name
+        assert len(lc["requests"]) == len(cases[name].turns), name
         assert ll == lc, name
+    retried = runs["tool_errors_function"]["ll"]["requests"][1]["messages"][-1]
+    assert retried["content"] == "Try again (StructuredOutputValidationError)."

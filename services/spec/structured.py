@@ -57,6 +57,8 @@ def response_schema(rf: ResponseFormatSpec) -> Any:
 
 def strategy_of(rf: ResponseFormatSpec) -> Strategy:
     """The LangChain strategy the spec stands for (built once per spec)."""
+    if rf.ref is not None:
+        return _local_strategy(rf.ref)
     found = _strategies.get(_key(rf))
     if found is None:
         from langchain.agents.structured_output import (
@@ -77,6 +79,16 @@ def strategy_of(rf: ResponseFormatSpec) -> Strategy:
         else:
             found = AutoStrategy(schema)
         _strategies[_key(rf)] = found
+    return found
+
+
+def _local_strategy(ref: str) -> Strategy:
+    found = local.lookup(ref)
+    if found is None:
+        raise ConfigurationError(
+            f"response_format {ref!r} is an in-process strategy of another process; "
+            "give handle_errors as True, False or a message where services run apart"
+        )
     return found
 
 

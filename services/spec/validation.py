@@ -86,6 +86,8 @@ def check_deployable(spec: AgentSpec) -> None:
     rf = spec.response_format
     if rf is not None and isinstance(rf.schema_, str) and local.is_local(rf.schema_):
         local_refs.append(rf.schema_)
+    if rf is not None and rf.ref is not None:
+        local_refs.append(rf.ref)
     local_refs += [m.type for m in spec.middleware if local.is_local(m.type)]
     local_refs += [r for m in spec.middleware for r in callable_refs(m.params) if local.is_local(r)]
     if spec.model.ref or local_refs:
