@@ -20,6 +20,9 @@ from contracts.todos import Todo
 
 SCHEMA_VERSION = 1
 
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
+MULTITASK_STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt", "rollback")
+
 
 def new_task_id() -> str:
     return uuid.uuid4().hex
@@ -52,6 +55,20 @@ class TaskSubmitted(Event):
     max_steps: int | None = Field(default=None, ge=1)
     deadline_s: float | None = Field(default=None, gt=0)
     """Seconds the task may run before it fails (default: LOOPLINE_TASK_DEADLINE_S)."""
+    thread_id: str | None = Field(default=None, min_length=1, max_length=256)
+    """The conversation this task is a run of: it starts from the thread's state
+    (transcript, todos, middleware state) and writes its own back when it ends."""
+    multitask_strategy: MultitaskStrategy = "reject"
+    """What happens when the thread already has an active run (LangGraph's double-texting
+    strategies): ``reject`` this run fails at once; ``enqueue`` it runs after the active
+    one; ``interrupt`` the active run stops at its next step boundary, keeping what it
+    did; ``rollback`` the active run stops and its changes to the thread are dropped."""
+    run_name: str | None = None
+    """LangChain's ``config["run_name"]``: recorded with the run and in its trace."""
+    tags: list[str] = Field(default_factory=list)
+    """LangChain's ``config["tags"]``: recorded with the run and in its trace."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """LangChain's ``config["metadata"]``: recorded with the run and in its trace."""
 
     @property
     def agent_name(self) -> str:
@@ -59,11 +76,22 @@ class TaskSubmitted(Event):
         return self.agent.partition("@")[0] if isinstance(self.agent, str) else self.agent.name
 
 
+class RunDequeued(Event):
+    """Loop (any service that ended a thread's run) → tasks stream: the run ``task_id``
+    waited for its thread (``multitask_strategy`` enqueue, interrupt or rollback) and is
+    the thread's active run now: the loop starts it from the submission the thread kept."""
+
+    type: Literal["RunDequeued"] = "RunDequeued"
+    thread_id: str
+
+
 class CancelRequested(Event):
     """A client asks for a running task to stop. Published on the tasks stream."""
 
     type: Literal["CancelRequested"] = "CancelRequested"
     reason: str = "cancelled by request"
+    thread_id: str | None = None
+    """The run's thread, to cancel a run that still waits for it (enqueue)."""
 
 
 class ApprovalRequested(Event):
@@ -281,6 +309,7 @@ class DeadLettered(Event):
 
 AnyEvent = Annotated[
     TaskSubmitted
+    | RunDequeued
     | CancelRequested
     | DecisionsSubmitted
     | ApprovalRequested
@@ -303,6 +332,7 @@ AnyEvent = Annotated[
 EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
 EVENT_TYPES: tuple[type[Event], ...] = (
     TaskSubmitted,
+    RunDequeued,
     CancelRequested,
     DecisionsSubmitted,
     ApprovalRequested,

@@ -79,6 +79,19 @@ class Names:
         return f"{self.prefix}:approvals"
 
     @property
+    def stream_requests(self) -> str:
+        """Pub/sub channel: the id of a task whose replies a client asked to see streamed
+        (``task_streaming``), published as the client asks. Model services listen."""
+        return f"{self.prefix}:stream-requests"
+
+    @property
+    def stream_requested(self) -> str:
+        """Sorted set: task ids whose replies a client asked to see streamed, scored by
+        when the request lapses (epoch seconds): what a model service that was not yet
+        listening on ``stream_requests`` loads when it starts listening."""
+        return f"{self.prefix}:stream-requested"
+
+    @property
     def dlq(self) -> str:
         """DeadLettered: events no consumer could handle, with the reason."""
         return f"{self.prefix}:dlq"
@@ -144,9 +157,63 @@ class Names:
         """Hash: tool call id -> {state: running|done, message}: a tool runs at most once."""
         return self.task_key(task_id, "calls")
 
+    def task_chunks(self, task_id: str) -> str:
+        """Stream: the model's reply as it is generated (``contracts.chunks.ChunkBatch``),
+        capped and expiring; written only while a client asked (``task_streaming``)."""
+        return self.task_key(task_id, "chunks")
+
+    def task_streaming(self, task_id: str) -> str:
+        """Hash, set by a client before it submits: the task's replies are streamed to
+        ``task_chunks``; field ``step:N`` counts the model calls (attempts) of step N.
+        Expires with the chunk stream."""
+        return self.task_key(task_id, "streaming")
+
     def task_keys(self, task_id: str) -> list[str]:
         parts = ("state", "messages", "log", "results", "logged", "todos", "tokens", "calls")
         return [self.task_key(task_id, p) for p in parts]
+
+    # -- per-thread keys (hash tag = thread id): a conversation's state between its runs --
+    def thread_key(self, thread_id: str, part: str) -> str:
+        return f"{self.prefix}:thread:{{{thread_id}}}:{part}"
+
+    def thread_state(self, thread_id: str) -> str:
+        """Hash: the active run, the last run, the middleware state (``extra``),
+        retention, the stop asked of the active run. Written by the thread scripts."""
+        return self.thread_key(thread_id, "state")
+
+    def thread_messages(self, thread_id: str) -> str:
+        """List: the thread's transcript as its last run left it, one JSON message each."""
+        return self.thread_key(thread_id, "messages")
+
+    def thread_todos(self, thread_id: str) -> str:
+        """String: the thread's todo list (JSON) as its last run left it."""
+        return self.thread_key(thread_id, "todos")
+
+    def thread_runs(self, thread_id: str) -> str:
+        """Hash: task id -> queued | active | completed | failed | rejected | rolled_back."""
+        return self.thread_key(thread_id, "runs")
+
+    def thread_log(self, thread_id: str) -> str:
+        """Stream: the thread's log of runs: each run's TaskSubmitted when it starts and
+        its TaskCompleted / TaskFailed when it ends."""
+        return self.thread_key(thread_id, "log")
+
+    def thread_queue(self, thread_id: str) -> str:
+        """List: task ids of runs waiting for the thread, next first."""
+        return self.thread_key(thread_id, "queue")
+
+    def thread_pending(self, thread_id: str) -> str:
+        """Hash: task id -> TaskSubmitted (JSON) of a run that waited for the thread."""
+        return self.thread_key(thread_id, "pending")
+
+    def thread_keys(self, thread_id: str) -> list[str]:
+        parts = ("state", "messages", "todos", "runs", "log", "queue", "pending")
+        return [self.thread_key(thread_id, p) for p in parts]
+
+    @property
+    def threads(self) -> str:
+        """Sorted set: thread id scored by its last change (epoch seconds), for listing."""
+        return f"{self.prefix}:threads"
 
     def agent(self, agent_id: str) -> str:
         """String: an agent spec (JSON), stored once under its content hash."""

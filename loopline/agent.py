@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec
-from contracts.events import AnyEvent, ApprovalRequested, TaskFailed, ToolInterrupted
+from contracts.events import (
+    AnyEvent,
+    ApprovalRequested,
+    TaskFailed,
+    ToolInterrupted,
+    new_task_id,
+)
 from contracts.messages import (
     MESSAGE_TYPES,
     Message,
@@ -22,6 +28,15 @@ from contracts.messages import (
     to_langchain,
 )
 from loopline.client import Client, TaskFailedError
+from loopline.conversation import (
+    RunConfig,
+    decisions_of,
+    interrupt_of,
+    is_command,
+    max_model_calls,
+    snapshot,
+)
+from loopline.threads import ThreadValues
 from services.errors import ConfigurationError
 from services.settings import Settings
 from services.spec import imports, local, structured, toolbox
@@ -176,9 +191,19 @@ def _system_fields(system_prompt: Any) -> dict[str, Any]:
 
 
 class Agent:
-    """A loopline agent: ``invoke``/``ainvoke``/``astream`` like a LangChain agent."""
+    """A loopline agent: ``invoke``/``ainvoke``/``stream``/``astream`` like a LangChain
+    agent, ``config={"configurable": {"thread_id": ...}}`` continuing a thread, and
+    ``get_state`` / ``get_state_history`` reading it back."""
 
-    def __init__(self, spec: AgentSpec, *, url: str, embedded: bool, settings: Settings):
+    def __init__(
+        self,
+        spec: AgentSpec,
+        *,
+        url: str,
+        embedded: bool,
+        settings: Settings,
+        checkpointer: Any = None,
+    ):
         self.spec = spec
         self.url = url
         self.embedded = embedded
@@ -190,6 +215,19 @@ class Agent:
         self.deployed: str | None = None
         """``NAME@VERSION`` this agent was registered as (with REDIS_URL: the services
         run only deployed agents, so the first task registers it)."""
+        self.given_store: Any = None
+        self.checkpointer = checkpointer
+        """Accepted for LangChain's signature; threads live in loopline's store either
+        way. With one, a call without ``configurable.thread_id`` is refused, as LangGraph
+        refuses it."""
+
+    @property
+    def store(self) -> Any:
+        """The deployment's store, as hooks and tools see it (``runtime.store``): a
+        ``services.redis_store.RedisStore``."""
+        from services.redis_store import RedisStore
+
+        return RedisStore(self.url, self.settings.prefix)
 
     async def _agent_ref(self, client: Client) -> AgentSpec | str:
         """What a task names: the spec itself on the embedded default (the process is
@@ -211,14 +249,39 @@ class Agent:
     def client(self) -> Client:
         return Client(self.url, self.settings.prefix)
 
-    async def asubmit(self, input: dict[str, Any], *, task_id: str | None = None) -> str:
-        """Submit a task and return its id at once."""
+    def _run_config(self, config: Mapping[str, Any] | None) -> RunConfig:
+        return RunConfig.of(config, checkpointer=self.checkpointer)
+
+    async def asubmit(
+        self,
+        input: dict[str, Any],
+        *,
+        task_id: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        multitask_strategy: str = "reject",
+    ) -> str:
+        """Submit a task (with ``config``'s thread: a run of it) and return its id at once."""
+        run = self._run_config(config)
         self._start_services()
         messages = _input_messages(input)
+        max_steps = self.max_steps
+        if run.recursion_limit is not None:
+            max_steps = max_model_calls(self.spec, run.recursion_limit)
         async with self.client() as client:
             agent = await self._agent_ref(client)
-            max_steps = self.max_steps if self.embedded else None  # registered with it
-            return await client.submit(agent, messages, task_id=task_id, max_steps=max_steps)
+            if run.recursion_limit is None and not self.embedded:
+                max_steps = None  # registered with the agent
+            return await client.submit(
+                agent,
+                messages,
+                task_id=task_id,
+                max_steps=max_steps,
+                thread_id=run.thread_id,
+                multitask_strategy=multitask_strategy,
+                run_name=run.run_name,
+                tags=run.tags,
+                metadata=run.metadata,
+            )
 
     async def aresult(
         self, task_id: str, *, after: str = "0", answered: Sequence[str] = ()
@@ -289,27 +352,209 @@ class Agent:
         async with self.client() as client:
             await client.cancel(task_id, reason)
 
-    async def ainvoke(self, input: dict[str, Any]) -> dict[str, Any]:
-        return await self.aresult(await self.asubmit(input))
+    async def ainvoke(
+        self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """LangChain's ``ainvoke``: ``input`` the new messages, or ``Command(resume=...)``
+        answering the thread's waiting interrupt(s); ``config`` LangChain's (thread id,
+        recursion limit, run name, tags, metadata); ``multitask_strategy`` for a thread
+        that has a run going (default ``reject``)."""
+        strategy = str(kwargs.pop("multitask_strategy", "reject"))
+        kwargs.pop("version", None)  # LangGraph's output version: one shape here
+        if kwargs:
+            raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
+        if is_command(input):
+            return await self._aresume_thread(input, config)
+        task_id = await self.asubmit(input, config=config, multitask_strategy=strategy)
+        result = await self.aresult(task_id)
+        if self._run_config(config).thread_id is not None:
+            result = await self._thread_result(result, config)
+        return result
 
-    def invoke(self, input: dict[str, Any]) -> dict[str, Any]:
+    def invoke(
+        self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.ainvoke(input))
+            return asyncio.run(self.ainvoke(input, config, **kwargs))
         raise RuntimeError("invoke() called inside a running event loop; use ainvoke()")
 
-    async def astream(self, input: dict[str, Any]) -> AsyncIterator[AnyEvent]:
-        """The task's events as they happen, ending with TaskCompleted or TaskFailed."""
-        task_id = await self.asubmit(input)
+    async def astream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] = "values",
+        **kwargs: Any,
+    ) -> AsyncGenerator[Any, None]:
+        """LangChain's ``astream``: ``stream_mode`` ``"messages"`` (``(AIMessageChunk or
+        ToolMessage, metadata)`` pairs, the model's tokens as they are generated),
+        ``"updates"`` (``{node: update}``), ``"values"`` (the state after each step; the
+        default, as LangGraph's), or a list of them (``(mode, data)`` tuples); ``config``
+        and ``multitask_strategy`` as for ``ainvoke``. loopline's own events (and
+        ``Command(resume=...)``): ``astream_task_events``."""
+        from loopline.stream_modes import modes_of, stream_task
+
+        modes, tagged = modes_of(stream_mode)
+        strategy = str(kwargs.pop("multitask_strategy", "reject"))
+        if kwargs:
+            raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
+        if is_command(input):
+            raise ValueError(
+                "astream(Command(resume=...)) with stream modes is not supported yet: use "
+                "invoke(Command(...)) or astream_task_events(Command(...))"
+            )
+        task_id = new_task_id()
+        inputs = [to_langchain(m) for m in _input_messages(input)]
+        self._start_services()
+        if "messages" in modes:
+            async with self.client() as client:
+                await client.stream_replies(task_id, self.settings.stream_ttl_s)
+        await self.asubmit(input, task_id=task_id, config=config, multitask_strategy=strategy)
+        async with self.client() as client:
+            async for mode, data in stream_task(client, task_id, modes, inputs):
+                yield (mode, data) if tagged else data
+
+    def stream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] = "values",
+        **kwargs: Any,
+    ) -> Iterator[Any]:
+        """``astream`` for synchronous callers (not inside a running event loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return iter_async(self.astream(input, config, stream_mode=stream_mode, **kwargs))
+        raise RuntimeError("stream() called inside a running event loop; use astream()")
+
+    async def astream_task_events(
+        self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> AsyncIterator[AnyEvent]:
+        """The task's loopline events as they happen, ending with TaskCompleted or
+        TaskFailed (or the ApprovalRequested a run parks on); ``Command(resume=...)``
+        answers the thread's waiting run and gives its events. What ``astream`` yielded
+        before it took LangChain's stream modes."""
+        if is_command(input):
+            result = await self._aresume_thread(input, config)
+            task_id = str(result["task_id"])
+            async with self.client() as client:
+                async for _, event in client.events(task_id, follow=False):
+                    yield event
+            return
+        strategy = str(kwargs.pop("multitask_strategy", "reject"))
+        task_id = await self.asubmit(input, config=config, multitask_strategy=strategy)
         async with self.client() as client:
             async for _, event in client.events(task_id):
                 yield event
+                if isinstance(event, ApprovalRequested):
+                    return
+
+    def stream_task_events(
+        self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> Iterator[AnyEvent]:
+        """``astream_task_events`` for synchronous code."""
+        return iter_async(self.astream_task_events(input, config, **kwargs))
 
     async def aevents(self, task_id: str, *, after: str = "0") -> AsyncIterator[AnyEvent]:
         async with self.client() as client:
             async for _, event in client.events(task_id, after=after):
                 yield event
+
+    # -- threads (LangGraph's checkpointer API) ----------------------------------------
+
+    def _thread_id(self, config: Mapping[str, Any] | None) -> str:
+        thread_id = self._run_config(config).thread_id
+        if thread_id is None:
+            raise ValueError('config needs {"configurable": {"thread_id": ...}}')
+        return thread_id
+
+    async def aget_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
+        """The thread's ``StateSnapshot``: ``values`` (messages, todos, the middleware's
+        state), ``next`` and ``tasks`` (with the interrupts a waiting run asked)."""
+        thread_id = self._thread_id(config)
+        async with self.client() as client:
+            reader = client.threads()
+            state = await reader.current(thread_id)
+            interrupts = await self._interrupts(client, state)
+            runs = await reader.run_ids(thread_id)
+        parent = runs[runs.index(state.run_id) - 1] if state.run_id in runs[1:] else ""
+        return snapshot(self.spec, state, interrupts, parent_run=parent)
+
+    def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
+        return asyncio.run(self.aget_state(config, subgraphs=subgraphs))
+
+    async def aget_state_history(
+        self, config: Mapping[str, Any], **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """The thread's states by run, newest first (LangGraph lists one per superstep;
+        loopline keeps one per run, for the retention time of the run)."""
+        thread_id = self._thread_id(config)
+        limit = kwargs.get("limit")
+        async with self.client() as client:
+            states = await client.threads().history(thread_id)
+        for i, state in enumerate(states):
+            if limit is not None and i >= limit:
+                return
+            parent = states[i + 1].run_id if i + 1 < len(states) else ""
+            yield snapshot(self.spec, state, parent_run=parent)
+
+    def get_state_history(self, config: Mapping[str, Any], **kwargs: Any) -> Iterator[Any]:
+        return iter_async(self.aget_state_history(config, **kwargs))
+
+    async def _interrupts(self, client: Client, state: ThreadValues) -> list[Any]:
+        """The interrupts a waiting run of the thread asked (batched: one, by run and
+        step; per call: one per waiting call, by its tool call id)."""
+        if state.status != "running":
+            return []
+        if state.phase == "approval":
+            asked = await client.threads().batched_request(state.run_id, state.step)
+            if asked is None:
+                return []
+            return [interrupt_of(asked.request, f"{state.run_id}:{state.step}")]
+        calls = await client.waiting_calls(state.run_id)
+        return [interrupt_of(c.request, str(c.request.get("tool_call_id"))) for c in calls]
+
+    async def _aresume_thread(
+        self, command: Any, config: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """``Command(resume=...)``: answer the thread's waiting interrupt(s)."""
+        thread_id = self._thread_id(config)
+        async with self.client() as client:
+            state = await client.threads().current(thread_id)
+            interrupts = await self._interrupts(client, state)
+        if not interrupts:
+            raise ValueError(f"thread {thread_id} has no interrupt waiting for a resume")
+        waiting_ids = [str(i.id) for i in interrupts]
+        decisions = decisions_of(command.resume, waiting_ids)
+        result = await self.aresume(state.run_id, decisions)
+        return await self._thread_result(result, config)
+
+    async def _thread_result(
+        self, result: dict[str, Any], config: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """A thread call's result as LangGraph returns it: interrupts as ``Interrupt``s."""
+        if "__interrupt__" not in result:
+            return result
+        snap = await self.aget_state(config or {})
+        return {**result, "__interrupt__": list(snap.interrupts)}
+
+
+def iter_async(source: AsyncIterator[Any]) -> Iterator[Any]:
+    """An async iterator drained in a private event loop, for synchronous callers."""
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(source.__anext__())
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 def _input_messages(input: dict[str, Any]) -> list[Message]:
@@ -338,6 +583,8 @@ def create_agent(
     tool_timeouts: dict[str, float] | None = None,
     redis_url: str | None = None,
     settings: Settings | None = None,
+    checkpointer: Any = None,
+    store: Any = None,
 ) -> Agent:
     """Build an agent. ``model``: a name (``"openai:gpt-4o-mini"``) or a chat model;
     ``tools``: LangChain tools, typed functions with docstrings, or import paths;
@@ -346,7 +593,13 @@ def create_agent(
     (default: the tools service's ``LOOPLINE_TOOL_TIMEOUT_S``); ``response_format``:
     LangChain's ToolStrategy, ProviderStrategy or a bare schema, giving
     ``structured_response``; ``name``: set on the agent's AI messages, as LangChain
-    does."""
+    does; ``checkpointer``: any
+    LangGraph checkpointer (``InMemorySaver``...), accepted for compatibility: threads are
+    kept by loopline's services in Redis either way, and with one a call must name its
+    thread (``config["configurable"]["thread_id"]``), as LangGraph requires; ``store``:
+    accepted likewise: hooks (``runtime.store``) and tools (``ToolRuntime.store``) get
+    the deployment's Redis-backed store (``services.store.RedisStore``, ``agent.store``)
+    in every service, whichever store is given."""
     settings = settings or Settings()
     url, embedded = resolve_url(redis_url or settings.redis_url)
     refs, schemas = _tool_refs(list(tools or ()), embedded)
@@ -363,7 +616,8 @@ def create_agent(
         tool_timeouts=dict(tool_timeouts or {}),
     )
     check_agent(spec)  # a parameter of the wrong type fails here, before any task runs
-    agent = Agent(spec, url=url, embedded=embedded, settings=settings)
+    agent = Agent(spec, url=url, embedded=embedded, settings=settings, checkpointer=checkpointer)
+    agent.given_store = store
     agent.max_steps = max_steps
     if agent.spec.response_format is not None:
         agent.response_schema = structured.response_schema(agent.spec.response_format)

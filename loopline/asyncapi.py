@@ -43,6 +43,7 @@ from contracts.events import (
     ModelFailed,
     ModelRequested,
     ModelResponded,
+    RunDequeued,
     StepStarted,
     TaskCompleted,
     TaskFailed,
@@ -56,6 +57,7 @@ from contracts.events import (
 from contracts.streams import DATA_FIELD, GROUPS, Names
 
 TASK_TAG = "task_tag"
+THREAD_TAG = "thread_tag"
 """The task log's address parameter: the task id in braces (its hash tag)."""
 
 
@@ -74,11 +76,12 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(
         "tasks",
         lambda n: n.tasks,
-        (TaskSubmitted, CancelRequested, DecisionsSubmitted),
-        "clients (loopline.Client, `loopline run|submit|cancel`, any Redis client)",
+        (TaskSubmitted, CancelRequested, DecisionsSubmitted, RunDequeued),
+        "clients (loopline.Client, `loopline run|submit|cancel`, any Redis client); "
+        "RunDequeued: whichever service ended a thread's run that others waited behind",
         "loop",
-        "Work for the loop: new tasks, cancellations, and a human's decisions for a task "
-        "waiting for approval.",
+        "Work for the loop: new tasks, cancellations, a human's decisions for a task "
+        "waiting for approval, and a run whose turn on its thread has come.",
     ),
     Channel(
         "loop",
@@ -177,6 +180,15 @@ CHANNELS: tuple[Channel, ...] = (
         None,
         "A task's own ordered event log, read by clients from any offset "
         "(`loopline watch task ID`); ends with TaskCompleted or TaskFailed.",
+    ),
+    Channel(
+        "thread-log",
+        lambda n: n.thread_log(THREAD_TAG),
+        (TaskSubmitted, TaskCompleted, TaskFailed),
+        "loop (a run's start) and whichever service ended a run (its end)",
+        None,
+        "A thread's log of runs: each run's TaskSubmitted as it becomes the thread's "
+        "active run, then its TaskCompleted or TaskFailed.",
     ),
 )
 
@@ -286,6 +298,14 @@ def document(prefix: str = "loopline") -> dict[str, Any]:
                     f"task `3f2a` is `{Names(prefix).task_log('3f2a')}`. The braces make the "
                     "id a hash tag, so all of a task's keys share a Redis Cluster slot.",
                     "examples": ["{3f2a9c0d1e2b4a5f8e7d6c5b4a392817}"],
+                }
+            }
+        if channel.get("address") == Names(prefix).thread_log(THREAD_TAG):
+            channel["parameters"] = {
+                THREAD_TAG: {
+                    "description": "The thread id in braces, braces included (a hash tag: "
+                    "all of a thread's keys share a Redis Cluster slot).",
+                    "examples": ["{support-chat-42}"],
                 }
             }
     ordered: dict[str, Any] = {

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from contracts.agent import AgentSpec, DeployedAgent
+from contracts.chunks import ChunkBatch
 from contracts.events import (
+    MULTITASK_STRATEGIES,
     AnyEvent,
     ApprovalRequested,
     CancelRequested,
@@ -27,11 +31,13 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
+from loopline.threads import ThreadReader
 from services import deployed
 from services.redisconn import async_client
 from services.settings import Settings
 
 TERMINAL = (TaskCompleted, TaskFailed)
+log = logging.getLogger("loopline.client")
 
 
 async def read_stream(
@@ -51,6 +57,17 @@ async def read_stream(
         return []
     data_key = DATA_FIELD.encode()
     return [(entry_id.decode(), fields.get(data_key, b"")) for entry_id, fields in reply[0][1]]
+
+
+def chunk_batch(raw: bytes, entry_id: str) -> ChunkBatch | None:
+    """A chunk-stream entry, or None (logged) when it is not a ChunkBatch: the chunks are
+    a preview of a reply the log keeps whole, so a reader goes on without it."""
+    try:
+        return ChunkBatch.model_validate_json(raw)
+    except ValueError as exc:
+        first = str(exc).splitlines()[0]
+        log.warning("chunk stream entry %s skipped: not a chunk batch (%s)", entry_id, first)
+        return None
 
 
 LOST_STATE = (
@@ -190,16 +207,37 @@ class Client:
         max_steps: int | None = None,
         deadline_s: float | None = None,
         overrides: Mapping[str, Any] | None = None,
+        thread_id: str | None = None,
+        multitask_strategy: str = "reject",
+        run_name: str | None = None,
+        tags: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
-        """``agent``: a deployed agent's ``NAME`` or ``NAME@VERSION`` (with ``overrides``
-        its registration allows), or an inline spec (run only where the services allow
-        inline agents)."""
+        """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
+        ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
+        (run only where the services allow inline agents). ``thread_id``: a run of that
+        thread, continuing its state; ``multitask_strategy``: what happens if the thread
+        has a run going (see ``TaskSubmitted``)."""
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
         if overrides:
             fields["overrides"] = dict(overrides)
         if task_id:
             fields["task_id"] = task_id
-        event = TaskSubmitted(max_steps=max_steps, deadline_s=deadline_s, **fields)
+        if multitask_strategy not in MULTITASK_STRATEGIES:
+            raise ValueError(
+                f"multitask_strategy must be one of {', '.join(MULTITASK_STRATEGIES)}, "
+                f"not {multitask_strategy!r}"
+            )
+        event = TaskSubmitted(
+            max_steps=max_steps,
+            deadline_s=deadline_s,
+            thread_id=thread_id,
+            multitask_strategy=multitask_strategy,
+            run_name=run_name,
+            tags=list(tags),
+            metadata=dict(metadata or {}),
+            **fields,
+        )
         data = event.model_dump_json()
         if self._max_event_bytes is None:  # reading the settings costs milliseconds
             self._max_event_bytes = Settings().max_event_bytes
@@ -212,8 +250,11 @@ class Client:
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: data})
         return event.task_id
 
-    async def cancel(self, task_id: str, reason: str = "cancelled by request") -> None:
-        event = CancelRequested(task_id=task_id, reason=reason)
+    async def cancel(
+        self, task_id: str, reason: str = "cancelled by request", *, thread_id: str | None = None
+    ) -> None:
+        """Stop a running task; with ``thread_id``, also a run still queued for its thread."""
+        event = CancelRequested(task_id=task_id, reason=reason, thread_id=thread_id)
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
 
     async def decide(
@@ -349,6 +390,12 @@ class Client:
         value: Any = await self.redis.hget(self.names.task_state(task_id), "status")
         return value.decode() if isinstance(value, bytes) else value
 
+    # -- threads --
+
+    def threads(self) -> ThreadReader:
+        """Read, list and remove threads (``loopline.threads``)."""
+        return ThreadReader(self.redis, self.names)
+
     # -- dead letters --
 
     async def dead_letters(self, count: int = 100) -> list[tuple[str, DeadLettered]]:
@@ -419,6 +466,68 @@ class Client:
     async def todos(self, task_id: str) -> list[dict[str, Any]]:
         raw = await self.redis.get(self.names.task_todos(task_id))
         return list(json.loads(raw)) if raw else []
+
+    # -- token streaming (contracts.chunks) --
+
+    async def stream_replies(self, task_id: str, ttl_s: int | None = None) -> None:
+        """Ask for the task's model replies as they are generated, on its chunk stream
+        (``chunks``): call before submitting the task (a task nobody asked for is not
+        streamed). ``ttl_s``: how long the request lasts unless chunks renew it."""
+        key = self.names.task_streaming(task_id)
+        ttl = ttl_s or Settings().stream_ttl_s
+        now = time.time()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, "asked", "1")
+            pipe.expire(key, ttl)
+            pipe.zadd(self.names.stream_requested, {task_id: now + ttl})
+            pipe.zremrangebyscore(self.names.stream_requested, "-inf", now)
+            await pipe.execute()
+        # the model services learn of it at once, and need not ask Redis on every step
+        await self.redis.publish(self.names.stream_requests, task_id)
+
+    async def chunks(
+        self, task_id: str, *, after: str = "0", follow: bool = True, block_ms: int = 1000
+    ) -> AsyncIterator[tuple[str, ChunkBatch]]:
+        """The task's chunk stream from entry ``after`` on, as (entry id, batch). Resume
+        after a disconnect by passing the last entry id seen: no loss, no duplicate (for
+        as long as the stream lives: ``LOOPLINE_STREAM_TTL_S``). With ``follow`` it waits
+        for more until it is cancelled or the caller stops."""
+        key = self.names.task_chunks(task_id)
+        last = after
+        while True:
+            entries = await read_stream(
+                self.redis, key, last, block_ms=block_ms if follow else None
+            )
+            if not entries and not follow:
+                return
+            for last, raw in entries:
+                batch = chunk_batch(raw, last)
+                if batch is not None:
+                    yield last, batch
+
+    async def feed(
+        self, task_id: str, chunks_after: str, log_after: str, block_ms: int = 1000
+    ) -> tuple[list[tuple[str, ChunkBatch]], list[tuple[str, AnyEvent]]]:
+        """New entries of the task's chunk stream and log, read in one command (one
+        snapshot: the chunks of a reply are all there when its ``ModelResponded`` is)."""
+        chunks_key, log_key = self.names.task_chunks(task_id), self.names.task_log(task_id)
+        reply: Any = await self.redis.xread(
+            {chunks_key: chunks_after, log_key: log_after}, block=block_ms
+        )
+        batches: list[tuple[str, ChunkBatch]] = []
+        events: list[tuple[str, AnyEvent]] = []
+        data_key = DATA_FIELD.encode()
+        for key, entries in reply or []:
+            name = key.decode() if isinstance(key, bytes) else key
+            for entry_id, fields in entries:
+                raw = fields.get(data_key, b"")
+                if name == chunks_key:
+                    batch = chunk_batch(raw, entry_id.decode())
+                    if batch is not None:
+                        batches.append((entry_id.decode(), batch))
+                else:
+                    events.append((entry_id.decode(), parse_event(raw)))
+        return batches, events
 
     async def subscribe(
         self, stream: str, *, from_start: bool = False, follow: bool = True, block_ms: int = 1000

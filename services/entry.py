@@ -43,6 +43,12 @@ class PendingCommit:
 CURRENT: ContextVar[PendingCommit | None] = ContextVar("loopline_entry", default=None)
 
 
+def current_entry_id() -> str:
+    """The id of the stream entry being handled ("" outside a consumer's handler)."""
+    entry = CURRENT.get()
+    return "" if entry is None else entry.entry_id
+
+
 # A Lua function: publishes, hash writes, then the ack or the error, reading its KEYS and
 # ARGV from the given positions. ARGV: npub, nwrites, npub payloads, nwrites (field,
 # value) pairs, then "ack" group id | "error" field text | "". KEYS: npub streams,

@@ -5,6 +5,8 @@
     │   ├── BadEvent         malformed or unknown event (validation failed)
     │   ├── UnknownAgent     the event names an agent spec that is not stored
     │   ├── UnknownTask      the event names a task that does not exist
+    │   ├── Refused          an event no state asked for (forged, replayed): the task
+    │   │                    it names goes on untouched
     │   └── PayloadTooLarge  an event over LOOPLINE_MAX_EVENT_BYTES
     └── ConfigurationError   the user must change something (endpoint, tool path, file)
 
@@ -32,6 +34,13 @@ class UnknownAgent(PermanentError):
 
 class UnknownTask(PermanentError):
     pass
+
+
+class Refused(PermanentError):
+    """An event that no task state asked for: a ``ToolRequested`` for a call no state
+    issued, a second ``TaskSubmitted`` for a task id that exists. It is dead-lettered with
+    the reason, and unlike other permanent errors it never ends the task it names (the
+    task did nothing wrong; whoever published the event did)."""
 
 
 class PayloadTooLarge(PermanentError):

@@ -75,9 +75,14 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
 
 
 def lg_runtime(context: Any = None) -> Any:
+    """LangGraph's ``Runtime`` a hook gets: ``runtime.context`` is the task's context,
+    ``runtime.store`` the deployment's store (``services.store``), shared by every
+    service."""
     from langgraph.runtime import Runtime
 
-    return Runtime(context=context, store=None)
+    from services import store
+
+    return Runtime(context=context, store=store.shared())
 
 
 async def call_state_hook(

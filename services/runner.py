@@ -48,7 +48,7 @@ from contracts.events import DeadLettered, dump_event, parse_event
 from contracts.streams import DATA_FIELD, GROUPS
 from services import telemetry
 from services.entry import CURRENT, PendingCommit
-from services.errors import PermanentError
+from services.errors import PermanentError, Refused
 from services.runtime import Handler, Runtime
 from services.secrets import scrub
 
@@ -272,7 +272,11 @@ class EntryRunner:
         entry = PendingCommit(self.stream, self.group, _text(raw_id))
         payload = entry_payload(fields)
         if deliveries > self.max_deliveries:
-            await self._give_up(entry, payload, deliveries)
+            token = CURRENT.set(entry)  # its task is ended as by the entry itself
+            try:
+                await self._give_up(entry, payload, deliveries)
+            finally:
+                CURRENT.reset(token)
             return
         claimed = self.heartbeat.claimed
         claimed[entry.entry_id] = time.monotonic() if claimed_at is None else claimed_at
@@ -316,7 +320,10 @@ class EntryRunner:
         elif fate is Fate.DEAD_LETTER:
             assert failure is not None
             reason = describe(failure)
-            await self._dead_letter(entry, payload, reason, deliveries, deliveries, clear_error)
+            await self._dead_letter(
+                entry, payload, reason, deliveries, deliveries, clear_error,
+                ends_task=not isinstance(failure, Refused),
+            )  # fmt: skip
         else:
             assert failure is not None
             await self._retry(entry, failure, deliveries)
@@ -373,14 +380,18 @@ class EntryRunner:
         deliveries: int,
         delivery: int,
         clear_error: str | None,
+        *,
+        ends_task: bool = True,
     ) -> None:
-        """End the event's task (``Runtime.on_refused``), then commit the entry's
+        """End the event's task (``Runtime.on_refused``; not for a ``Refused`` event,
+        which no state asked for and whose task goes on), then commit the entry's
         ``DeadLettered`` event with its ack (and what its handler queued before it
         failed). If the task cannot be ended now (Redis failing), the entry stays pending
         and is dead-lettered again on its next delivery: no task is left waiting.
         ``deliveries``: how many the letter reports; ``delivery``: this one's number."""
         try:
-            await self._end_task(payload, reason)
+            if ends_task:
+                await self._end_task(payload, reason)
         except Exception as exc:
             log.error("ending the task of %s %s failed: %r", self.stream, entry.entry_id, exc)
             error = (self._error_field(entry), reason)

@@ -19,7 +19,7 @@ from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, Event, dump_event
 from contracts.messages import Message
 from contracts.streams import DATA_FIELD, Names
-from services import telemetry
+from services import store, telemetry
 from services.caches import AgentSpecs, Transcripts
 from services.commit import Committer
 from services.connection import Connection, ScriptCall
@@ -61,6 +61,7 @@ class Runtime:
         self.agents = AgentSpecs(self.redis, self.names, settings.retention_s)
         self.transcripts = Transcripts(self.connection, self.names, settings.transcript_cache_tasks)
         self.consumers: dict[str, str] = {}  # service -> this process's consumer name
+        store.install(url, settings.prefix)  # runtime.store of hooks and tools
         self.background: list[Background] = []
         self.on_refused: RefusedHook | None = None
         """Told when a stage dead-letters an event of a task (``services.runner``), so

@@ -59,6 +59,14 @@ class Settings(BaseSettings):
     """Tasks whose transcript a process keeps in memory (the history is append-only, so a
     cached prefix is valid forever and each step reads only the new messages)."""
 
+    stream_batch_ms: float = Field(default=5.0, ge=0)
+    """Streamed chunks that arrive within this many milliseconds go out as one entry of
+    the task's chunk stream (0: one entry per chunk)."""
+    stream_maxlen: int = Field(default=10_000, ge=100)
+    """Entries a task's chunk stream keeps (``XADD MAXLEN ~``)."""
+    stream_ttl_s: int = Field(default=300, ge=10)
+    """Seconds a task's chunk stream lives after its last chunk."""
+
     claim_idle_ms: int = Field(default=15_000, ge=100)
     """An entry pending this long is taken over by another consumer. Live handlers renew
     their claim (a heartbeat), so this bounds recovery time, not handler duration."""

@@ -168,6 +168,7 @@ def _span(service: str, stream: str, event: Any) -> Iterator[None]:
         "loopline.task_id": str(getattr(event, "task_id", "")),
         "loopline.stream": stream,
         "loopline.step": int(getattr(event, "step", 0) or 0),
+        **run_attributes(event),
     }
     with _tracer.start_as_current_span(
         f"{service} {getattr(event, 'type', '?')}",
@@ -176,6 +177,25 @@ def _span(service: str, stream: str, event: Any) -> Iterator[None]:
         attributes=attributes,
     ):
         yield
+
+
+def run_attributes(event: Any) -> dict[str, Any]:
+    """A run's LangChain config on its span (``TaskSubmitted``: thread, ``run_name``,
+    ``tags``, ``metadata``), under the names LangChain's tracers use."""
+    if getattr(event, "type", "") != "TaskSubmitted":
+        return {}
+    found: dict[str, Any] = {}
+    if event.thread_id:
+        found["loopline.thread_id"] = event.thread_id
+    if event.run_name:
+        found["langchain.run_name"] = event.run_name
+    if event.tags:
+        found["langchain.tags"] = list(event.tags)
+    for key, value in event.metadata.items():
+        found[f"langchain.metadata.{key}"] = (
+            value if isinstance(value, str | int | float | bool) else json.dumps(value, default=str)
+        )
+    return found
 
 
 def _start_metrics(port: int) -> None:

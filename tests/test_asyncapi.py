@@ -19,7 +19,15 @@ from tests.support import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "asyncapi.json"
 REGENERATE = "loopline asyncapi -o docs/asyncapi.json"
-NOT_STREAMS = {"errors", "deadlines", "consumers", "deployed"}  # Names properties naming other keys
+NOT_STREAMS = {
+    "errors",
+    "deadlines",
+    "consumers",
+    "deployed",
+    "threads",
+    "stream_requests",
+    "stream_requested",
+}  # Names properties naming other keys (and a pub/sub channel)
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +35,7 @@ def doc() -> dict[str, Any]:
     return asyncapi.document()
 
 
+@pytest.mark.fast
 def test_the_committed_document_is_current(doc: dict[str, Any]) -> None:
     assert DOC.exists(), f"{DOC} is missing: run `{REGENERATE}`"
     current = asyncapi.render(doc)
@@ -58,6 +67,7 @@ def _refs(node: Any) -> list[str]:
     return []
 
 
+@pytest.mark.fast
 def test_every_ref_resolves(doc: dict[str, Any]) -> None:
     refs = _refs(doc)
     assert refs
@@ -85,6 +95,7 @@ def _payload_events(doc: dict[str, Any], channel: dict[str, Any]) -> set[str]:
     return names
 
 
+@pytest.mark.fast
 def test_every_stream_and_event_is_documented(doc: dict[str, Any]) -> None:
     names = Names()
     channels = doc["channels"]
@@ -100,6 +111,7 @@ def test_every_stream_and_event_is_documented(doc: dict[str, Any]) -> None:
         if isinstance(value, property) and attr not in NOT_STREAMS
     }
     streams.add(names.task_log(asyncapi.TASK_TAG))
+    streams.add(names.thread_log(asyncapi.THREAD_TAG))
     assert streams == set(by_address), "a stream is missing: add it to loopline.asyncapi"
 
     # every event appears on at least one channel
@@ -145,6 +157,7 @@ def _normalized(schema: Any) -> Any:
     return schema
 
 
+@pytest.mark.fast
 def test_payload_schemas_are_the_event_schemas(doc: dict[str, Any]) -> None:
     components = doc["components"]["schemas"]
     for name, schema in event_schemas().items():
@@ -153,6 +166,7 @@ def test_payload_schemas_are_the_event_schemas(doc: dict[str, Any]) -> None:
             assert components[sub] == _normalized(sub_schema), (name, sub)
 
 
+@pytest.mark.fast
 def test_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "asyncapi.json"
     assert asyncapi.main(["--check", str(path)]) == 1  # missing

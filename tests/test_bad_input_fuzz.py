@@ -5,7 +5,6 @@ dead-letter round trip: list, replay after a fix, drop."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +23,6 @@ from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,
-    responder_by_prompt,
 )
 from tests.support import (
     REPO_ROOT,
@@ -44,12 +42,6 @@ SCRIPTS = {
         Reply(content="repaired works"),
     ]
 }
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -176,10 +168,6 @@ def test_fuzzed_events_all_land_in_the_dlq_and_no_consumer_stops(
     r.close()
 
 
-def cli(stack: ServiceProcesses, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(stack, *args)
-
-
 async def test_dead_letter_round_trip_list_replay_after_a_fix_and_drop(
     stack: ServiceProcesses,
 ) -> None:
@@ -204,7 +192,7 @@ async def test_dead_letter_round_trip_list_replay_after_a_fix_and_drop(
         assert f"cannot import {FIX_MODULE}" in failed.value.event.reason
 
         def letter_of_task() -> str | None:
-            listed = cli(stack, "dlq", "list", "--json")
+            listed = run_cli(stack, "dlq", "list", "--json")
             for line in listed.stdout.splitlines():
                 entry = json.loads(line)
                 if entry["task_id"] == task_id:
@@ -212,17 +200,17 @@ async def test_dead_letter_round_trip_list_replay_after_a_fix_and_drop(
             return None
 
         entry_id = await wait_for(letter_of_task, timeout=20)
-        shown = json.loads(cli(stack, "dlq", "show", entry_id).stdout)
+        shown = json.loads(run_cli(stack, "dlq", "show", entry_id).stdout)
         assert shown["stream"] == Names(stack.prefix).tools
         assert f"cannot import {FIX_MODULE}" in shown["error"]
         assert json.loads(shown["payload"])["call"]["name"] == "repaired"
 
-        # the fix: the module is deployed; then the letter is replayed. The event runs
-        # again (the tool now imports), but its task has ended: nothing changes for it.
+        # the fix: the module is deployed; then the letter is replayed. The event is
+        # handled again, but its task has ended: the tool does not run, nothing changes.
         (FIX_DIR / f"{FIX_MODULE}.py").write_text(
             'def repaired(x: int) -> str:\n    """Fixed."""\n    return f"fixed {x}"\n'
         )
-        replayed = cli(stack, "dlq", "replay", entry_id)
+        replayed = run_cli(stack, "dlq", "replay", entry_id)
         assert replayed.returncode == 0 and "replayed" in replayed.stdout, replayed.stderr
         assert letter_of_task() is None  # replay removed it from the DLQ
         wait_until_acked(syncredis.Redis.from_url(stack.redis_url), Names(stack.prefix), ["tools"])
@@ -234,15 +222,15 @@ async def test_dead_letter_round_trip_list_replay_after_a_fix_and_drop(
     r.close()
 
     def garbage() -> str | None:
-        for line in cli(stack, "dlq", "list", "--json").stdout.splitlines():
+        for line in run_cli(stack, "dlq", "list", "--json").stdout.splitlines():
             entry = json.loads(line)
             if entry["payload"] == "garbage to drop":
                 return str(entry["id"])
         return None
 
     garbage_id = await wait_for(garbage, timeout=20)
-    dropped = cli(stack, "dlq", "drop", garbage_id)
+    dropped = run_cli(stack, "dlq", "drop", garbage_id)
     assert dropped.returncode == 0 and garbage_id in dropped.stdout
     assert garbage() is None
-    missing = cli(stack, "dlq", "drop", garbage_id)
+    missing = run_cli(stack, "dlq", "drop", garbage_id)
     assert missing.returncode == 2 and "no dead letter" in missing.stderr

@@ -22,7 +22,6 @@ from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,
-    responder_by_prompt,
 )
 from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix
 
@@ -52,12 +51,6 @@ system_prompt: You add numbers.
 middleware:
   - type: TodoListMiddleware
 """
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -307,6 +300,7 @@ with ScriptedOpenAIServer(turns) as server:
     assert out == {"calls": ["ada"], "last": "told", "tool": "secret of ada", "n": 2}
 
 
+@pytest.mark.fast
 def test_names_are_prefixed_and_task_keys_share_a_hash_tag() -> None:
     names = Names("p")
     keys = names.task_keys("abc")
@@ -386,7 +380,7 @@ async def test_create_agent_against_a_deployment_streams_and_invokes(up: dict[st
         middleware=[{"type": "TodoListMiddleware"}],
         settings=settings,
     )
-    kinds = [event.type async for event in agent.astream({"messages": "sum streamed"})]
+    kinds = [event.type async for event in agent.astream_task_events({"messages": "sum streamed"})]
     assert kinds[0] == "TaskSubmitted" and kinds[-1] == "TaskCompleted"
     assert kinds.count("TodosUpdated") == 2 and "ToolCompleted" in kinds
     result = await agent.ainvoke({"messages": [{"role": "user", "content": "sum invoked"}]})

@@ -265,6 +265,7 @@ async def test_a_task_with_parallel_tool_calls_on_a_redis_cluster(cluster: Redis
             assert stream["lag"] == 0, stream
 
 
+@pytest.mark.fast
 def test_cluster_urls() -> None:
     from faststream.redis import RedisBroker, RedisClusterBroker
 
@@ -283,6 +284,7 @@ def test_cluster_urls() -> None:
     assert isinstance(broker, RedisBroker) and not isinstance(broker, RedisClusterBroker)
 
 
+@pytest.mark.fast
 def test_the_cluster_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     from services.redisconn import is_cluster
 

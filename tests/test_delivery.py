@@ -26,7 +26,6 @@ from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,
-    responder_by_prompt,
 )
 from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix, wait_for
 
@@ -55,12 +54,6 @@ SCRIPTS = {
     "huge": one_call("big_output", {"n": 50_000}),
     "quick": one_call("add", {"a": 1, "b": 2}),
 }
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -405,6 +405,7 @@ async def test_a_producer_without_the_registry_right_gets_one_line(
 # -- what each process allows ------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_the_fake_model_runs_only_where_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     from services.model.chat import build_chat_model
 
@@ -418,6 +419,7 @@ def test_the_fake_model_runs_only_where_allowed(monkeypatch: pytest.MonkeyPatch)
     assert type(build_chat_model(spec.model)).__name__ == "ScriptedChatModel"
 
 
+@pytest.mark.fast
 def test_the_allow_list_is_checked_before_importing(monkeypatch: pytest.MonkeyPatch) -> None:
     """A module outside the allow-list is never imported: importing it would already run
     its code."""
@@ -468,6 +470,7 @@ def test_create_agent_names_the_module_outside_the_allow_list(
         create_agent("gpt-4o-mini", ["tests.tooling:add"], redis_url=redis_url)
 
 
+@pytest.mark.fast
 def test_named_endpoints_from_a_toml_file(tmp_path: Path) -> None:
     """LOOPLINE_MODELS as a TOML file: a model's own endpoint and key (by variable name),
     found by its name with or without ``openai:``; other models use the default one."""

@@ -7,30 +7,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from redis.exceptions import OutOfMemoryError
 
-from contracts.events import AnyEvent, DeadLettered, StepStarted, dump_event, parse_event
+from contracts.events import AnyEvent, DeadLettered, StepStarted, dump_event
 from contracts.streams import DATA_FIELD, GROUPS
 from services.consumer import StreamConsumer
+from services.errors import PermanentError
 from services.reliability import Reclaimer
 from services.runner import NONE_RECORDED, EntryRunner
 from services.runtime import Handler, Runtime
-from services.settings import Settings
+from tests.support import MakeRuntime, events_on, pending_on, run_entry
+
+pytestmark = pytest.mark.fast
 
 SERVICE = "tools"
 GROUP = GROUPS[SERVICE]
 
 
 @pytest.fixture
-async def rt(redis_url: str, prefix: str) -> AsyncIterator[Runtime]:
-    runtime = Runtime(redis_url, Settings(prefix=prefix, max_deliveries=3))
-    await runtime.redis.xgroup_create(runtime.names.tools, GROUP, id="0", mkstream=True)
-    yield runtime
-    await runtime.close()
+async def rt(make_runtime: MakeRuntime) -> Runtime:
+    return await make_runtime(max_deliveries=3)
 
 
 def runner_of(rt: Runtime, handler: Handler, consumer: str = "alive") -> EntryRunner:
@@ -58,14 +57,8 @@ async def put(rt: Runtime, task_id: str, *, fetched: bool = True) -> str:
     return str(entry_id.decode())
 
 
-async def events_on(rt: Runtime, stream: str) -> list[Any]:
-    entries: Any = await rt.redis.xrange(stream)
-    return [parse_event(fields[DATA_FIELD.encode()]) for _, fields in entries]
-
-
 async def pending(rt: Runtime) -> int:
-    info: Any = await rt.redis.xpending(rt.names.tools, GROUP)
-    return int(info["pending"])
+    return await pending_on(rt.redis, rt.names.tools, SERVICE)
 
 
 async def published_and_pending(rt: Runtime, out: str) -> tuple[int, int]:
@@ -125,7 +118,7 @@ async def test_a_reclaimed_entry_commits_its_publishes_with_its_ack(rt: Runtime)
     watcher.cancel()
 
     assert await published_and_pending(rt, out) == (1, 0)
-    assert [(e.type, e.task_id, e.step) for e in await events_on(rt, out)] == [
+    assert [(e.type, e.task_id, e.step) for e in await events_on(rt.redis, out)] == [
         ("StepStarted", "t1", 2)
     ]
     # Published and acked at one instant: never one without the other.
@@ -153,7 +146,7 @@ async def test_the_reclaimer_gives_up_after_n_deliveries_with_the_last_error(
         await reclaimer.run_once()
 
     assert len(attempts) == 2  # deliveries 2 and 3; the 4th goes to the DLQ instead
-    letters = await events_on(rt, rt.names.dlq)
+    letters = await events_on(rt.redis, rt.names.dlq)
     assert len(letters) == 1 and isinstance(letters[0], DeadLettered)
     letter = letters[0]
     assert letter.error == "gave up after 3 deliveries; last error: RuntimeError: attempt 2 failed"
@@ -178,7 +171,7 @@ async def test_a_permanent_error_on_redelivery_is_dead_lettered_with_its_deliver
     await put(rt, "t3")
     await asyncio.sleep(0.03)
     assert await reclaimer_of(rt, runner).run_once() == 1
-    (letter,) = await events_on(rt, rt.names.dlq)
+    (letter,) = await events_on(rt.redis, rt.names.dlq)
     assert isinstance(letter, DeadLettered)
     assert (letter.error, letter.deliveries) == ("UnknownTask: no task t3", 2)
     assert await pending(rt) == 0
@@ -207,10 +200,9 @@ async def test_release_makes_unfinished_entries_claimable_at_once(rt: Runtime) -
 
 
 async def test_one_heartbeat_keeps_read_and_reclaimed_entries_from_other_reclaimers(
-    redis_url: str, prefix: str
+    make_runtime: MakeRuntime,
 ) -> None:
-    rt = Runtime(redis_url, Settings(prefix=prefix, claim_idle_ms=1000))
-    await rt.redis.xgroup_create(rt.names.tools, GROUP, id="0", mkstream=True)
+    rt = await make_runtime(claim_idle_ms=1000)
     handled: list[str] = []
 
     async def slow(event: AnyEvent) -> None:
@@ -235,9 +227,98 @@ async def test_one_heartbeat_keeps_read_and_reclaimed_entries_from_other_reclaim
     finally:
         await consumer.stop()
         await runner.stop()
-        await rt.close()
     assert taken_by_other == 0
     assert sorted(handled) == ["read", "reclaimed"]
+
+
+# -- the fate of a read entry: ack, retry, dead letter ------------------------------------
+
+
+async def test_a_handler_that_returns_commits_its_publishes_and_writes_with_the_ack(
+    rt: Runtime,
+) -> None:
+    out, key = f"{rt.names.prefix}:out", f"{rt.names.prefix}:record"
+
+    async def ok(event: AnyEvent) -> None:
+        await rt.publish(out, StepStarted(task_id=event.task_id, step=2))
+        await rt.write(key, event.task_id, "done")
+
+    async def out_and_written() -> tuple[int, Any]:
+        return await rt.redis.xlen(out), await rt.redis.hget(key, "t1")
+
+    handled = await run_entry(
+        rt, SERVICE, StepStarted(task_id="t1", step=1), ok, probe=out_and_written
+    )
+    assert handled.seen == (0, None)  # nothing is sent while the handler runs...
+    assert not handled.acked_by_handler
+    assert await out_and_written() == (1, b"done")  # ...then all of it, with the ack
+    assert await pending(rt) == 0
+    assert await rt.redis.hlen(rt.names.errors) == 0
+
+
+async def test_a_handler_that_fails_leaves_its_entry_pending_with_the_error(rt: Runtime) -> None:
+    out = f"{rt.names.prefix}:out"
+
+    async def flaky(event: AnyEvent) -> None:
+        await rt.publish(out, StepStarted(task_id=event.task_id, step=2))
+        raise ConnectionError("the model endpoint went away")
+
+    handled = await run_entry(rt, SERVICE, StepStarted(task_id="t1", step=1), flaky)
+    assert await pending(rt) == 1  # the reclaimer delivers it again
+    field = f"{rt.names.tools}|{handled.entry_id}"
+    assert await rt.redis.hget(rt.names.errors, field) == (
+        b"ConnectionError: the model endpoint went away"
+    )
+    assert await rt.redis.xlen(out) == 1  # what it queued is committed (redelivery is idempotent)
+    assert await rt.redis.xlen(rt.names.dlq) == 0
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (b"{not json", "Invalid JSON"),
+        (b'{"type": "NoSuchEvent", "task_id": "t1"}', "ValidationError"),
+        (b'{"type": "StepStarted", "task_id": "t1"}', "ValidationError"),  # no step
+        (b"x" * 1500, "PermanentError: event of 1500 bytes exceeds the limit of 1024 bytes"),
+    ],
+    ids=["not-json", "unknown-type", "missing-field", "oversized"],
+)
+async def test_an_entry_that_cannot_be_an_event_is_dead_lettered_unhandled(
+    make_runtime: MakeRuntime, payload: bytes, error: str
+) -> None:
+    rt = await make_runtime(max_event_bytes=1024)
+    handled: list[Any] = []
+
+    async def handler(event: AnyEvent) -> None:
+        handled.append(event)
+
+    entry = await run_entry(rt, SERVICE, payload, handler)
+    assert handled == []
+    (letter,) = await events_on(rt.redis, rt.names.dlq)
+    assert isinstance(letter, DeadLettered)
+    assert error in letter.error, letter.error
+    assert (letter.entry_id, letter.stream, letter.deliveries) == (
+        entry.entry_id,
+        rt.names.tools,
+        1,
+    )
+    assert letter.payload_bytes == len(payload)
+    assert await pending(rt) == 0
+
+
+async def test_a_permanent_error_is_dead_lettered_with_what_the_handler_queued(
+    rt: Runtime,
+) -> None:
+    out = f"{rt.names.prefix}:out"
+
+    async def refuses(event: AnyEvent) -> None:
+        await rt.publish(out, StepStarted(task_id=event.task_id, step=2))
+        raise PermanentError("this can never work")
+
+    await run_entry(rt, SERVICE, StepStarted(task_id="t9", step=1), refuses)
+    (letter,) = await events_on(rt.redis, rt.names.dlq)
+    assert (letter.error, letter.task_id) == ("PermanentError: this can never work", "t9")
+    assert await rt.redis.xlen(out) == 1
 
 
 async def test_a_delivery_redis_refused_for_want_of_memory_does_not_count(
@@ -265,7 +346,7 @@ async def test_a_delivery_redis_refused_for_want_of_memory_does_not_count(
 
     assert len(attempts) == 7  # six refused, then one that went through
     assert max(counts) <= 1  # a refused delivery was taken back (the read counted once)
-    assert await events_on(rt, rt.names.dlq) == []
+    assert await events_on(rt.redis, rt.names.dlq) == []
     assert await pending(rt) == 0
 
 
@@ -283,7 +364,7 @@ async def test_an_entry_given_up_on_with_no_recorded_error_says_so(rt: Runtime) 
     await asyncio.sleep(0.03)
     await reclaimer_of(rt, runner_of(rt, never_called)).run_once()
 
-    (letter,) = await events_on(rt, rt.names.dlq)
+    (letter,) = await events_on(rt.redis, rt.names.dlq)
     assert letter.error == f"gave up after 3 deliveries; last error: {NONE_RECORDED}"
     assert "unknown" not in letter.error
     assert await pending(rt) == 0

@@ -5,10 +5,7 @@ LangChain's HumanInTheLoopMiddleware resumes from ``Command(resume=...)``."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +22,7 @@ from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests import tooling
-from tests.support import ServiceProcesses, run_cli, services_on, twin_servers
+from tests.support import ServiceProcesses, restart, run_cli
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -38,21 +35,8 @@ TURNS = [
     ),
     Reply(content="the sum is what the tool said"),
 ]
+SCRIPTS = {"gated": TURNS}
 EDIT = {"name": "add", "args": {"a": 10, "b": 20}}
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers({"gated": TURNS}) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
 
 
 async def langchain_run(server: ScriptedOpenAIServer, prompt: str) -> dict[str, Any]:
@@ -69,18 +53,6 @@ async def langchain_run(server: ScriptedOpenAIServer, prompt: str) -> dict[str, 
         Command(resume={"decisions": [{"type": "edit", "edited_action": EDIT}]}), config
     )
     return resumed
-
-
-def cli(stack: ServiceProcesses, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(stack, *args)
-
-
-def restart(stack: ServiceProcesses, name: str) -> None:
-    for i, proc in enumerate(stack.procs[name]):
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        stack.procs[name][i] = stack._spawn(name, i + 100)
-    stack.wait_ready(90)
 
 
 async def test_gated_call_waits_survives_restarts_and_resumes_edited(
@@ -114,9 +86,9 @@ async def test_gated_call_waits_survives_restarts_and_resumes_edited(
         restart(stack, "loop")
         restart(stack, "model")
 
-        listed = cli(stack, "approvals", "--json")
+        listed = run_cli(stack, "approvals", "--json")
         assert task_id in listed.stdout, listed.stderr
-        decided = cli(stack, "decide", task_id, "--edit", json.dumps(EDIT["args"]))
+        decided = run_cli(stack, "decide", task_id, "--edit", json.dumps(EDIT["args"]))
         assert decided.returncode == 0, decided.stderr
         assert "the sum is what the tool said" in decided.stdout
 

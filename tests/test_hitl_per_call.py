@@ -6,10 +6,7 @@ the step's other calls go on, every service may restart while it waits, and a de
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +35,8 @@ from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolC
 from tests import tooling
 from tests.support import (
     ServiceProcesses,
+    restart,
     run_cli,
-    services_on,
-    twin_servers,
     wait_for,
 )
 
@@ -79,25 +75,12 @@ RESPOND = {"type": "respond", "message": "fifteen, says the human"}
 GATED = {"add": True, "slow_effect": {"allowed_decisions": ["approve", "reject"]}}
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(
-        {
-            "edit-pc": EDIT_TURNS,
-            "reject-pc": REJECT_TURNS,
-            "respond-pc": RESPOND_TURNS,
-            "two-pc": TWO_TURNS,
-        }
-    ) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
+SCRIPTS = {
+    "edit-pc": EDIT_TURNS,
+    "reject-pc": REJECT_TURNS,
+    "respond-pc": RESPOND_TURNS,
+    "two-pc": TWO_TURNS,
+}
 
 
 def spec() -> AgentSpec:
@@ -131,18 +114,6 @@ async def langchain_run(server: ScriptedOpenAIServer, prompt: str, decide: Any) 
     resumed: dict[str, Any] = await agent.ainvoke(Command(resume=answers), config)
     assert "__interrupt__" not in resumed
     return resumed
-
-
-def restart(stack: ServiceProcesses, name: str) -> None:
-    for i, proc in enumerate(stack.procs[name]):
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        stack.procs[name][i] = stack._spawn(name, i + 100)
-    stack.wait_ready(90)
-
-
-def cli(stack: ServiceProcesses, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(stack, *args)
 
 
 async def settled(redis: aioredis.Redis, names: Names) -> None:
@@ -234,12 +205,12 @@ async def test_gated_call_waits_alone_survives_restarts_and_resumes_edited(
         for service in ("tools", "loop", "model"):
             restart(stack, service)
 
-        listed = cli(stack, "approvals", "--json")
+        listed = run_cli(stack, "approvals", "--json")
         assert listed.returncode == 0, listed.stderr
         rows = [json.loads(line) for line in listed.stdout.splitlines() if task_id in line]
         assert [r["request"]["tool_call_id"] for r in rows] == [gated_id]
 
-        decided = cli(stack, "decide", task_id, "--edit", json.dumps(EDIT["args"]))
+        decided = run_cli(stack, "decide", task_id, "--edit", json.dumps(EDIT["args"]))
         assert decided.returncode == 0, decided.stderr
         assert "the sum is what the tool said" in decided.stdout
 
@@ -322,7 +293,7 @@ async def test_two_gated_calls_are_answered_one_by_one_by_call_id(
         waiting = await wait_for(both_wait, timeout=30)
         ids = {r.request["name"]: r.request["tool_call_id"] for r in waiting}
 
-        unnamed = cli(stack, "decide", task_id, "--approve")
+        unnamed = run_cli(stack, "decide", task_id, "--approve")
         assert unnamed.returncode != 0 and ids["add"] in unnamed.stderr
 
         after = await client.last_entry(task_id)
@@ -347,7 +318,7 @@ async def test_two_gated_calls_are_answered_one_by_one_by_call_id(
         await client.redis.xadd(names.tools, {DATA_FIELD: again.model_dump_json()})
         await settled(client.redis, names)
 
-        decided = cli(stack, "decide", task_id, "--call", ids["add"], "--reject", "not today")
+        decided = run_cli(stack, "decide", task_id, "--call", ids["add"], "--reject", "not today")
         assert decided.returncode == 0, decided.stderr
         assert "one ran, one did not" in decided.stdout
         messages = await client.messages(task_id)

@@ -17,22 +17,26 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from contracts.agent import AgentSpec
-from contracts.events import ModelRequested, ToolCompleted, ToolRequested, dump_event
+from contracts.events import ModelRequested, ToolRequested
 from contracts.messages import AIMessage, ToolCall, ToolMessage
-from contracts.streams import DATA_FIELD, GROUPS
+from contracts.streams import DATA_FIELD
 from services.fastredis import FastRedis, FastScript, stream_entries
 from services.runtime import Runtime
-from services.settings import Settings
 from services.tasks.loop import LAST_RESULT_MAX_BYTES, Loop
 from services.tools.handlers import handlers as tools_handlers
-from tests.test_fused_commit import (
-    deliver,
+from tests.support import (
+    MakeRuntime,
+    completed,
     events_on,
-    handle,
+    issue_calls,
+    replied,
     reply_with_calls,
     result,
+    run_entry,
     start_task,
 )
+
+pytestmark = pytest.mark.fast
 
 
 @pytest.fixture
@@ -41,17 +45,6 @@ async def fast(redis_url: str) -> AsyncIterator[FastRedis]:
     assert client is not None, f"{redis_url} should get the lean connection"
     yield client
     client.close()
-
-
-@pytest.fixture
-async def rt(redis_url: str, prefix: str) -> AsyncIterator[Runtime]:
-    runtime = Runtime(redis_url, Settings(prefix=prefix))
-    assert runtime.fast is not None
-    for service in ("model", "tools"):
-        stream = runtime.names.inputs_of(service)[0]
-        await runtime.redis.xgroup_create(stream, GROUPS[service], id="0", mkstream=True)
-    yield runtime
-    await runtime.close()
 
 
 # -- the lean connection --
@@ -173,24 +166,12 @@ async def test_a_blocking_read_gets_entries_with_their_fields(
 # -- the step's one tool result in the next model request --
 
 
-async def replied(rt: Runtime, loop: Loop, task_id: str, calls: int) -> None:
-    """The model's reply with ``calls`` tool calls, delivered to the model stream and
-    applied there."""
-    reply = reply_with_calls(task_id, calls)
-    await handle(await deliver(rt, "model", dump_event(reply)), loop.model_responded(reply))
-
-
-async def completed(rt: Runtime, loop: Loop, done: ToolCompleted, join_len: int, at: int) -> None:
-    """A tool result delivered to the tools stream and applied there."""
-    entry = await deliver(rt, "tools", dump_event(done))
-    await handle(entry, loop.tool_completed(done, join_len, at))
-
-
 async def test_a_single_small_result_rides_in_the_model_request(rt: Runtime) -> None:
+    assert rt.fast is not None  # the per-entry commands take the lean connection
     loop = Loop(rt)
     await start_task(rt, "r1")
     await rt.transcript("r1", 1)  # as the model service holds it when it calls the model
-    await replied(rt, loop, "r1", 1)
+    await replied(rt, loop, reply_with_calls("r1", 1))
     (requested,) = await events_on(rt.redis, rt.names.tools, ToolRequested)
     assert (requested.result_at, requested.join_len) == (2, 3)
     # the model's own reply joined this process's cache when its transition committed
@@ -210,19 +191,18 @@ async def test_a_single_small_result_rides_in_the_model_request(rt: Runtime) -> 
     assert ToolMessage.model_validate_json(stored) == transcript[2]
 
 
-async def test_a_model_service_missing_more_reads_the_transcript(rt: Runtime, prefix: str) -> None:
+async def test_a_model_service_missing_more_reads_the_transcript(
+    rt: Runtime, make_runtime: MakeRuntime
+) -> None:
     loop = Loop(rt)
     await start_task(rt, "r2")
-    await replied(rt, loop, "r2", 1)
+    await replied(rt, loop, reply_with_calls("r2", 1))
     done = result("r2", "c0")
     await completed(rt, loop, done, 3, 2)
     (request,) = await events_on(rt.redis, rt.names.model, ModelRequested)
 
-    other = Runtime(rt.url, Settings(prefix=prefix))  # another replica: nothing cached
-    try:
-        transcript = await other.transcript("r2", 3, 0, request.last_result)
-    finally:
-        await other.close()
+    other = await make_runtime()  # another replica: nothing cached
+    transcript = await other.transcript("r2", 3, 0, request.last_result)
     assert [m.type for m in transcript] == ["human", "ai", "tool"]
     assert transcript[2] is not request.last_result  # read from Redis, not taken
     assert transcript[2] == request.last_result
@@ -233,7 +213,7 @@ async def test_results_of_a_step_with_several_calls_or_large_ones_are_not_carrie
 ) -> None:
     loop = Loop(rt)
     await start_task(rt, "r3")
-    await replied(rt, loop, "r3", 2)
+    await replied(rt, loop, reply_with_calls("r3", 2))
     for call_id, at in (("c0", 2), ("c1", 3)):
         done = result("r3", call_id)
         await completed(rt, loop, done, 4, at)
@@ -246,7 +226,7 @@ async def test_results_of_a_step_with_several_calls_or_large_ones_are_not_carrie
     assert [m.tool_call_id for m in transcript[2:] if isinstance(m, ToolMessage)] == ["c0", "c1"]
 
     await start_task(rt, "r4")
-    await replied(rt, loop, "r4", 1)
+    await replied(rt, loop, reply_with_calls("r4", 1))
     big = result("r4", "c0")
     big = big.model_copy(
         update={"message": ToolMessage(content="x" * LAST_RESULT_MAX_BYTES, tool_call_id="c0")}
@@ -274,21 +254,29 @@ async def test_an_idempotent_tool_runs_without_a_lease_and_another_with_one(
     calls_key = rt.names.task_calls("lease")
     seen: dict[str, Any] = {}
 
+    def state_of(raw: Any) -> str | None:
+        """The state a call's record holds (None: no record)."""
+        return None if raw is None else str(json.loads(raw)["state"])
+
     async def run(name: str) -> None:
-        call = ToolCall(
-            id=f"{name}-1", name=name, args={"tag": name, "seconds": 0.3, "record": record}
-        )
+        call_id = f"{name}-1"
+        call = ToolCall(id=call_id, name=name, args={"tag": name, "seconds": 0.3, "record": record})
         event = ToolRequested(task_id="lease", step=1, agent_id=agent_id, call=call)
-        entry = await deliver(rt, "tools", dump_event(event))
-        running = asyncio.ensure_future(handle(entry, on_tool(event)))
+        await issue_calls(rt.redis, rt.names, "lease", agent_id, [call.id])
+
+        async def outcome() -> Any:
+            return await rt.redis.hget(calls_key, call_id)
+
+        running = asyncio.ensure_future(run_entry(rt, "tools", event, on_tool, probe=outcome))
         await asyncio.sleep(0.15)  # the tool sleeps in its thread now
-        seen[name] = await rt.redis.hget(calls_key, call.id)
-        await running
-        # the outcome is recorded with the entry's commit either way
-        (key, field, value), *_ = entry.writes
-        assert (key, field, json.loads(value)["state"]) == (calls_key, call.id, "done")
+        seen[name] = await outcome()
+        handled = await running
+        # the outcome is recorded with the entry's commit either way: not yet when the
+        # handler returns, "done" once the entry is settled
+        assert state_of(handled.seen) == state_of(seen[name])
+        assert state_of(await outcome()) == "done"
 
     await run("slow_idempotent")
     await run("slow_effect")
     assert seen["slow_idempotent"] is None  # no round trip for a lease
-    assert json.loads(seen["slow_effect"])["state"] == "running"
+    assert state_of(seen["slow_effect"]) == "running"

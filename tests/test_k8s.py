@@ -33,6 +33,7 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
+@pytest.mark.fast
 def test_every_manifest_parses_and_the_kustomization_lists_them_all() -> None:
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     assert kustomization["kind"] == "Kustomization"
@@ -46,6 +47,7 @@ def test_every_manifest_parses_and_the_kustomization_lists_them_all() -> None:
     assert {i["name"] for i in kustomization["images"]} == {"loopline"}
 
 
+@pytest.mark.fast
 def test_kinds(manifests: list[dict[str, Any]]) -> None:
     kinds = sorted(d["kind"] for d in manifests)
     assert kinds.count("Deployment") == len(SERVICES)
@@ -53,6 +55,7 @@ def test_kinds(manifests: list[dict[str, Any]]) -> None:
     assert {"Namespace", "ConfigMap", "Secret", "Service"} <= set(kinds)
 
 
+@pytest.mark.fast
 def test_one_deployment_per_service_runs_loopline_serve_name(
     manifests: list[dict[str, Any]],
 ) -> None:
@@ -80,6 +83,7 @@ def test_one_deployment_per_service_runs_loopline_serve_name(
     assert len(images) == 1  # one image for every service
 
 
+@pytest.mark.fast
 def test_env_refs_resolve_to_the_configmap_and_secret(manifests: list[dict[str, Any]]) -> None:
     configmaps = by_kind(manifests, "ConfigMap")
     secrets = by_kind(manifests, "Secret")
@@ -116,6 +120,7 @@ def test_env_refs_resolve_to_the_configmap_and_secret(manifests: list[dict[str, 
     assert host in by_kind(manifests, "Service")
 
 
+@pytest.mark.fast
 def test_redis_statefulset_with_aof_a_volume_and_a_service(
     manifests: list[dict[str, Any]],
 ) -> None:

@@ -4,7 +4,6 @@ their stage (services as separate processes) and behave as in LangChain's create
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests import middlewares, tooling
-from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix
+from tests.support import ServiceProcesses, unique_prefix
 
 # ChatOpenAI keeps its async HTTP client per process: one event loop for the module.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -31,20 +30,6 @@ TWO_STEPS = [
 ]
 PII_TURNS = [Reply(content="noted, thanks")]
 SCRIPTS = {"order": TWO_STEPS, "limit": TWO_STEPS, "stop": TWO_STEPS, "pii": PII_TURNS}
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(SCRIPTS) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1], RECORD_REDIS_URL=redis_url) as procs:
-        yield procs
 
 
 async def run_langchain(server: ScriptedOpenAIServer, prompt: str, middleware: list[Any]) -> Any:

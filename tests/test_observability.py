@@ -4,7 +4,6 @@ metrics; logs can be JSON lines carrying the task id."""
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import pytest
 from contracts import HumanMessage, TaskCompleted
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
+from loopline.testing.processes import free_port
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from tests.support import ServiceProcesses, unique_prefix
 
@@ -27,12 +27,6 @@ TURNS = [
     ),
     Reply(content="3"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,7 @@ from loopline.testing.scripted import (
 )
 from services.settings import Settings
 from tests import pii_helpers as pii
-from tests.support import ServiceProcesses, services_on, twin_servers
+from tests.support import ServiceProcesses
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -78,20 +78,6 @@ def all_detectors(strategy: str, **where: bool) -> list[Any]:
         lcm.PIIMiddleware(t, detector=d, strategy=strategy, **where)  # type: ignore[arg-type]
         for t, d, _ in DETECTORS
     ]
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(SCRIPTS) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
 
 
 @dataclass
@@ -311,6 +297,7 @@ async def test_tool_call_arguments_are_also_redacted_with_apply_to_output(
     assert tool.text == f"no record for {digest}"
 
 
+@pytest.mark.fast
 async def test_langchain_instances_travel_with_their_detectors() -> None:
     """LangChain's own instances become specs that name the detector they were given: the
     built-in one by nothing, a regex by its pattern, a function by its import path."""

@@ -29,7 +29,6 @@ from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,
-    responder_by_prompt,
 )
 from tests.support import ServiceProcesses, unique_prefix, wait_until_acked
 
@@ -65,12 +64,6 @@ SCRIPTS = {
     "looping": LOOPING,
     "grow": growing_turns(30),
 }
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -31,7 +31,7 @@ from loopline.testing.scripted import (
 )
 from services.settings import Settings
 from tests import tooling
-from tests.support import ServiceProcesses, services_on, twin_servers, wait_for
+from tests.support import ServiceProcesses, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -46,20 +46,6 @@ TURNS = [
 ]
 SCRIPTS: dict[str, Sequence[Reply]] = {}
 GATE: dict[str, Any] = {"add": True}
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(SCRIPTS) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
 
 
 def new_prompt() -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from langchain_openai import ChatOpenAI
 
 from loopline import lifetime
 from loopline.demo import DEMO_TURNS
+from loopline.testing.processes import free_port
 from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
@@ -67,6 +67,7 @@ def tool_server() -> Iterator[ScriptedOpenAIServer]:
         yield server
 
 
+@pytest.mark.fast
 def test_tool_call_roundtrip(tool_server: ScriptedOpenAIServer) -> None:
     llm = _model(tool_server).bind_tools([lookup])
     history: list[BaseMessage] = [HumanMessage("check alpha and beta")]
@@ -104,6 +105,7 @@ def test_tool_call_roundtrip(tool_server: ScriptedOpenAIServer) -> None:
     assert tool_server.chat_requests() == []
 
 
+@pytest.mark.fast
 def test_usage_metadata(tool_server: ScriptedOpenAIServer) -> None:
     llm = _model(tool_server)
     first = llm.invoke("hi")
@@ -115,6 +117,7 @@ def test_usage_metadata(tool_server: ScriptedOpenAIServer) -> None:
     assert first.response_metadata["model_name"] == "gpt-4o-mini"
 
 
+@pytest.mark.fast
 def test_default_usage_estimate_and_exhausted_script() -> None:
     with ScriptedOpenAIServer([Reply(content="abcdefgh")]) as server:
         history: list[BaseMessage] = [HumanMessage("hello")]
@@ -133,6 +136,7 @@ def test_default_usage_estimate_and_exhausted_script() -> None:
         assert _model(server).invoke("x").content == "ok"
 
 
+@pytest.mark.fast
 def test_responder() -> None:
     def respond(body: dict[str, Any]) -> Reply:
         return Reply(content=f"echo: {body['messages'][-1]['content']}")
@@ -143,6 +147,7 @@ def test_responder() -> None:
         ScriptedOpenAIServer(TOOL_TURNS, responder=respond)
 
 
+@pytest.mark.fast
 async def test_concurrent_conversations_do_not_serialise() -> None:
     with ScriptedOpenAIServer(TOOL_TURNS, latency=0.2) as server:
         llm = _model(server).bind_tools([lookup])
@@ -158,6 +163,7 @@ async def test_concurrent_conversations_do_not_serialise() -> None:
         assert [c["args"] for c in result.tool_calls] == [{"query": "alpha"}, {"query": "beta"}]
 
 
+@pytest.mark.fast
 def test_streaming(tool_server: ScriptedOpenAIServer) -> None:
     llm = _model(tool_server, streaming=True, stream_usage=True).bind_tools([lookup])
     history: list[BaseMessage] = [HumanMessage("go")]
@@ -181,6 +187,7 @@ def test_streaming(tool_server: ScriptedOpenAIServer) -> None:
     assert final.content == "alpha and beta are both fine."
 
 
+@pytest.mark.fast
 def test_raw_stream_format(tool_server: ScriptedOpenAIServer) -> None:
     payload = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
     resp = httpx.post(f"{tool_server.url}/chat/completions", json=payload)
@@ -193,6 +200,7 @@ def test_raw_stream_format(tool_server: ScriptedOpenAIServer) -> None:
     assert all("usage" not in c for c in chunks)
 
 
+@pytest.mark.fast
 def test_http_errors_and_models(tool_server: ScriptedOpenAIServer) -> None:
     with httpx.Client() as client:
         bad = client.post(
@@ -225,6 +233,7 @@ def test_http_errors_and_models(tool_server: ScriptedOpenAIServer) -> None:
     assert tool_server.requests == [{"messages": [{"role": "user", "content": "x"}]}]
 
 
+@pytest.mark.fast
 def test_stop_is_prompt_with_open_keepalive_connection() -> None:
     server = ScriptedOpenAIServer().start()
     with httpx.Client() as client:
@@ -236,6 +245,7 @@ def test_stop_is_prompt_with_open_keepalive_connection() -> None:
             client.get(f"{server.url}/models")
 
 
+@pytest.mark.fast
 def test_demo_turns_shape() -> None:
     """The one demo script (``loopline demo``, and the server's default): a plan and two
     lookups at once, a todo list brought to completion, then an answer."""
@@ -251,14 +261,8 @@ def test_demo_turns_shape() -> None:
     assert DEMO_TURNS[-1].content and not DEMO_TURNS[-1].tool_calls
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _start_cli(*args: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     proc = lifetime.spawn(
         [sys.executable, "-m", "loopline.testing.scripted", "--port", str(port), *args],
         cwd=REPO_ROOT,

@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis as syncredis
 
-from contracts import AgentSpec, HumanMessage
+from contracts import AgentSpec, HumanMessage, TaskCompleted, TaskFailed
+from contracts.events import TaskSubmitted
+from contracts.streams import DATA_FIELD, Names
 from loopline import lifetime
+from loopline.agentfile import agent_from_dict
 from loopline.client import Client, TaskFailedError
 from loopline.testing.processes import ServiceProcesses
 from loopline.testing.redis_server import RedisServer
@@ -28,11 +32,13 @@ from loopline.testing.scripted import (
     responder_by_prompt,
 )
 from services.secrets import redact, redact_url, scrub
+from tests.support import unique_prefix
 
 PASSWORD = "S3cretPass-7q"
 API_KEY = "sk-test-Zk39aPq0x"
 
 
+@pytest.mark.fast
 def test_urls_and_texts_are_redacted() -> None:
     assert redact_url(f"redis://:{PASSWORD}@127.0.0.1:6379/0") == "redis://:***@127.0.0.1:6379/0"
     assert redact_url(f"rediss://alice:{PASSWORD}@h:1") == "rediss://alice:***@h:1"
@@ -43,6 +49,7 @@ def test_urls_and_texts_are_redacted() -> None:
     assert redacted.count("***") == 3
 
 
+@pytest.mark.fast
 def test_what_goes_on_the_bus_keeps_ordinary_words(monkeypatch: pytest.MonkeyPatch) -> None:
     """A short configured value (a test's key "test") stays in an event's error, where
     it is likely a word of it; real secrets and URL passwords never do."""
@@ -181,4 +188,107 @@ async def test_no_secret_in_any_event_log_line_status_or_stats(tmp_path: Path) -
     printed = [told, *logs]
     printed += [status.stdout, status.stderr, stats.stdout, stats.stderr]
     for text in printed:
+        assert PASSWORD not in text and API_KEY not in text
+
+
+# -- a whole run: no output holds either, stored keys and dead letters included --
+
+SCRIPTS = {
+    "secret task": [
+        Reply(tool_calls=(ScriptedToolCall("add", {"a": 1, "b": 2}),)),
+        Reply(content="3"),
+    ],
+    "quoting tool": [
+        Reply(tool_calls=(ScriptedToolCall("quote_the_key", {}),)),
+        Reply(content="no"),
+    ],
+}
+AGENT = agent_from_dict(
+    {"model": "gpt-4o-mini", "tools": ["tests.tooling:add", "tests.tooling:quote_the_key"]}
+)[0]
+
+
+def leaky_responder() -> Any:
+    """The scripts, and an endpoint whose error quotes the key (as OpenAI's 401 does)."""
+    scripted = responder_by_prompt(SCRIPTS)
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if first_user_text(body).startswith("leaky endpoint"):
+            raise RuntimeError(f"Incorrect API key provided: {API_KEY}")
+        return scripted(body)
+
+    return respond
+
+
+def everything_stored(client: syncredis.Redis, prefix: str) -> bytes:
+    """Every stream entry, hash, list, string, set and sorted set of the prefix."""
+    out: list[bytes] = []
+    for key in client.scan_iter(match=f"{prefix}:*"):
+        kind = client.type(key)
+        if kind == b"stream":
+            out += [repr(fields).encode() for _, fields in client.xrange(key)]
+        elif kind == b"hash":
+            out.append(repr(client.hgetall(key)).encode())
+        elif kind == b"list":
+            out += client.lrange(key, 0, -1)
+        elif kind == b"string":
+            out.append(client.get(key) or b"")
+        elif kind == b"set":
+            out += list(client.smembers(key))
+        elif kind == b"zset":
+            out.append(repr(client.zrange(key, 0, -1, withscores=True)).encode())
+    return b"\n".join(out)
+
+
+async def run_tasks(url: str, prefix: str) -> list[Any]:
+    async with Client(url, prefix) as client:
+        ids = [
+            await client.submit(AGENT, [HumanMessage(content=text)])
+            for text in ("secret task", "quoting tool", "leaky endpoint")
+        ]
+        # a submission the loop refuses: a dead letter with its reason
+        bad = TaskSubmitted(agent=AGENT, messages=[HumanMessage(content="x")])
+        await client.redis.xadd(
+            Names(prefix).tasks, {DATA_FIELD: bad.model_dump_json().replace('"x"', "1")}
+        )
+        return [(await client.outcome(task_id))[1] for task_id in ids]
+
+
+def test_a_run_with_a_password_and_a_key_shows_neither_anywhere(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path, persistent=False, password=PASSWORD).start()
+    prefix = unique_prefix()
+    env = {"OPENAI_API_KEY": API_KEY, "LOOPLINE_ALLOW_INLINE_AGENTS": "true"}
+    try:
+        with ScriptedOpenAIServer(responder=leaky_responder()) as scripted:
+            env["OPENAI_BASE_URL"] = scripted.url
+            with ServiceProcesses(server.url, prefix, env=env) as procs:
+                outcomes = asyncio.run(run_tasks(server.url, prefix))
+                time.sleep(1)  # the dead letter is committed
+                logs = "\n".join(p.read_text(errors="replace") for p in procs.logs.values())
+        cli_env = {**os.environ, "REDIS_URL": server.url, "LOOPLINE_PREFIX": prefix}
+        printed = [
+            loopline(*args, env=cli_env)
+            for args in (
+                ("status",),
+                ("status", "--json"),
+                ("stats",),
+                ("stats", "--json"),
+                ("dlq", "list"),
+            )
+        ]
+        admin = syncredis.Redis.from_url(server.url)
+        stored = everything_stored(admin, prefix).decode(errors="replace")
+        letters = admin.xlen(Names(prefix).dlq)
+        admin.close()
+    finally:
+        server.stop()
+    done, quoted, leaky = outcomes
+    assert isinstance(done, TaskCompleted) and done.answer == "3"
+    assert isinstance(quoted, TaskCompleted)  # the model read the tool's error, masked
+    assert "cannot call the service with key ***" in stored
+    assert isinstance(leaky, TaskFailed) and "Incorrect API key provided: ***" in leaky.reason
+    assert letters >= 1
+    assert all(p.returncode == 0 for p in printed), [p.stderr for p in printed]
+    outputs = [logs, stored, *(p.stdout + p.stderr for p in printed)]
+    for text in outputs:
         assert PASSWORD not in text and API_KEY not in text

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,7 @@ from services.settings import Settings
 from services.spec.middleware import to_spec
 from services.spec.validation import InvalidSpec, check_middleware
 from services.tasks.loop import Loop
-from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix
+from tests.support import REPO_ROOT, MakeRuntime, ServiceProcesses, unique_prefix
 
 if TYPE_CHECKING:
     from decimal import Decimal  # a name only a type checker sees
@@ -78,6 +77,7 @@ def refused(spec: dict[str, Any]) -> str:
 # -- parameters against constructors ------------------------------------------------------
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -123,6 +123,7 @@ def test_a_wrong_type_is_one_line_naming_middleware_parameter_given_and_expected
     assert refused(spec) == message
 
 
+@pytest.mark.fast
 def test_a_summarization_trigger_of_the_wrong_shape_is_refused() -> None:
     message = refused({"type": "SummarizationMiddleware", "model": "m", "trigger": "lots"})
     assert message == (
@@ -138,6 +139,7 @@ def test_a_summarization_trigger_of_the_wrong_shape_is_refused() -> None:
     )
 
 
+@pytest.mark.fast
 def test_typed_dicts_inside_a_parameter_are_checked_too() -> None:
     gate = {"add": {"allowed_decisions": ["approve", "nope"]}}
     assert refused({"type": "HumanInTheLoopMiddleware", "interrupt_on": gate}) == (
@@ -146,6 +148,7 @@ def test_typed_dicts_inside_a_parameter_are_checked_too() -> None:
     )
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -183,6 +186,7 @@ def test_an_unknown_parameter_is_one_line_with_the_known_ones(
     assert refused(spec) == message
 
 
+@pytest.mark.fast
 def test_summarization_refuses_a_misspelt_parameter_its_kwargs_would_drop() -> None:
     message = refused({"type": "SummarizationMiddleware", "model": "gpt-4o-mini", "triger": 9})
     assert message.startswith("SummarizationMiddleware: unknown parameter triger; expected: ")
@@ -194,6 +198,7 @@ def test_summarization_refuses_a_misspelt_parameter_its_kwargs_would_drop() -> N
     )
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -216,12 +221,14 @@ def test_a_missing_required_parameter_is_one_line(spec: dict[str, Any], message:
     assert refused(spec) == message
 
 
+@pytest.mark.fast
 def test_an_instance_named_by_path_takes_no_parameters() -> None:
     assert refused({"type": "tests.middlewares:terse", "x": 1}) == (
         "terse: names an instance, which takes no parameters (given: x)"
     )
 
 
+@pytest.mark.fast
 def test_a_path_that_does_not_import_is_one_line() -> None:
     assert refused({"type": "tests.no_such_module:Thing"}) == (
         "middleware 'tests.no_such_module:Thing': No module named 'tests.no_such_module'"
@@ -275,11 +282,13 @@ VALID = [
 ]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("spec", VALID, ids=lambda s: s["type"])
 def test_valid_specs_are_accepted(spec: dict[str, Any]) -> None:
     check_middleware(MiddlewareSpec.model_validate(spec))
 
 
+@pytest.mark.fast
 def test_what_annotations_the_check_cannot_use_never_refuse_and_never_crash() -> None:
     # ``Decimal`` exists only for a type checker, ``Any`` says nothing: not checked.
     check_middleware(
@@ -292,6 +301,7 @@ def test_what_annotations_the_check_cannot_use_never_refuse_and_never_crash() ->
     )
 
 
+@pytest.mark.fast
 def test_middleware_built_in_code_give_specs_that_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test")  # the summarizer's model is built here
     for middleware in (
@@ -308,6 +318,7 @@ def test_middleware_built_in_code_give_specs_that_pass(monkeypatch: pytest.Monke
 # -- what must be JSON ---------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_shell_tool_middleware_is_refused_for_its_state_that_json_cannot_hold() -> None:
     expected = (
         "ShellToolMiddleware: state field shell_session_resources is not JSON-serializable "
@@ -320,11 +331,13 @@ def test_shell_tool_middleware_is_refused_for_its_state_that_json_cannot_hold() 
         assert str(caught.value) == expected
 
 
+@pytest.mark.fast
 def test_create_agent_refuses_shell_tool_middleware_at_the_call(redis_url: str) -> None:
     with pytest.raises(InvalidSpec, match=r"^ShellToolMiddleware: state field shell_session_"):
         create_agent("gpt-4o-mini", middleware=[ShellToolMiddleware()], redis_url=redis_url)
 
 
+@pytest.mark.fast
 def test_a_parameter_json_cannot_hold_is_named_with_its_type() -> None:
     spec = MiddlewareSpec(
         type="ModelCallLimitMiddleware", params={"run_limit": 1, "extra": {"x": [1, object()]}}
@@ -340,6 +353,7 @@ def test_a_parameter_json_cannot_hold_is_named_with_its_type() -> None:
 # -- where the check runs ------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_create_agent_refuses_a_wrong_type_at_the_call(redis_url: str) -> None:
     with pytest.raises(InvalidSpec) as caught:
         create_agent(
@@ -356,6 +370,7 @@ def test_create_agent_refuses_a_wrong_type_at_the_call(redis_url: str) -> None:
         )
 
 
+@pytest.mark.fast
 def test_an_agent_file_with_a_wrong_type_is_one_configuration_error(tmp_path: Path) -> None:
     path = tmp_path / "agent.json"
     path.write_text(json.dumps({"model": "gpt-4o-mini", "middleware": [BAD_EDIT]}))
@@ -403,10 +418,8 @@ def test_loopline_run_with_a_bad_agent_file_prints_one_line_and_publishes_nothin
 
 
 @pytest.fixture
-async def runtime(redis_url: str, prefix: str) -> AsyncIterator[Runtime]:
-    rt = Runtime(redis_url, Settings(prefix=prefix))
-    yield rt
-    await rt.close()
+async def runtime(make_runtime: MakeRuntime) -> Runtime:
+    return await make_runtime(groups=False)  # so nothing at all is under the prefix
 
 
 def bad_submission() -> TaskSubmitted:
@@ -414,6 +427,7 @@ def bad_submission() -> TaskSubmitted:
     return TaskSubmitted(agent=spec, messages=[HumanMessage(content="hi")])
 
 
+@pytest.mark.fast
 async def test_the_loop_refuses_a_task_submitted_with_a_bad_spec(
     runtime: Runtime, prefix: str
 ) -> None:
@@ -448,6 +462,7 @@ def test_a_loop_service_dead_letters_a_bad_task_submitted_with_the_reason(redis_
 # -- the input ---------------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_an_input_with_no_messages_is_refused_before_anything_is_published(
     redis_url: str, prefix: str
 ) -> None:

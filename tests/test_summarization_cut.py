@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain.agents.middleware import SummarizationMiddleware as LcSummarization
@@ -12,6 +13,8 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from loopline.middleware import SummarizationMiddleware, to_spec
 from services.middleware.builtins import safe_cutoff_point
+
+pytestmark = pytest.mark.fast
 
 
 @st.composite

@@ -30,7 +30,6 @@ from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,
-    responder_by_prompt,
 )
 from services.agent_view import system_message
 from services.todos.logic import parse_todos
@@ -61,18 +60,13 @@ SCRIPTS = {
 
 
 @pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def stack(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[ServiceProcesses]:
     env = {"OPENAI_BASE_URL": scripted.url, "OPENAI_API_KEY": "test"}
     with ServiceProcesses(redis_url, unique_prefix(), env=env) as procs:
         yield procs
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("args", INVALID)
 def test_invalid_todo_lists_answer_with_an_error(args: dict[str, Any]) -> None:
     answer = parse_todos(ToolCall(id="c1", name="write_todos", args=args))
@@ -147,6 +141,7 @@ async def test_edits_are_published_and_watchable(
     assert "[cleared]" not in json.dumps(seen[1]) and "[cleared]" in json.dumps(seen[2])
 
 
+@pytest.mark.fast
 def test_todo_prompt_without_a_system_prompt_matches_langchain() -> None:
     """With no system prompt LangChain sends the todo prompt alone, as one text block."""
     from langchain.agents.middleware import TodoListMiddleware as LcTodoListMiddleware
@@ -161,6 +156,7 @@ def test_todo_prompt_without_a_system_prompt_matches_langchain() -> None:
     assert ours is not None and ours.content == captured[0].content
 
 
+@pytest.mark.fast
 def test_the_engine_is_a_plain_library_on_langchain_messages() -> None:
     messages: list[Any] = [HumanMessage("hi", id="h")]
     for i in range(6):
@@ -181,6 +177,7 @@ def test_the_engine_is_a_plain_library_on_langchain_messages() -> None:
     assert messages[2].content == "x" * 400  # the input list is untouched
 
 
+@pytest.mark.fast
 def test_langchain_instances_convert_with_their_parameters() -> None:
     from langchain.agents.middleware import TodoListMiddleware as LcTodoListMiddleware
 

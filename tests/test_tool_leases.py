@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from contracts.events import ToolCompleted, ToolInterrupted, ToolRequested, dump_event, parse_event
+from contracts.events import ToolCompleted, ToolInterrupted, ToolRequested
 from contracts.messages import ToolCall
 from loopline.agentfile import agent_from_dict
 from services.runtime import Runtime
-from services.settings import Settings
 from services.tools.handlers import handlers as tools_handlers
-from tests.test_fused_commit import deliver, handle
+from tests.support import MakeRuntime, events_on, issue_calls, pending_on, run_entry
+
+pytestmark = pytest.mark.fast
 
 GATED_SPEC = agent_from_dict(
     {
@@ -36,12 +36,8 @@ GATED_SPEC = agent_from_dict(
 
 
 @pytest.fixture
-async def rt(redis_url: str, prefix: str) -> AsyncIterator[Runtime]:
-    runtime = Runtime(redis_url, Settings(prefix=prefix, claim_idle_ms=1000))
-    stream = runtime.names.inputs_of("tools")[0]
-    await runtime.redis.xgroup_create(stream, "tools", id="0", mkstream=True)
-    yield runtime
-    await runtime.close()
+async def rt(make_runtime: MakeRuntime) -> Runtime:
+    return await make_runtime(claim_idle_ms=1000)
 
 
 async def redeliver_after_death(rt: Runtime, task_id: str, record: dict[str, Any]) -> Any:
@@ -51,10 +47,12 @@ async def redeliver_after_death(rt: Runtime, task_id: str, record: dict[str, Any
     call = ToolCall(id="c1", name="slow_effect", args={"tag": "t", "seconds": 0, "record": "-"})
     left = {"state": "running", "consumer": "dead", "until": time.time() - 1, **record}
     await rt.redis.hset(rt.names.task_calls(task_id), "c1", json.dumps(left))
+    await issue_calls(rt.redis, rt.names, task_id, agent_id, ["c1"])
     event = ToolRequested(task_id=task_id, step=1, agent_id=agent_id, call=call)
-    entry = await deliver(rt, "tools", dump_event(event))
-    await handle(entry, on_tool(event))
-    (published,) = [parse_event(data) for _, data in entry.outbox]
+    await run_entry(rt, "tools", event, on_tool)
+    # what the tools service published for the call, committed with the entry's ack
+    (published,) = [e for e in await events_on(rt.redis, rt.names.loop) if e.task_id == task_id]
+    assert await pending_on(rt.redis, rt.names.tools, "tools") == 0
     return published
 
 

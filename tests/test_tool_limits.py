@@ -13,7 +13,7 @@ count is the run's count, and the two limits differ only in which limit the mess
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from loopline.testing.scripted import (
     first_user_text,
 )
 from tests import tooling
-from tests.support import ServiceProcesses, services_on, twin_servers
+from tests.support import ServiceProcesses
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -56,20 +56,6 @@ PARALLEL = [
     Reply(content="finished"),
 ]
 SCRIPTS: dict[str, Sequence[Reply]] = {}
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(SCRIPTS) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
 
 
 @dataclass

@@ -19,7 +19,6 @@ from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
     ScriptedToolCall,
-    responder_by_prompt,
 )
 from tests.support import ServiceProcesses, unique_prefix
 
@@ -38,12 +37,6 @@ def calling(tool: str, args: dict[str, object]) -> list[Reply]:
     return [Reply(tool_calls=(ScriptedToolCall(tool, args),)), Reply(content=f"{tool} done")]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as scripted:
-        yield scripted
-
-
 def services(redis_url: str, server: ScriptedOpenAIServer, **env: str) -> ServiceProcesses:
     full = {
         "OPENAI_BASE_URL": server.url,
@@ -55,8 +48,8 @@ def services(redis_url: str, server: ScriptedOpenAIServer, **env: str) -> Servic
 
 
 @pytest.fixture(scope="module")
-def stack(redis_url: str, server: ScriptedOpenAIServer) -> Iterator[ServiceProcesses]:
-    with services(redis_url, server, LOOPLINE_TOOL_TIMEOUT_S="1") as procs:
+def stack(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[ServiceProcesses]:
+    with services(redis_url, scripted, LOOPLINE_TOOL_TIMEOUT_S="1") as procs:
         yield procs
 
 
@@ -102,9 +95,7 @@ async def test_hung_calls_time_out_and_free_their_slots(stack: ServiceProcesses)
 
 async def test_the_agent_and_the_tool_set_their_own_timeouts(stack: ServiceProcesses) -> None:
     async with Client(stack.redis_url, stack.prefix) as client:
-        by_agent = await run_task(
-            client, prompt_for("hang", {"seconds": 1.5}), tool_timeout_s=5
-        )
+        by_agent = await run_task(client, prompt_for("hang", {"seconds": 1.5}), tool_timeout_s=5)
         by_tool = await run_task(
             client,
             prompt_for("hang", {"seconds": 3600}),
@@ -131,11 +122,11 @@ async def test_a_tool_raising_a_base_exception_fails_only_its_call(
 
 
 async def test_a_cancelled_task_frees_its_hung_call_at_once(
-    redis_url: str, server: ScriptedOpenAIServer
+    redis_url: str, scripted: ScriptedOpenAIServer
 ) -> None:
     """One tool slot, a call that would hang for an hour (the timeout is longer): cancel
     its task and the next task's call runs within seconds."""
-    with services(redis_url, server, LOOPLINE_CONCURRENCY_TOOLS="1") as procs:
+    with services(redis_url, scripted, LOOPLINE_CONCURRENCY_TOOLS="1") as procs:
         async with Client(procs.redis_url, procs.prefix) as client:
             spec = agent_from_dict({"model": "gpt-4o-mini", "tools": TOOLS})[0]
             prompt = prompt_for("hang", {"seconds": 3600})
@@ -150,12 +141,12 @@ async def test_a_cancelled_task_frees_its_hung_call_at_once(
 
 
 def test_sigterm_ends_the_tools_service_with_hung_tools(
-    redis_url: str, server: ScriptedOpenAIServer
+    redis_url: str, scripted: ScriptedOpenAIServer
 ) -> None:
     """A sync tool hangs for an hour; SIGTERM still ends the process within the graceful
     timeout (the hung thread does not hold the exit)."""
     graceful_s = 2.0
-    with services(redis_url, server, LOOPLINE_GRACEFUL_TIMEOUT_S=str(graceful_s)) as procs:
+    with services(redis_url, scripted, LOOPLINE_GRACEFUL_TIMEOUT_S=str(graceful_s)) as procs:
 
         async def start_hung_call() -> None:
             async with Client(procs.redis_url, procs.prefix) as client:
@@ -174,12 +165,12 @@ def test_sigterm_ends_the_tools_service_with_hung_tools(
 
 
 async def test_too_many_stuck_threads_make_the_tools_service_exit(
-    redis_url: str, server: ScriptedOpenAIServer
+    redis_url: str, scripted: ScriptedOpenAIServer
 ) -> None:
     """Past LOOPLINE_TOOL_STUCK_MAX threads of timed-out sync calls the tools process
     hands its work over and exits, for its supervisor to start a fresh one."""
     env = {"LOOPLINE_TOOL_TIMEOUT_S": "0.5", "LOOPLINE_TOOL_STUCK_MAX": "1"}
-    with services(redis_url, server, **env) as procs:
+    with services(redis_url, scripted, **env) as procs:
         async with Client(procs.redis_url, procs.prefix) as client:
             hung = [run_task(client, prompt_for("hang", {"seconds": 3600})) for _ in range(2)]
             await asyncio.gather(*hung)

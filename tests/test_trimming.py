@@ -6,9 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 
 from services.trimming import trim_public_stream, trim_work_stream
+
+pytestmark = pytest.mark.fast
 
 
 async def ids(redis: aioredis.Redis, stream: str) -> list[bytes]:

@@ -6,10 +6,8 @@ schemas."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +22,8 @@ from contracts import ContextEdited, HumanMessage, TodosUpdated
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
-from services.editing.counting import install_offline_tiktoken_cache
 from tests import tooling
-from tests.support import ServiceProcesses, services_on, twin_servers
+from tests.support import ServiceProcesses, services_on
 
 SYSTEM_PROMPT = "You are a meticulous assistant."
 
@@ -67,35 +64,16 @@ TURNS = [
 
 EDIT = {"trigger": 500, "keep": 1, "exclude_tools": ["add"], "clear_tool_inputs": True}
 MODEL = {"approximate": "gpt-4o-mini", "model": "gpt-4"}
-
-
-@pytest.fixture(scope="module")
-def tiktoken_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Offline, ``encoding_for_model("gpt-4")`` works once the bundled file is cached."""
-    directory = tmp_path_factory.mktemp("tiktoken")
-    install_offline_tiktoken_cache(str(directory))
-    old = os.environ.get("TIKTOKEN_CACHE_DIR")
-    os.environ["TIKTOKEN_CACHE_DIR"] = str(directory)
-    yield directory
-    if old is None:
-        os.environ.pop("TIKTOKEN_CACHE_DIR", None)
-    else:
-        os.environ["TIKTOKEN_CACHE_DIR"] = old
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers({"parity": TURNS}) as pair:
-        yield pair
+SCRIPTS = {"parity": TURNS}
 
 
 @pytest.fixture(scope="module")
 def stack(
     redis_url: str,
     servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
-    tiktoken_cache: Path,
+    offline_tiktoken: str,
 ) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1], TIKTOKEN_CACHE_DIR=str(tiktoken_cache)) as procs:
+    with services_on(redis_url, servers[1], TIKTOKEN_CACHE_DIR=offline_tiktoken) as procs:
         yield procs
 
 

@@ -30,7 +30,7 @@ from loopline.testing.scripted import (
     first_user_text,
 )
 from tests import tooling, wrap_recorders
-from tests.support import ServiceProcesses, services_on, twin_servers
+from tests.support import ServiceProcesses
 
 # ChatOpenAI keeps its async HTTP client per process: one event loop for the module.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -57,20 +57,6 @@ SCRIPTS = {
 }
 SCRIPTS["padded"] = SCRIPTS["ctxedit"]
 EDIT = {"trigger": 150, "keep": 1}
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(SCRIPTS) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1], RECORD_REDIS_URL=redis_url) as procs:
-        yield procs
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -100,6 +100,11 @@ async def interrupt_async(code: int) -> str:
     raise KeyboardInterrupt(code)
 
 
+def quote_the_key() -> str:
+    """Fail with the process's API key in the error (as a misbehaving library would)."""
+    raise RuntimeError(f"cannot call the service with key {os.environ.get('OPENAI_API_KEY')}")
+
+
 def leak_redis_url() -> str:
     """Fail with the service's Redis URL (and so its password) in the error, as a
     careless tool might."""

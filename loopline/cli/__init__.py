@@ -7,6 +7,7 @@ do; a traceback means a bug in loopline.
 - ``approvals``: ``approvals``, ``decide``;
 - ``operations``: ``status``, ``stats``, ``dlq``, ``schema``, ``asyncapi``;
 - ``serving``: ``up``, ``serve``;
+- ``security``: ``acl``;
 - ``render``: how events, results, statistics and dead letters are shown;
 - ``common``: the one-line user error, settings, reaching Redis.
 """

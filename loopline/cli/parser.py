@@ -7,12 +7,15 @@ import argparse
 from typing import Any
 
 from contracts.agent import OVERRIDABLE
+from contracts.events import MULTITASK_STRATEGIES
 from contracts.streams import SERVICES
 from loopline.cli.agents import cmd_agents, cmd_deploy
 from loopline.cli.approvals import cmd_approvals, cmd_decide
 from loopline.cli.operations import cmd_asyncapi, cmd_dlq, cmd_schema, cmd_stats, cmd_status
+from loopline.cli.security import add_parser as add_acl_parser
 from loopline.cli.serving import cmd_serve, cmd_up
 from loopline.cli.tasks import cmd_cancel, cmd_demo, cmd_run, cmd_submit, cmd_watch
+from loopline.cli.threads import cmd_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,19 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     _task_commands(sub)
     _agent_commands(sub)
-
-    p = sub.add_parser("watch", help="follow the todos or edits stream, or one task's log")
-    p.add_argument("what", choices=("todos", "edits", "task"))
-    p.add_argument("task_id", nargs="?")
-    p.add_argument("--from-start", action="store_true")
-    p.add_argument("--no-follow", action="store_true", help="print what is there and exit")
-    p.add_argument("--json", action="store_true", help="JSON lines")
-    p.set_defaults(func=cmd_watch)
-
-    p = sub.add_parser("cancel", help="stop a running task")
-    p.add_argument("task_id")
-    p.add_argument("--reason", default="cancelled from the command line")
-    p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("stats", help="per-agent counts and stage latencies from the task logs")
     p.add_argument("--json", action="store_true")
@@ -80,8 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("schema", help="JSON Schema of every event")
-    p.set_defaults(func=cmd_schema)
+    sub.add_parser("schema", help="JSON Schema of every event").set_defaults(func=cmd_schema)
 
     p = sub.add_parser(
         "status", help="services and consumers, lag and pending, dead letters, tasks in flight"
@@ -91,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-tasks", action="store_true", help="skip counting tasks (a SCAN of every key)"
     )
     p.set_defaults(func=cmd_status)
+
+    add_acl_parser(sub)
 
     p = sub.add_parser("asyncapi", help="the AsyncAPI document of every stream and event")
     from loopline.asyncapi import add_arguments
@@ -125,7 +116,7 @@ def _agent_commands(sub: Any) -> None:
 
 
 def _task_commands(sub: Any) -> None:
-    """``run`` and ``submit``: a task of an agent file."""
+    """run, submit, watch, cancel and threads."""
     for name, func, help_text in (
         ("run", cmd_run, "submit a task, show progress, print the answer"),
         ("submit", cmd_submit, "submit a task and print its id"),
@@ -139,6 +130,32 @@ def _task_commands(sub: Any) -> None:
             help="a deployed agent (loopline agents list) instead of an agent file",
         )
         p.add_argument("--max-steps", type=int, default=None)
+        p.add_argument("--thread", metavar="ID", help="a run of this thread: continue it")
+        p.add_argument(
+            "--multitask-strategy",
+            choices=MULTITASK_STRATEGIES,
+            default="reject",
+            help="when the thread has a run going (default: reject this one)",
+        )
         if name == "run":
             p.add_argument("--json", action="store_true", help="print one JSON object")
         p.set_defaults(func=func)
+
+    p = sub.add_parser("watch", help="follow the todos or edits stream, or one task's log")
+    p.add_argument("what", choices=("todos", "edits", "task"))
+    p.add_argument("task_id", nargs="?")
+    p.add_argument("--from-start", action="store_true")
+    p.add_argument("--no-follow", action="store_true", help="print what is there and exit")
+    p.add_argument("--json", action="store_true", help="JSON lines")
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("cancel", help="stop a running task")
+    p.add_argument("task_id")
+    p.add_argument("--reason", default="cancelled from the command line")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("threads", help="conversations: list them, show one, remove one")
+    p.add_argument("action", choices=("list", "show", "rm"))
+    p.add_argument("thread_id", nargs="?")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_threads)

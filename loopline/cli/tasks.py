@@ -37,6 +37,8 @@ async def _run_task(
     as_json: bool,
     follow: bool = True,
     quiet: bool = False,
+    thread_id: str | None = None,
+    multitask_strategy: str = "reject",
 ) -> int:
     """``agent``: an agent file's spec (registered first on a deployment: the operator's
     path), or a deployed agent's ``NAME[@VERSION]`` (a producer's)."""
@@ -60,7 +62,13 @@ async def _run_task(
             # the services run deployed agents only: register it (the operator's path)
             agent = (await client.deploy(agent, max_steps=max_steps)).ref
             max_steps = None
-        task_id = await client.submit(agent, [HumanMessage(content=prompt)], max_steps=max_steps)
+        task_id = await client.submit(
+            agent,
+            [HumanMessage(content=prompt)],
+            max_steps=max_steps,
+            thread_id=thread_id,
+            multitask_strategy=multitask_strategy,
+        )
         if not follow:
             print(task_id)
             return 0
@@ -106,7 +114,16 @@ async def _follow(client: Client, task_id: str, *, as_json: bool, quiet: bool) -
 
 def cmd_run(args: argparse.Namespace) -> int:
     agent, max_steps = _task_agent(args)
-    return asyncio.run(_run_task(agent, args.prompt, max_steps=max_steps, as_json=args.json))
+    return asyncio.run(
+        _run_task(
+            agent,
+            args.prompt,
+            max_steps=max_steps,
+            as_json=args.json,
+            thread_id=args.thread,
+            multitask_strategy=args.multitask_strategy,
+        )
+    )
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -116,7 +133,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
         )
     agent, max_steps = _task_agent(args)
     return asyncio.run(
-        _run_task(agent, args.prompt, max_steps=max_steps, as_json=False, follow=False)
+        _run_task(
+            agent,
+            args.prompt,
+            max_steps=max_steps,
+            as_json=False,
+            follow=False,
+            thread_id=args.thread,
+            multitask_strategy=args.multitask_strategy,
+        )
     )
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,8 @@ class ServiceProcesses:
     """Each service as its own ``loopline serve NAME`` process (``replicas`` of each), on
     ``redis_url`` under ``prefix``. ``root``: the source tree the processes run (the A/B
     benchmark runs an older one). Their logs live in a temporary folder of this harness,
-    removed by ``stop()``."""
+    removed by ``stop()``. ``urls``: a service's own ``REDIS_URL`` (its ACL user), by
+    service name; ``redis_url`` is then the harness's own (to see them ready)."""
 
     def __init__(
         self,
@@ -57,8 +58,10 @@ class ServiceProcesses:
         services: Sequence[str] = SERVICES,
         replicas: int = 1,
         root: Path = SOURCE_ROOT,
+        urls: Mapping[str, str] | None = None,
     ) -> None:
         self.redis_url = redis_url
+        self.urls = dict(urls or {})
         self.prefix = prefix
         self.services = list(services)
         self.replicas = replicas
@@ -89,9 +92,10 @@ class ServiceProcesses:
         log = self.log_dir / f"{name}-{index}.log"
         self.logs[f"{name}-{index}"] = log
         with log.open("wb") as out:
+            env = self.env if name not in self.urls else {**self.env, "REDIS_URL": self.urls[name]}
             return lifetime.spawn(
                 [sys.executable, "-m", "loopline", "serve", name],
-                env=self.env,
+                env=env,
                 cwd=self.root,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -8,12 +8,13 @@ from contracts.events import (
     DecisionsSubmitted,
     ModelFailed,
     ModelResponded,
+    RunDequeued,
     TaskSubmitted,
     ToolCompleted,
     ToolInterrupted,
 )
 from services import approvals
-from services.errors import BadEvent
+from services.errors import BadEvent, Refused
 from services.loop.deadlines import DeadlineSweeper
 from services.runtime import Handler, Runtime
 from services.tasks.loop import Loop
@@ -27,12 +28,14 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     async def on_task(event: AnyEvent) -> None:
         if isinstance(event, TaskSubmitted):
             await loop.task_submitted(event)
+        elif isinstance(event, RunDequeued):
+            await loop.run_dequeued(event)
         elif isinstance(event, CancelRequested):
             await loop.cancel_requested(event)
         elif isinstance(event, DecisionsSubmitted):
             await loop.decisions_submitted(event)
-        else:
-            raise BadEvent(f"{event.type} does not belong on the tasks stream")
+        else:  # refused on its own: the producers' stream never moves a task otherwise
+            raise Refused(f"{event.type} does not belong on the tasks stream")
 
     async def on_loop_event(event: AnyEvent) -> None:
         if isinstance(event, ModelResponded):

@@ -212,11 +212,24 @@ def params_of(instance: Any) -> dict[str, Any]:
             value = getattr(instance, name)
             if value != parameter.default:
                 params[name] = value
+    if _derived_token_counter(params.get("token_counter")):
+        del params["token_counter"]  # LangChain's default, specialised for its model
     if "detector" in params and isinstance(instance, lc.PIIMiddleware):
         detector = _given_detector(instance.pii_type, params.pop("detector"))
         if detector is not None:
             params["detector"] = detector
     return params
+
+
+def _derived_token_counter(counter: Any) -> bool:
+    """Whether a SummarizationMiddleware's ``token_counter`` is the one LangChain made
+    from its default (``count_tokens_approximately`` tuned to the model): building the
+    middleware again from the same model makes it again."""
+    from functools import partial
+
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    return isinstance(counter, partial) and counter.func is count_tokens_approximately
 
 
 def _given_detector(pii_type: str, resolved: Any) -> Any:

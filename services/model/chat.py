@@ -42,6 +42,7 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
     if endpoint.base_url:
         kwargs["base_url"] = endpoint.base_url
     kwargs["api_key"] = endpoint.api_key or "unused"  # local servers need none
+    kwargs.setdefault("stream_usage", True)  # a streamed reply carries its usage too
     return ChatOpenAI(model=endpoint.model, **kwargs)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from contracts.events import (
     AnyEvent,
@@ -18,9 +19,10 @@ from services.editing.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
 from services.hooks import hooks_for
 from services.middleware import ratelimit
+from services.model import streaming
 from services.model.chat import ModelPool, prompt_of
 from services.model.lcview import LangChainViews
-from services.model.wrapped import call_with_middleware
+from services.model.wrapped import ModelCaller, call_with_middleware
 from services.runtime import Handler, Runtime
 from services.secrets import scrub
 from services.spec import structured
@@ -34,6 +36,22 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     ratelimit.configure(rt.redis, rt.names.prefix)
     hand_over = LoopHandOver(rt)  # replies of hook-free agents skip the loop stream
     views = LangChainViews(rt.settings.transcript_cache_tasks)
+    requests = streaming.StreamRequests(rt)  # which tasks stream: no command per step
+    rt.background.append(requests)
+
+    def streaming_caller(event: ModelRequested) -> ModelCaller:
+        async def call(bound: Any, prompt: Any) -> Any:
+            return await streaming.streamed_call(
+                bound,
+                prompt,
+                rt.redis,
+                rt.names,
+                rt.settings,
+                task_id=event.task_id,
+                step=event.step,
+            )
+
+        return call
 
     async def on_model_requested(event: AnyEvent) -> None:
         if not isinstance(event, ModelRequested):
@@ -46,6 +64,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         started = time.perf_counter()
         outcome: StructuredOutcome | None = None
         try:
+            streamed = await requests.wanted(event.task_id)
+            caller = streaming_caller(event) if streamed else None
             hooks = hooks_for(event.agent_id, spec)
             if hooks.with_hook("wrap_model_call"):
                 extra = await hand_over.loop.store.extra(event.task_id)
@@ -53,14 +73,15 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 # middleware outside it see what LangChain's would
                 message: Message
                 message, outcome = await call_with_middleware(
-                    spec, hooks, list(transcript), extra, event.edits
+                    spec, hooks, list(transcript), extra, event.edits, caller=caller
                 )
             else:
                 request = views.convert(
                     event.task_id, event.rev, transcript, view, system_message(spec)
                 )
                 bound, strategy = pool.bound_with_strategy(event.agent_id, spec)
-                reply = await bound.ainvoke(prompt_of(request))
+                prompt = prompt_of(request)
+                reply = await (caller(bound, prompt) if caller else bound.ainvoke(prompt))
                 if spec.message_name:
                     reply.name = spec.message_name  # as LangChain's model node names it
                 if spec.response_format is not None:

@@ -6,7 +6,7 @@ transcript unedited, and those after it the edited view, as in LangChain."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage as LcAIMessage
@@ -19,6 +19,10 @@ from services.agent_view import system_message, tool_schemas
 from services.hooks import HookSet, call_wrapped, lg_runtime
 from services.model.chat import build_chat_model
 from services.spec import structured
+
+ModelCaller = Callable[[Any, Any], Awaitable[Any]]
+"""How one model call is made, given the bound model and its input: ``ainvoke``, or
+streamed to the task's chunk stream (``services.model.streaming``)."""
 
 
 class EditsAtPosition:
@@ -175,12 +179,16 @@ async def call_with_middleware(
     transcript: list[Message],
     extra: dict[str, Any],
     edits: Sequence[AppliedEdit] = (),
+    *,
+    caller: ModelCaller | None = None,
 ) -> tuple[AIMessage, StructuredOutcome | None]:
-    """``transcript`` unedited: the chain applies ``edits`` (the context consumer's, for
-    this transcript) at ``ContextEditingMiddleware``'s place, and the agent state holds
-    the unedited messages, as LangChain's. With a ``response_format``, the reply's
-    structured outcome comes too (made inside the chain, as LangChain's model node does,
-    so middleware see the structured response and may change the request's format)."""
+    """``caller``: how each model call is made (default ``ainvoke``); with retry or
+    fallback middleware a step makes several. ``transcript`` unedited: the chain applies
+    ``edits`` (the context consumer's, for this transcript) at
+    ``ContextEditingMiddleware``'s place, and the agent state holds the unedited
+    messages, as LangChain's. With a ``response_format``, the reply's structured outcome
+    comes too (made inside the chain, as LangChain's model node does, so middleware see
+    the structured response and may change the request's format)."""
     from langchain.agents.middleware import ModelRequest, ModelResponse
 
     rf = spec.response_format
@@ -214,7 +222,8 @@ async def call_with_middleware(
         else:
             bound = model.bind(**settings)
         system = [req.system_message] if req.system_message is not None else []
-        reply = await bound.ainvoke([*system, *req.messages])
+        prompt = [*system, *req.messages]
+        reply = await (caller(bound, prompt) if caller else bound.ainvoke(prompt))
         if spec.message_name:
             reply.name = spec.message_name  # as LangChain's model node names it
         outcome = structured.outcome(rf, used, reply) if rf is not None and used else None

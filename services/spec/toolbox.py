@@ -85,16 +85,18 @@ def resolve(ref: str) -> BaseTool:
                 "import path (package.module:name) when services run separately"
             )
         return found
-    cached = _imported.get(ref)
-    if cached is not None:
-        return cached
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"tool path {ref!r} must look like package.module:name")
     try:
-        obj = imports.resolve(ref)
+        imports.check_allowed(ref)  # a cached tool too: the allow-list may have changed
     except imports.ModuleNotAllowed as exc:
         raise ConfigurationError(f"tool path {ref!r}: {exc}") from exc
+    cached = _imported.get(ref)
+    if cached is not None:
+        return cached
+    try:
+        obj = imports.resolve(ref)
     except imports.ModuleNotImportable as exc:
         raise ConfigurationError(f"tool path {ref!r}: cannot import {module_name}: {exc}") from exc
     except imports.NameNotFound as exc:

@@ -26,6 +26,7 @@ from contracts.events import (
     Event,
     ModelFailed,
     ModelResponded,
+    RunDequeued,
     StepStarted,
     StructuredOutcome,
     TaskCompleted,
@@ -38,11 +39,14 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
 from services import approvals, deployed
-from services.errors import BadEvent, UnknownTask
+from services.entry import CURRENT, current_entry_id
+from services.errors import BadEvent, Refused, UnknownTask
 from services.hooks import HookSet, hooks_for
 from services.runtime import Runtime
+from services.secrets import scrub
 from services.spec.validation import InvalidSpec, check_agent
 from services.tasks.hookrun import ModelTurn, model_turn, start_step
+from services.tasks.issued import call_digests
 from services.tasks.per_call import PerCallApprovals
 from services.tasks.plan import (
     after_model_results,
@@ -53,6 +57,8 @@ from services.tasks.plan import (
 )
 from services.tasks.state import Cause, Phase, TaskState
 from services.tasks.store import TaskStore
+from services.tasks.thread_runs import ThreadRuns, carried_extra
+from services.tasks.threads import Claim
 from services.tasks.transition import Fusion
 from services.tasks.transitions import (
     ApplyHooks,
@@ -61,10 +67,12 @@ from services.tasks.transitions import (
     RecordReply,
     RecordResult,
     RefuseTask,
+    StartRun,
     StartTask,
 )
 
 log = logging.getLogger("loopline.loop")
+
 
 REQUESTS_ABOUT_A_TASK = frozenset({"CancelRequested", "DecisionsSubmitted"})
 """Events from outside about a task; refusing one leaves the task as it is."""
@@ -90,15 +98,35 @@ class Loop:
         self.names = rt.names
         self.store = TaskStore(rt.redis, rt.names, rt.register_script)
         self.per_call = PerCallApprovals(rt, self.store)
+        self.threads = ThreadRuns(rt, self.store, self.stop, self._emit)
         self._touching: set[asyncio.Task[None]] = set()
 
     # -- events ------------------------------------------------------------------------
 
     async def task_submitted(self, event: TaskSubmitted) -> None:
-        rt = self.rt
         if not event.messages:
             raise BadEvent("TaskSubmitted needs at least one message")
         spec, max_steps = await self._agent_of(event)
+        claim = None
+        if event.thread_id is not None:
+            claim = await self.threads.submitted(event)
+            if claim is None:  # it waits for the thread, was refused, or is a redelivery
+                return
+        await self._start(event, claim, spec, max_steps)
+
+    async def run_dequeued(self, event: RunDequeued) -> None:
+        """A run that waited for its thread is the thread's active run now."""
+        found = await self.threads.dequeued(event)
+        if found is not None:
+            claim, submitted = found
+            spec, max_steps = await self._agent_of(submitted)
+            await self._start(submitted, claim, spec, max_steps)
+
+    async def _start(
+        self, event: TaskSubmitted, claim: Claim | None, spec: AgentSpec, max_steps: int | None
+    ) -> None:
+        """Start a task, or a run of a thread from the thread's state (``claim``)."""
+        rt = self.rt
         # Messages get ids as LangGraph gives them, so middleware can replace them by id;
         # derived from the task id, so a redelivery stores the same ones.
         inputs = [
@@ -106,23 +134,45 @@ class Loop:
             for i, m in enumerate(event.messages)
         ]
         agent_id = await rt.save_agent(spec)
+        submitted_event = dump_event(event)
+        step_event = dump_event(StepStarted(task_id=event.task_id, step=1))
+        max_steps = max_steps or rt.settings.max_steps
+        messages = [m.model_dump_json() for m in inputs]
+        start: StartTask | StartRun
+        if claim is None:
+            start = StartTask(
+                agent_id=agent_id,
+                max_steps=max_steps,
+                submitted_event=submitted_event,
+                step_event=step_event,
+                retention=rt.settings.retention_s,
+                messages=messages,
+                entry=current_entry_id(),
+            )
+        else:
+            assert event.thread_id is not None
+            hooks = await self._hooks(event.task_id, agent_id)
+            start = StartRun(
+                agent_id=agent_id,
+                max_steps=max_steps,
+                submitted_event=submitted_event,
+                step_event=step_event,
+                retention=rt.settings.retention_s,
+                messages=claim.messages + messages,
+                todos=claim.todos,
+                extra=carried_extra(claim.extra, hooks or HookSet()),
+                thread_id=event.thread_id,
+            )
+        state = await self.store.apply(event.task_id, start)
+        if state.duplicate:  # a replayed id: the first submission's task goes on as it was
+            raise Refused(f"task {event.task_id!r} exists already; this submission is refused")
         deadline_s = event.deadline_s or rt.settings.task_deadline_s
-        if deadline_s:
-            # Before the start, so a crash in between cannot leave a task without one.
+        if deadline_s and state.running:
+            # After the start, so only the submission that started the task sets it; a
+            # crash in between leaves the entry pending, and its redelivery sets it.
             await rt.redis.zadd(
                 self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
             )
-        state = await self.store.apply(
-            event.task_id,
-            StartTask(
-                agent_id=agent_id,
-                max_steps=max_steps or rt.settings.max_steps,
-                submitted_event=dump_event(event),
-                step_event=dump_event(StepStarted(task_id=event.task_id, step=1)),
-                retention=rt.settings.retention_s,
-                messages=[m.model_dump_json() for m in inputs],
-            ),
-        )
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
 
@@ -155,7 +205,12 @@ class Loop:
         return spec, max_steps
 
     async def cancel_requested(self, event: CancelRequested) -> None:
-        await self.stop(event.task_id, f"cancelled: {event.reason}", Cause.CANCEL)
+        reason = f"cancelled: {event.reason}"
+        if event.thread_id and await self.threads.cancel_queued(
+            event.thread_id, event.task_id, reason
+        ):
+            return  # it waited for its thread: it leaves the queue, never started
+        await self.stop(event.task_id, reason, Cause.CANCEL)
 
     async def stop(self, task_id: str, reason: str, cause: str) -> None:
         """Fail a running task now (cancel, deadline); later events for it are dropped."""
@@ -262,10 +317,16 @@ class Loop:
     async def event_refused(self, task_id: str, event_type: str, stage: str, reason: str) -> None:
         """A stage dead-lettered one of the task's events (``services.runner``): the task
         cannot go on, so it ends with the stage and the reason, for its waiting client.
-        Requests about a task from outside (a cancel, decisions) are refused without
-        ending it: a decision that does not fit leaves the task waiting for a good one."""
+        Requests about a task from outside (a cancel, decisions, anything else on the
+        producers' tasks stream) are refused without ending it: a decision that does not
+        fit leaves the task waiting for a good one. A refused submission ends only the
+        task it started itself, never one another submission of the same id started."""
+        entry = CURRENT.get()
+        from_producers = entry is not None and entry.stream == self.names.tasks
         if event_type in REQUESTS_ABOUT_A_TASK:
             return
+        if from_producers and event_type != "TaskSubmitted":
+            return  # anything else on the producers' stream never ends a task
         step = await self.store.current_step(task_id)
         text = f"the {stage} stage could not handle {event_type}: {reason}"
         state = await self.store.apply(
@@ -275,6 +336,7 @@ class Loop:
                 cause=Cause.refused(stage),
                 retention=self.rt.settings.retention_s,
                 create=event_type == "TaskSubmitted",
+                entry=current_entry_id(),
             ),
         )
         if state.applied:
@@ -291,6 +353,7 @@ class Loop:
             await rt.redis.zrem(self.names.deadlines, task_id)
             if state.agent_id:
                 await rt.agents.touch(state.agent_id)
+                await self.threads.ended(task_id)  # a run of a thread writes back
             return
         spec = await rt.agent(state.agent_id)
         if state.phase == Phase.MODEL:
@@ -343,6 +406,7 @@ class Loop:
         if not state.running:
             self.rt.forget(task_id)
             self._touch_later(state.agent_id)
+            self.threads.ended_later(task_id)
 
     def _touch_later(self, agent_id: str) -> None:
         """Keep the agent's spec for the retention time from the end of this task (after
@@ -459,6 +523,7 @@ class Loop:
                 failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
                 extra=json.dumps(turn.extra) if turn.extra is not None else "",
+                issued={} if turn.end else call_digests(turn.ai, turn.decided),
                 end_after=dump_event(completed) if turn.end_after_tools else b"",
             ),
             fusion,
@@ -608,7 +673,7 @@ class Loop:
         )
 
     async def _fail_now(self, task_id: str, reason: str) -> TaskState:
-        state = await self._fail_at_current_step(task_id, reason, None)
+        state = await self._fail_at_current_step(task_id, scrub(reason), None)
         await self._emit(task_id, state)
         return state
 

@@ -45,6 +45,8 @@ class Cause:
 
     START = "start"
     CANCEL = "cancel"
+    SUPERSEDED = "superseded"
+    """A newer run of the task's thread stopped it (interrupt, rollback)."""
     DEADLINE = "deadline"
 
     @staticmethod
@@ -149,6 +151,8 @@ class TaskState:
     """In the tools phase: the ids of the step's calls whose results are in."""
     committed: bool = False
     """A fused transition (``services.tasks.transition.Fusion``) also committed the entry."""
+    duplicate: bool = False
+    """``StartTask`` found the task started by another submission (applied = -1)."""
 
     @property
     def exists(self) -> bool:
@@ -174,4 +178,5 @@ class TaskState:
             hooks_step=int(text(found["hooks_step"]) or 0),
             done=frozenset(text(v) for v in found["done"]),
             committed=int(found.get("committed", 0)) == 1,
+            duplicate=int(found["applied"]) == -1,
         )

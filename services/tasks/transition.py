@@ -81,15 +81,22 @@ def declared_argv(lua: str) -> tuple[str, ...]:
     return tuple(first.removeprefix("-- ARGV:").split())
 
 
-def build_script(args: type[Args], *, fused: bool = False) -> str:
-    """The whole script of a transition (``fused``: with the entry's commit)."""
+def checked_body(args: type[Args]) -> tuple[str, str]:
+    """A script's Lua body and its ``arg`` table (ARGV by name), once the body's declared
+    ARGV is checked against the arguments class."""
     body = lua_file(args.LUA)
     names = args.names()
     if declared_argv(body) != names:
         raise ValueError(
             f"lua/{args.LUA}.lua declares ARGV {declared_argv(body)}, {args.__name__} has {names}"
         )
-    table = ", ".join(f"{name} = ARGV[{i}]" for i, name in enumerate(names, 1))
+    return body, ", ".join(f"{name} = ARGV[{i}]" for i, name in enumerate(names, 1))
+
+
+def build_script(args: type[Args], *, fused: bool = False) -> str:
+    """The whole script of a transition (``fused``: with the entry's commit)."""
+    body, table = checked_body(args)
+    names = args.names()
     parts = [
         f"local TASK_KEYS, ARGC = {TaskKeys.COUNT}, {len(names)}\n",
         f"local arg = {{{table}}}\n",

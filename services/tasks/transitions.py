@@ -8,6 +8,11 @@ A task is running until it ends completed or failed. A running task is in one ph
 and at most once per cause (``state.Cause``)::
 
       TaskSubmitted ──StartTask──▶ MODEL (step 1)
+      TaskSubmitted (a task id that exists) ──StartTask──▶ unchanged, refused
+      TaskSubmitted ──StartRun──▶ MODEL (step 1)      a run of a thread, from its state
+
+      MODEL | APPROVAL ──StopRun──▶ DONE              failed: a newer run interrupts it
+      TOOLS ──StopRun──▶ TOOLS ... ──RecordResult──▶ DONE    ... once the step's tools join
 
       MODEL ──ApplyHooks──▶ MODEL                     before_model hooks, once per step
       MODEL ──ApplyHooks (jump to end)──▶ DONE        completed
@@ -54,6 +59,39 @@ class StartTask(Args):
     retention: int
     messages: list[str]
     """The input messages, each as its JSON."""
+    entry: str
+    """The submission's stream entry id: only its own redeliveries find the task theirs; a
+    second submission of the same task id (a new entry) is refused (``duplicate``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartRun(Args):
+    """A run of a thread starts (``services.tasks.threads``): -> running, step 1, model
+    phase, from the thread's transcript, todos and middleware state."""
+
+    LUA = "start_run"
+    agent_id: str
+    max_steps: int
+    submitted_event: bytes
+    step_event: bytes
+    retention: int
+    messages: list[str]
+    """The thread's transcript, then the run's input messages, each as its JSON."""
+    todos: str
+    """The thread's todo list (JSON), or ""."""
+    extra: str
+    """The thread's middleware state (JSON), or ""."""
+    thread_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopRun(Args):
+    """A newer run of the thread interrupts this one (``multitask_strategy="interrupt"``):
+    model or approval -> done (failed) now; tools -> done once the step's results join."""
+
+    LUA = "stop_run"
+    failed_event: bytes
+    cause: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +115,9 @@ class RecordReply(Args):
     """Messages after_model hooks added after the reply (JSON each)."""
     extra: str
     """The middleware's state fields (JSON), or "" when unchanged."""
+    issued: dict[str, str]
+    """The digest of each call to run (call id -> ``issued.call_digest``): the tools and
+    todos services run a requested call only if its name and arguments match."""
     end_after: bytes = b""
     """A TaskCompleted (JSON) to end the task with once the step's results are in, in
     place of the next step (a structured response given beside other tool calls, as
@@ -146,6 +187,9 @@ class RefuseTask(Args):
     cause: str
     retention: int
     create: bool
+    entry: str
+    """With ``create``: the refused submission's entry id; a task that exists is ended
+    only by the refusal of the entry that started it, never by another submission."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +228,8 @@ class LogOnce(Args):
 
 ALL: tuple[type[Args], ...] = (
     StartTask,
+    StartRun,
+    StopRun,
     RecordReply,
     RecordResult,
     ApplyHooks,

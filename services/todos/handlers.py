@@ -8,6 +8,7 @@ import json
 from contracts.events import AnyEvent, TodosUpdated, ToolCompleted, ToolRequested, dump_event
 from services.errors import BadEvent
 from services.runtime import Handler, Runtime
+from services.tasks.issued import Admission, IssuedCalls
 from services.tasks.store import TaskStore
 from services.todos.logic import as_dicts, parse_todos, status_counts, updated_message
 
@@ -15,10 +16,14 @@ from services.todos.logic import as_dicts, parse_todos, status_counts, updated_m
 def handlers(rt: Runtime) -> dict[str, Handler]:
     names = rt.names
     store = TaskStore(rt.redis, names, rt.register_script)
+    issued = IssuedCalls(rt)
 
     async def on_write_todos(event: AnyEvent) -> None:
         if not isinstance(event, ToolRequested):
             raise BadEvent(f"{event.type} does not belong on the todo-calls stream")
+        # Only a call its task's state issued changes its list (a forged one is refused).
+        if await issued.admit(event) is Admission.LATE:
+            return
         await rt.agent(event.agent_id)  # an unknown agent is a bad event, not a new list
         parsed = parse_todos(event.call)
         if isinstance(parsed, list):

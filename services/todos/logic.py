@@ -45,8 +45,11 @@ def as_dicts(todos: list[Todo]) -> list[dict[str, Any]]:
 
 
 def updated_message(call: ToolCall, todos: list[Todo]) -> ToolMessage:
-    """LangChain's answer, byte for byte: the list as Python prints it."""
-    return ToolMessage(content=f"Updated todo list to {as_dicts(todos)}", tool_call_id=call.id)
+    """LangChain's answer, byte for byte: the list as Python prints it (named after the
+    tool, as LangChain's tool node names it)."""
+    return ToolMessage(
+        content=f"Updated todo list to {as_dicts(todos)}", name=call.name, tool_call_id=call.id
+    )
 
 
 def status_counts(todos: list[Todo]) -> dict[str, int]:

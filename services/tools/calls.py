@@ -28,10 +28,12 @@ from typing import Any
 from langchain_core.tools import BaseTool
 from redis.exceptions import RedisError
 
+from contracts.events import ToolRequested, ToolResumed
 from contracts.messages import Message, ToolCall, ToolMessage
 from services import approvals
 from services.runtime import Runtime
 from services.spec import toolbox
+from services.tasks.issued import Admission, IssuedCalls
 from services.tools.logic import run_tool, run_wrapped, unknown_outcome
 
 log = logging.getLogger("loopline.tools")
@@ -113,21 +115,31 @@ class ToolCalls:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        self.issued = IssuedCalls(rt)
         self._take_parked = rt.redis.register_script(_TAKE_PARKED)
         self._read_agent_state = rt.redis.register_script(_AGENT_STATE)
         self.lease_s = rt.settings.claim_idle_ms / 1000
 
-    async def run(self, job: Job) -> Outcome:
-        """Run a requested call unless a delivery before ran it (or runs it now)."""
+    async def run(self, job: Job, event: ToolRequested) -> Outcome | None:
+        """Run a requested call unless a delivery before ran it (or runs it now), and
+        only if its task's state issued it (``services.tasks.issued``: raises ``Refused``
+        for one it did not; None for one whose task ended or moved on)."""
         calls_key = self.rt.names.task_calls(job.task_id)
         call = job.call
         if toolbox.is_idempotent(job.tool) and not job.wrappers:
-            # Running it again is harmless by its declaration, so no lease (one round trip
-            # fewer): a redelivery runs it again, and the transition takes one result.
-            # With wrap_tool_call middleware the record also parks calls for humans.
+            # Running it again is harmless by its declaration, so no lease: a redelivery
+            # runs it again, and the transition takes one result. The check is then the
+            # call's one round trip before it runs. With wrap_tool_call middleware the
+            # record also parks calls for humans.
+            if await self.issued.admit(event) is Admission.LATE:
+                return None
             result = await run_tool(job.tool, call, limit=job.limit)
             return await self._record_done(calls_key, result)
-        if await self.rt.command("HSETNX", calls_key, call.id, self._first_marker(job)):
+        # The check and the lease in one script: the round trip the lease took anyway.
+        admission = await self.issued.admit(event, lease=self._first_marker(job))
+        if admission is Admission.LATE:
+            return None
+        if admission is Admission.ISSUED:
             return await self._run_leased(job, None)
         found: Any = await self.rt.redis.hget(calls_key, call.id)
         record = json.loads(found) if found else {}
@@ -136,10 +148,14 @@ class ToolCalls:
             return await self._parked_request(calls_key, call.id)
         return await self._run_unless_known(job, record, None)
 
-    async def resume(self, job: Job, decision: dict[str, Any]) -> Outcome | None:
+    async def resume(self, job: Job, event: ToolResumed) -> Outcome | None:
         """Run a parked call with its decision, once: the delivery that takes the parked
-        record runs it; a duplicate waits for it or re-publishes its result. None: the
-        task's keys are gone (it ended long ago), nothing to answer."""
+        record runs it; a duplicate waits for it or re-publishes its result. Only for a
+        call of the task's state with an accepted decision (``Refused`` otherwise). None:
+        the task ended or moved on, nothing to answer."""
+        if await self.issued.admit(event) is Admission.LATE:
+            return None
+        decision = event.decision
         calls_key = self.rt.names.task_calls(job.task_id)
         taken, found = await self._take_parked(
             keys=[calls_key], args=[job.call.id, self._first_marker(job)]

@@ -16,11 +16,18 @@ from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, ToolCompleted, ToolInterrupted, ToolRequested, ToolResumed
 from services import approvals
 from services.agent_view import middleware_tools
-from services.errors import BadEvent, ConfigurationError, PayloadTooLarge, PermanentError
+from services.errors import (
+    BadEvent,
+    ConfigurationError,
+    PayloadTooLarge,
+    PermanentError,
+    Refused,
+)
 from services.hooks import hooks_for
 from services.runtime import Handler, Runtime
 from services.spec import toolbox
 from services.tasks.handover import LoopHandOver
+from services.tasks.issued import Admission
 from services.tools.calls import Job, Outcome, Parked, ToolCalls
 from services.tools.limits import CallLimits, timeout_of
 from services.tools.logic import guarded, refused, too_large
@@ -47,8 +54,20 @@ class ToolsService:
         if not isinstance(event, ToolRequested | ToolResumed):
             raise BadEvent(f"{event.type} does not belong on the tools stream")
         self._set_executor()
-        spec = await self.rt.agent(event.agent_id)
-        outcome = await self._outcome(event, spec)
+        try:
+            spec = await self.rt.agent(event.agent_id)
+            outcome = await self._outcome(event, spec)
+        except Refused:
+            raise
+        except PermanentError as exc:
+            # An unknown agent or tool path ends the task only if its state issued the
+            # call; a forged event is refused on its own (the task it names goes on),
+            # its letter saying both why.
+            try:
+                await self.calls.issued.admit(event)
+            except Refused as forged:
+                raise Refused(f"{forged}; and: {exc}") from exc
+            raise
         if isinstance(outcome, Parked):
             await self._report_parked(event, outcome)
         elif outcome is not None:
@@ -95,6 +114,8 @@ class ToolsService:
             raise PermanentError(str(exc)) from exc
         tool = tools.get(event.call.name)
         if tool is None:
+            if await self.calls.issued.admit(event) is Admission.LATE:
+                return None
             return refused(event.call, list(tools))
         hooks = hooks_for(event.agent_id, spec)
         wrappers: list[Any] = [m for _, m in hooks.with_hook("wrap_tool_call")]
@@ -107,8 +128,8 @@ class ToolsService:
             limit=lambda: self.limits.limit(event.task_id, timeout_s),
         )
         if isinstance(event, ToolResumed):
-            return await self.calls.resume(job, event.decision)
-        return await self.calls.run(job)
+            return await self.calls.resume(job, event)
+        return await self.calls.run(job, event)
 
     async def _report_parked(self, event: CallEvent, parked: Parked) -> None:
         await self.rt.publish(

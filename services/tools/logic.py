@@ -126,7 +126,7 @@ async def run_tool(
     payload: dict[str, Any] = {
         "id": call.id,
         "name": call.name,
-        "args": dict(call.args),
+        "args": {**dict(call.args), **injected_args(tool, call.id)},
         "type": "tool_call",
     }
     try:
@@ -145,6 +145,48 @@ async def run_tool(
     if isinstance(message, ToolMessage):
         return message
     return ToolMessage(content=str(result), name=call.name, tool_call_id=call.id)
+
+
+_INJECTED: dict[int, tuple[BaseTool, Any]] = {}
+"""Per tool object: what it wants injected (read once: it costs a reflection)."""
+
+
+def _wanted(tool: BaseTool) -> Any:
+    found = _INJECTED.get(id(tool))
+    if found is None or found[0] is not tool:
+        from langgraph.prebuilt.tool_node import _get_all_injected_args
+
+        try:
+            wanted: Any = _get_all_injected_args(tool)
+        except Exception:  # a tool whose annotations cannot be read takes nothing injected
+            wanted = None
+        found = _INJECTED[id(tool)] = (tool, wanted)
+    return found[1]
+
+
+def injected_args(tool: BaseTool, call_id: str) -> dict[str, Any]:
+    """What LangGraph's tool node injects that the service can give: ``ToolRuntime``
+    (with the deployment's store and the call's id) and an ``InjectedStore`` argument."""
+    wanted = _wanted(tool)
+    if wanted is None or not (wanted.store or wanted.runtime):
+        return {}
+    from services import store
+
+    found: dict[str, Any] = {}
+    if wanted.store:
+        found[wanted.store] = store.shared()
+    if wanted.runtime:
+        from langchain.tools import ToolRuntime
+
+        found[wanted.runtime] = ToolRuntime(
+            state={},
+            context=None,
+            config={},
+            stream_writer=lambda _chunk: None,
+            tool_call_id=call_id,
+            store=store.shared(),
+        )
+    return found
 
 
 async def run_wrapped(

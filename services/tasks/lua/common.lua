@@ -61,9 +61,11 @@ local function advance(step, expected, step_event, failed_event)
     return
   end
   local max_steps = tonumber(redis.call('HGET', KEYS[1], 'max_steps'))
-  if step + 1 > max_steps then
+  -- a newer run of the task's thread asked it to stop at this boundary (stop_run.lua)
+  local stop = redis.call('HGET', KEYS[1], 'stop')
+  if stop or step + 1 > max_steps then
     finish('failed')
-    log(failed_event)
+    log(stop or failed_event)
   else
     redis.call('HSET', KEYS[1], 'step', step + 1, 'phase', 'model', 'expected', '[]')
     log(step_event)

@@ -1,0 +1,39 @@
+"""Token streaming: what the model service writes to a task's chunk stream.
+
+The chunk stream (``Names.task_chunks``) is short-lived and capped: it exists for clients
+that watch a reply as it is generated and expires minutes after the task's last chunk.
+The durable log keeps only the whole message (``ModelResponded``), so storage does not
+grow with the number of chunks.
+
+One entry per batch (the chunks that arrived within a few milliseconds), its
+``__data__`` field a ``ChunkBatch`` as JSON. A model call is one *attempt* of a step; a
+retry (middleware such as ``ModelRetryMiddleware``, a fallback model, or a redelivery
+after a crash) is the next attempt, whose first batch says ``reset``: the chunks of
+earlier attempts of that step are void. An attempt that failed ends with a batch whose
+``end`` is ``"failed"``; the one whose reply the task keeps ends with ``"done"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ChunkBatch(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    task_id: str
+    step: int = Field(ge=1)
+    attempt: int = Field(ge=1)
+    """1 for the first model call of the step; each retry or redelivery counts up."""
+    chunks: list[dict[str, Any]] = Field(default_factory=list)
+    """LangChain ``AIMessageChunk``s, each as ``model_dump(exclude_defaults=True)``."""
+    reset: bool = False
+    """First batch of an attempt after the first: drop what earlier attempts streamed."""
+    end: Literal["done", "failed"] | None = None
+    """Set on the attempt's last batch."""
+    model: dict[str, Any] = Field(default_factory=dict)
+    """On the attempt's first batch: the chat model's LangSmith parameters
+    (``ls_provider``, ``ls_model_name``, ...) and ``lc_versions``, which LangChain puts
+    in the metadata of every streamed chunk."""

@@ -1,0 +1,204 @@
+"""LangGraph's stream modes (``messages``, ``updates``, ``values``) from a task's log and
+chunk stream, in the order and shapes LangChain's ``create_agent(...).stream`` gives them.
+
+The graph LangChain builds for an agent without node hooks runs ``model`` at the odd
+LangGraph steps and ``tools`` at the even ones; a loopline step ``n`` is LangGraph's
+model step ``2n - 1`` and its tools step ``2n``. Per superstep LangGraph yields the
+``messages`` first (the model's chunks as they come, each tool message as its call ends),
+then ``updates`` (per node task), then ``values`` (once the superstep is done).
+
+Chunk batches of a retried attempt (``ChunkBatch.reset``) carry ``loopline_attempt`` in
+their metadata (and ``loopline_reset`` on the first chunk): what earlier attempts streamed
+was not the reply. A first attempt's metadata has exactly LangChain's keys.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessageChunk, BaseMessage
+
+from contracts.chunks import ChunkBatch
+from contracts.events import (
+    AnyEvent,
+    ApprovalRequested,
+    ModelResponded,
+    StepStarted,
+    TaskCompleted,
+    TaskFailed,
+    ToolCompleted,
+)
+from contracts.messages import to_langchain
+from loopline.client import Client, LostTaskWatch, TaskFailedError
+
+STREAM_MODES = ("messages", "updates", "values")
+Item = tuple[str, Any]
+
+
+def modes_of(stream_mode: str | Sequence[str]) -> tuple[list[str], bool]:
+    """The modes asked for and whether items are ``(mode, data)`` tuples (a list)."""
+    modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
+    unknown = [m for m in modes if m not in STREAM_MODES]
+    if unknown or not modes:
+        raise ValueError(f"stream_mode must be one or a list of {STREAM_MODES}, not {unknown}")
+    return modes, not isinstance(stream_mode, str)
+
+
+def _ns(task_id: str, node: str, step: int) -> str:
+    """A checkpoint namespace as LangGraph's (``node:uuid``), stable for a task's step."""
+    return f"{node}:{uuid.uuid5(uuid.NAMESPACE_URL, f'loopline:{task_id}:{node}:{step}')}"
+
+
+def model_metadata(task_id: str, step: int, model: dict[str, Any]) -> dict[str, Any]:
+    ns = _ns(task_id, "model", 2 * step - 1)
+    return {
+        "ls_integration": "langchain_chat_model",
+        "langgraph_step": 2 * step - 1,
+        "langgraph_node": "model",
+        "langgraph_triggers": ("branch:to:model",),
+        "langgraph_path": ("__pregel_pull", "model"),
+        "langgraph_checkpoint_ns": ns,
+        "checkpoint_ns": ns,
+        **model,
+    }
+
+
+def tool_metadata(task_id: str, step: int, index: int) -> dict[str, Any]:
+    return {
+        "ls_integration": "langchain_create_agent",
+        "langgraph_step": 2 * step,
+        "langgraph_node": "tools",
+        "langgraph_triggers": ("__pregel_push",),
+        "langgraph_path": ("__pregel_push", index, False),
+        "langgraph_checkpoint_ns": _ns(task_id, "tools", 2 * step),
+    }
+
+
+class ModeTranslator:
+    """Turns the task's chunk batches and log events into LangGraph stream items."""
+
+    def __init__(self, task_id: str, modes: Sequence[str], inputs: list[BaseMessage]) -> None:
+        self.task_id = task_id
+        self.modes = set(modes)
+        self.state: list[BaseMessage] = list(inputs)
+        self.started = 0  # the last step whose model call the log showed
+        self.pending: list[ChunkBatch] = []
+        self.model_meta: dict[int, dict[str, Any]] = {}
+        self.streamed: set[int] = set()  # steps whose chunks were yielded
+        self.calls: dict[str, int] = {}  # open tool call id -> its index in the AI message
+        self.done = False
+
+    def begin(self) -> list[Item]:
+        return [("values", {"messages": list(self.state)})] if "values" in self.modes else []
+
+    def take(self, batches: list[ChunkBatch], events: list[AnyEvent]) -> list[Item]:
+        """Items for one read: chunks go out once the log has started their step, so a
+        step's chunks never come before the previous step's tool messages."""
+        self.pending.extend(batches)
+        out: list[Item] = []
+        for event in events:
+            if isinstance(event, ModelResponded):
+                out.extend(self._chunks(up_to=event.step))
+            out.extend(self._event(event))
+        out.extend(self._chunks(up_to=self.started))
+        return out
+
+    def _chunks(self, up_to: int) -> list[Item]:
+        ready = [b for b in self.pending if b.step <= up_to]
+        self.pending = [b for b in self.pending if b.step > up_to]
+        if "messages" not in self.modes:
+            return []
+        out: list[Item] = []
+        for batch in ready:
+            if batch.model:
+                self.model_meta[batch.step] = batch.model
+            meta = model_metadata(self.task_id, batch.step, self.model_meta.get(batch.step, {}))
+            for n, raw in enumerate(batch.chunks):
+                extra: dict[str, Any] = {}
+                if batch.attempt > 1:
+                    extra["loopline_attempt"] = batch.attempt
+                    if batch.reset and n == 0:
+                        extra["loopline_reset"] = True
+                out.append(("messages", (AIMessageChunk(**raw), {**meta, **extra})))
+                self.streamed.add(batch.step)
+        return out
+
+    def _event(self, event: AnyEvent) -> list[Item]:
+        if isinstance(event, StepStarted):
+            self.started = max(self.started, event.step)
+            return []
+        if isinstance(event, ModelResponded):
+            return self._model_responded(event)
+        if isinstance(event, ToolCompleted):
+            return self._tool_completed(event)
+        if isinstance(event, TaskCompleted):
+            self.done = True
+        elif isinstance(event, TaskFailed):
+            raise TaskFailedError(event)
+        elif isinstance(event, ApprovalRequested):
+            self.done = True  # waiting for a human: LangGraph's stream ends at an interrupt
+            if "updates" in self.modes:
+                return [("updates", {"__interrupt__": [event.request]})]
+        return []
+
+    def _model_responded(self, event: ModelResponded) -> list[Item]:
+        message = to_langchain(event.message)
+        self.state.append(message)
+        self.calls = {call["id"]: i for i, call in enumerate(getattr(message, "tool_calls", []))}
+        out: list[Item] = []
+        if "messages" in self.modes and event.step not in self.streamed:
+            # not streamed (the chunk stream expired, or no client asked in time): the
+            # whole reply as one chunk, as LangChain yields a model that does not stream
+            whole = AIMessageChunk(**message.model_dump(exclude={"type"}))
+            meta = model_metadata(self.task_id, event.step, {})
+            out.append(("messages", (whole, meta)))
+        if "updates" in self.modes:
+            out.append(("updates", {"model": {"messages": [message]}}))
+        if "values" in self.modes:
+            out.append(("values", {"messages": list(self.state)}))
+        return out
+
+    def _tool_completed(self, event: ToolCompleted) -> list[Item]:
+        message = to_langchain(event.message)
+        self.state.append(message)
+        index = self.calls.pop(event.message.tool_call_id, 0)
+        out: list[Item] = []
+        if "messages" in self.modes:
+            out.append(("messages", (message, tool_metadata(self.task_id, event.step, index))))
+        if "updates" in self.modes:
+            out.append(("updates", {"tools": {"messages": [message]}}))
+        if "values" in self.modes and not self.calls:
+            out.append(("values", {"messages": list(self.state)}))
+        return out
+
+
+async def stream_task(
+    client: Client,
+    task_id: str,
+    modes: Sequence[str],
+    inputs: list[BaseMessage],
+    *,
+    block_ms: int = 1000,
+) -> AsyncIterator[Item]:
+    """``(mode, data)`` items of a submitted task until it ends or waits for a human."""
+    translator = ModeTranslator(task_id, modes, inputs)
+    for item in translator.begin():
+        yield item
+    watch = LostTaskWatch(client, task_id)  # a task Redis lost would never end
+    await watch.begin()
+    chunks_after, log_after = "0", "0"
+    while not translator.done:
+        batches, events = await client.feed(task_id, chunks_after, log_after, block_ms)
+        if batches:
+            chunks_after = batches[-1][0]
+        if events:
+            log_after = events[-1][0]
+            watch.seen = True
+        elif not batches:
+            lost = await watch.lost()
+            if lost is not None:
+                raise TaskFailedError(lost)
+        for item in translator.take([b for _, b in batches], [e for _, e in events]):
+            yield item

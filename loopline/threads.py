@@ -1,0 +1,181 @@
+"""Reading a thread from outside: its state as LangGraph's ``StateSnapshot`` shows it, its
+runs, its history by run; listing and removing threads. Plain reads of the documented
+keys (``contracts.streams.Names``: ``thread:{ID}:*``); the services write them.
+
+A thread's state is the one its last run left, or, while a run is active, that run's own
+state as it stands (the run's task keys): what LangGraph's checkpoints show between
+supersteps. Earlier states are the ended runs' task keys, kept for the retention time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from contracts.events import ApprovalRequested, ModelResponded, TaskSubmitted, parse_event
+from contracts.messages import MESSAGE_ADAPTER, Message
+from contracts.streams import DATA_FIELD, Names
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+@dataclass
+class ThreadValues:
+    """One state of a thread: what ``StateSnapshot.values`` holds, and where it came from."""
+
+    thread_id: str
+    run_id: str
+    """The run whose state this is ("" for a thread with no run yet)."""
+    messages: list[Message] = field(default_factory=list)
+    todos: list[dict[str, Any]] | None = None
+    """None: no todo list was ever written (LangGraph leaves the key out then)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """The middleware's state fields."""
+    status: str = ""
+    """The run's status (running, completed, failed), "" for none."""
+    phase: str = ""
+    step: int = 0
+    updated: float = 0.0
+
+
+@dataclass
+class ThreadInfo:
+    thread_id: str
+    active: str
+    last_run: str
+    runs: dict[str, str]
+    """Run (task) id -> queued | active | completed | failed | rejected | rolled_back."""
+    updated: float
+    created: float
+
+
+class ThreadReader:
+    def __init__(self, redis: aioredis.Redis, names: Names) -> None:
+        self.redis = redis
+        self.names = names
+
+    async def info(self, thread_id: str) -> ThreadInfo | None:
+        names = self.names
+        state: Any = await self.redis.hgetall(names.thread_state(thread_id))
+        if not state:
+            return None
+        fields = {_text(k): _text(v) for k, v in state.items()}
+        runs: Any = await self.redis.hgetall(names.thread_runs(thread_id))
+        return ThreadInfo(
+            thread_id=thread_id,
+            active=fields.get("active", ""),
+            last_run=fields.get("last_run", ""),
+            runs={_text(k): _text(v) for k, v in runs.items()},
+            updated=float(fields.get("updated") or 0),
+            created=float(fields.get("created") or 0),
+        )
+
+    async def current(self, thread_id: str) -> ThreadValues:
+        """The thread's state now: the active run's, else what the last run left."""
+        info = await self.info(thread_id)
+        if info is None:
+            return ThreadValues(thread_id=thread_id, run_id="")
+        if info.active and await self.redis.exists(self.names.task_state(info.active)):
+            return await self.of_run(thread_id, info.active)
+        names = self.names
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(names.thread_messages(thread_id), 0, -1)
+        pipe.get(names.thread_todos(thread_id))
+        pipe.hget(names.thread_state(thread_id), "extra")
+        messages, todos, extra = await pipe.execute()
+        return ThreadValues(
+            thread_id=thread_id,
+            run_id=info.last_run,
+            messages=[MESSAGE_ADAPTER.validate_json(m) for m in messages],
+            todos=list(json.loads(todos)) if todos else None,
+            extra=dict(json.loads(extra)) if extra else {},
+            status=info.runs.get(info.last_run, ""),
+            updated=info.updated,
+        )
+
+    async def of_run(self, thread_id: str, task_id: str) -> ThreadValues:
+        """The state a run of the thread has (or left when it ended)."""
+        names = self.names
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(names.task_state(task_id), "status", "phase", "step", "extra", "pending")
+        pipe.lrange(names.task_messages(task_id), 0, -1)
+        pipe.get(names.task_todos(task_id))
+        pipe.xrevrange(names.task_log(task_id), count=1)
+        (status, phase, step, extra, pending), raw, todos, last = await pipe.execute()
+        updated = int(_text(last[0][0]).split("-")[0]) / 1000 if last else 0.0
+        messages = [MESSAGE_ADAPTER.validate_json(m) for m in raw]
+        if _text(phase) == "approval" and pending:
+            # the reply the human is asked about waits beside the transcript; LangGraph's
+            # checkpoint holds it already (the model node ran)
+            reply = parse_event(pending)
+            if isinstance(reply, ModelResponded):
+                messages.append(reply.message)
+        return ThreadValues(
+            thread_id=thread_id,
+            run_id=task_id,
+            messages=messages,
+            todos=list(json.loads(todos)) if todos else None,
+            extra=dict(json.loads(extra)) if extra else {},
+            status=_text(status),
+            phase=_text(phase),
+            step=int(_text(step) or 0),
+            updated=updated,
+        )
+
+    async def run_ids(self, thread_id: str) -> list[str]:
+        """The thread's runs in the order they started (its log of runs)."""
+        entries: Any = await self.redis.xrange(self.names.thread_log(thread_id))
+        found: list[str] = []
+        for _, fields in entries:
+            event = parse_event(fields[DATA_FIELD.encode()])
+            if isinstance(event, TaskSubmitted) and event.task_id not in found:
+                found.append(event.task_id)
+        return found
+
+    async def history(self, thread_id: str) -> list[ThreadValues]:
+        """The thread's states by run, newest first (runs whose keys are kept)."""
+        states = []
+        for run_id in reversed(await self.run_ids(thread_id)):
+            if await self.redis.exists(self.names.task_state(run_id)):
+                states.append(await self.of_run(thread_id, run_id))
+        return states
+
+    async def batched_request(self, task_id: str, step: int) -> ApprovalRequested | None:
+        """The approval request a run waiting in the approval phase asked."""
+        entries: Any = await self.redis.xrevrange(self.names.task_log(task_id), count=50)
+        for _, fields in entries:
+            event = parse_event(fields[DATA_FIELD.encode()])
+            if isinstance(event, ApprovalRequested) and event.step == step:
+                return event
+        return None
+
+    async def list(self, limit: int = 100) -> list[ThreadInfo]:
+        """Threads by last change, newest first (those whose keys still exist)."""
+        ids: Any = await self.redis.zrevrange(self.names.threads, 0, limit - 1)
+        found = []
+        for raw in ids:
+            info = await self.info(_text(raw))
+            if info is None:  # expired: drop it from the listing too
+                await self.redis.zrem(self.names.threads, raw)
+                continue
+            found.append(info)
+        return found
+
+    async def remove(self, thread_id: str) -> bool:
+        """Delete a thread's keys (its runs' task keys expire on their own). A thread with
+        an active run is refused: cancel the run first."""
+        info = await self.info(thread_id)
+        if info is None:
+            return False
+        if info.active:
+            raise ValueError(
+                f"thread {thread_id} has an active run ({info.active}): cancel it first"
+            )
+        await self.redis.delete(*self.names.thread_keys(thread_id))
+        await self.redis.zrem(self.names.threads, thread_id)
+        return True

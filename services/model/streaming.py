@@ -1,0 +1,254 @@
+"""Token streaming for the tasks whose client asked for it (``Names.task_streaming``).
+
+The model is called with ``astream`` and every chunk goes to the task's chunk stream as
+it arrives, batched per ``LOOPLINE_STREAM_BATCH_MS``: one ``XADD`` per batch, not per
+token. The chunks also merge into the whole reply, which travels on ``ModelResponded``
+as before. Tasks nobody watches are called with ``ainvoke``, unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
+
+from contracts.chunks import ChunkBatch
+from contracts.streams import DATA_FIELD, Names
+from services.connection import Connection
+from services.runtime import Runtime
+from services.settings import Settings
+
+log = logging.getLogger("loopline.model")
+
+
+async def wanted(connection: Connection, names: Names, task_id: str) -> bool:
+    """Whether a client asked to see this task's replies as they are generated (asked
+    Redis: what ``StreamRequests`` falls back to while it may have missed a request)."""
+    return bool(await connection.command("EXISTS", names.task_streaming(task_id)))
+
+
+PRUNE_AT = 10_000
+"""Requests remembered before the expired ones are dropped."""
+
+
+class StreamRequests:
+    """Which tasks' replies a client asked to see, known without a Redis command per
+    model call: clients announce a request on ``Names.stream_requests`` (pub/sub) when
+    they make it, before submitting the task, and every model service remembers it for
+    ``LOOPLINE_STREAM_TTL_S``; a service that (re)subscribes loads the requests made
+    meanwhile from ``Names.stream_requested``. Until then a request may have been
+    missed: a task not heard of is asked in Redis (``wanted``). On a Redis Cluster it
+    always is (no subscription)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.ttl_s = rt.settings.stream_ttl_s
+        self.asked: dict[str, float] = {}  # task id -> when the request lapses (monotonic)
+        self.unsure_until = float("inf")
+        self._task: asyncio.Task[None] | None = None
+
+    async def wanted(self, task_id: str) -> bool:
+        now = time.monotonic()
+        lapses = self.asked.get(task_id)
+        if lapses is not None and lapses > now:
+            return True
+        if lapses is not None or now < self.unsure_until:
+            # lapsed here, yet streaming (each chunk written renews the request in
+            # Redis, not in every replica), or possibly missed: Redis knows
+            self.asked.pop(task_id, None)
+            found = await wanted(self.rt.connection, self.rt.names, task_id)
+            if found:
+                self.heard(task_id)
+            return found
+        return False
+
+    def heard(self, task_id: str) -> None:
+        now = time.monotonic()
+        self.asked[task_id] = max(self.asked.get(task_id, 0.0), now + self.ttl_s)
+        if len(self.asked) > PRUNE_AT:
+            self.asked = {t: at for t, at in self.asked.items() if at > now}
+
+    def start(self) -> None:
+        if not self.rt.cluster:
+            self._task = asyncio.create_task(self._listen(), name="stream-requests")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _load(self) -> None:
+        """The requests made before this subscription heard them (from the sorted set);
+        from here on pub/sub tells every new one."""
+        now = time.time()
+        found: Any = await self.rt.redis.zrangebyscore(
+            self.rt.names.stream_requested, now, "+inf", withscores=True
+        )
+        offset = time.monotonic() - now
+        for task_id, lapses in found:
+            name = task_id.decode() if isinstance(task_id, bytes) else str(task_id)
+            self.asked[name] = max(self.asked.get(name, 0.0), float(lapses) + offset)
+        self.unsure_until = 0.0
+
+    async def _listen(self) -> None:
+        while True:
+            self.unsure_until = float("inf")
+            try:
+                async with self.rt.redis.pubsub() as pubsub:
+                    await pubsub.subscribe(self.rt.names.stream_requests)
+                    async for message in pubsub.listen():
+                        if message.get("type") == "subscribe":
+                            await self._load()
+                        elif message.get("type") == "message":
+                            data = message["data"]
+                            self.heard(data.decode() if isinstance(data, bytes) else data)
+            except (aioredis.ConnectionError, aioredis.TimeoutError, OSError):
+                log.info("stream requests: subscription lost; asking Redis until it is back")
+                await asyncio.sleep(0.5)
+            except aioredis.ResponseError as exc:  # e.g. a Redis user that may not SUBSCRIBE
+                self.unsure_until = float("inf")
+                log.warning("stream requests: cannot listen (%s); asking Redis per step", exc)
+                return
+
+
+def model_metadata(runnable: Any) -> dict[str, Any]:
+    """What LangChain adds to the metadata of each streamed chunk from the chat model:
+    its LangSmith parameters and ``lc_versions`` (``ls_integration`` the client adds)."""
+    model = runnable
+    while hasattr(model, "bound"):  # bind_tools wraps the model in RunnableBindings
+        model = model.bound
+    found: dict[str, Any] = {}
+    get_params = getattr(model, "_get_ls_params", None)
+    if callable(get_params):
+        found.update(get_params())
+    found.pop("ls_integration", None)
+    versions = (getattr(model, "metadata", None) or {}).get("lc_versions")
+    if versions:
+        found["lc_versions"] = dict(versions)
+    return found
+
+
+class ChunkPublisher:
+    """One attempt's chunks to the task's chunk stream, in order, batched in time."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        names: Names,
+        settings: Settings,
+        *,
+        task_id: str,
+        step: int,
+        attempt: int,
+        model: dict[str, Any],
+    ) -> None:
+        self.redis = redis
+        self.key = names.task_chunks(task_id)
+        self.meta_key = names.task_streaming(task_id)
+        self.batch_s = settings.stream_batch_ms / 1000
+        self.maxlen = settings.stream_maxlen
+        self.ttl_s = settings.stream_ttl_s
+        self.task_id = task_id
+        self.step = step
+        self.attempt = attempt
+        self.model = model
+        self.first = True
+        self.buffer: list[dict[str, Any]] = []
+        self._timer: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()  # FIFO: batches reach the stream in the order cut
+
+    def add(self, chunk: AIMessageChunk) -> None:
+        self.buffer.append(chunk.model_dump(exclude_defaults=True))
+        if self._timer is None:
+            self._timer = asyncio.create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self.batch_s)
+        self._timer = None
+        await self._write(None)
+
+    async def close(self, end: str) -> None:
+        """Write what is left with the attempt's end (``done`` or ``failed``)."""
+        if self._timer is not None:
+            self._timer.cancel()  # still asleep: its chunks are in the buffer
+            self._timer = None
+        await self._write(end)
+
+    async def _write(self, end: str | None) -> None:
+        async with self._lock:
+            if not self.buffer and end is None:
+                return
+            batch = ChunkBatch(
+                task_id=self.task_id,
+                step=self.step,
+                attempt=self.attempt,
+                chunks=self.buffer,
+                reset=self.first and self.attempt > 1,
+                end=end,
+                model=self.model if self.first else {},
+            )
+            self.buffer = []
+            self.first = False
+            data = json.dumps(batch.model_dump(exclude_defaults=True), default=str)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.xadd(self.key, {DATA_FIELD: data}, maxlen=self.maxlen, approximate=True)
+                pipe.expire(self.key, self.ttl_s)
+                pipe.expire(self.meta_key, self.ttl_s)
+                await pipe.execute()
+
+
+async def next_attempt(redis: aioredis.Redis, names: Names, task_id: str, step: int) -> int:
+    """The attempt number of a new model call for this step (counted in Redis, so a
+    redelivery to another replica counts on)."""
+    return int(await redis.hincrby(names.task_streaming(task_id), f"step:{step}", 1))
+
+
+async def merge_stream(chunks: AsyncIterator[BaseMessage], publisher: ChunkPublisher) -> Any:
+    """Publish each chunk and return the whole reply (the chunks merged, as LangChain's
+    ``invoke`` on a streaming model returns it). A failure ends the attempt as failed."""
+    merged: AIMessageChunk | None = None
+    try:
+        async for chunk in chunks:
+            if not isinstance(chunk, AIMessageChunk):
+                continue
+            publisher.add(chunk)
+            merged = chunk if merged is None else merged + chunk
+    except BaseException:
+        await asyncio.shield(publisher.close("failed"))
+        raise
+    await publisher.close("done")
+    if merged is None:
+        raise ValueError("the model streamed no message")
+    return message_chunk_to_message(merged)
+
+
+async def streamed_call(
+    runnable: Any,
+    prompt: Any,
+    redis: aioredis.Redis,
+    names: Names,
+    settings: Settings,
+    *,
+    task_id: str,
+    step: int,
+) -> Any:
+    """One model call of a streamed task: ``runnable.astream(prompt)``, published."""
+    attempt = await next_attempt(redis, names, task_id, step)
+    publisher = ChunkPublisher(
+        redis,
+        names,
+        settings,
+        task_id=task_id,
+        step=step,
+        attempt=attempt,
+        model=model_metadata(runnable),
+    )
+    return await merge_stream(runnable.astream(prompt), publisher)

@@ -1,0 +1,42 @@
+-- ARGV: task_id status messages todos extra ended_event retention now write_back
+-- The thread's active run ended: its transcript, todos and middleware state become the
+-- thread's (unless it was rolled back), its end goes on the thread's log, and the next
+-- queued run, if any, becomes the active one (the caller starts it). Once no run waits,
+-- the thread's keys expire after the retention time, as a task's do. Any other run's
+-- end (a redelivery, a run that never was active) changes nothing; a run that never
+-- started from the thread (its submission was refused) writes nothing back.
+if redis.call('HGET', KEYS[1], 'active') ~= arg.task_id then
+  return {'outcome', 'stale', 'status', '', 'next', ''}
+end
+local mode = ''
+if redis.call('HGET', KEYS[1], 'stop') == arg.task_id then
+  mode = redis.call('HGET', KEYS[1], 'stop_mode') or ''
+  redis.call('HDEL', KEYS[1], 'stop', 'stop_mode')
+end
+local status = arg.status
+if mode == 'rollback' then
+  status = 'rolled_back'
+elseif arg.write_back == '1' then
+  redis.call('DEL', KEYS[2])
+  local msgs = cjson.decode(arg.messages)
+  for i = 1, #msgs, 500 do
+    redis.call('RPUSH', KEYS[2], unpack(msgs, i, math.min(i + 499, #msgs)))
+  end
+  if arg.todos ~= '' then redis.call('SET', KEYS[3], arg.todos) end
+  if arg.extra ~= '' then redis.call('HSET', KEYS[1], 'extra', arg.extra) end
+end
+redis.call('HSET', KEYS[4], arg.task_id, status)
+redis.call('XADD', KEYS[5], '*', '__DATA__', arg.ended_event)
+redis.call('HSET', KEYS[1], 'active', '', 'last_run', arg.task_id, 'updated', arg.now)
+redis.call('HINCRBY', KEYS[1], 'runs', 1)
+local nxt = redis.call('LPOP', KEYS[6])
+if nxt then
+  redis.call('HSET', KEYS[1], 'active', nxt, 'active_since', arg.now)
+  redis.call('HSET', KEYS[4], nxt, 'active')
+  local submitted = redis.call('HGET', KEYS[7], nxt)
+  if submitted then redis.call('XADD', KEYS[5], '*', '__DATA__', submitted) end
+  return {'outcome', 'ended', 'status', status, 'next', nxt}
+end
+local ttl = tonumber(arg.retention) or 0
+if ttl > 0 then for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end end
+return {'outcome', 'ended', 'status', status, 'next', ''}

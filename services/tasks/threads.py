@@ -1,0 +1,200 @@
+"""Threads: a conversation's state between its runs, and the one active run it may have.
+
+A thread lives once in Redis under its own hash tag (``Names.thread_keys``): the
+transcript, todos and middleware state its last run left, a hash of its runs, its log of
+runs, and the runs waiting for it. A run is a task with ``thread_id``: when it starts it
+takes the thread (``lua/thread_claim.lua``: the only way in, so a thread has at most one
+active run however many loop replicas race) and copies the thread's state into its own
+keys (``StartRun``); when it ends, whichever service ended it writes its state back
+(``lua/thread_end.lua``) and the next queued run, if any, is started. Events carry the
+thread's id, never its state: they stay flat however long the conversation grows.
+
+A thread's two scripts touch only the thread's keys and a task's transitions only the
+task's, so both work on a Redis Cluster; the copy between them goes through the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from contracts.streams import DATA_FIELD, Names
+from services.tasks.state import pairs, text
+from services.tasks.transition import Args, Register, checked_body
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimThread(Args):
+    """A run asks for its thread (``lua/thread_claim.lua``)."""
+
+    LUA = "thread_claim"
+    task_id: str
+    strategy: str
+    submitted_event: bytes
+    now: float
+    again: bool
+    """Ask again for a run refused while the active run had ended unrecorded."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndRun(Args):
+    """The thread's active run ended (``lua/thread_end.lua``)."""
+
+    LUA = "thread_end"
+    task_id: str
+    status: str
+    messages: list[str]
+    todos: str
+    extra: str
+    ended_event: bytes
+    retention: int
+    now: float
+    write_back: bool
+    """False for a run that never started from the thread: it has no state to give."""
+
+
+@dataclass(frozen=True, slots=True)
+class DropQueued(Args):
+    """A run waiting for the thread is cancelled (``lua/thread_drop.lua``)."""
+
+    LUA = "thread_drop"
+    task_id: str
+
+
+@cache
+def thread_script(args: type[Args]) -> str:
+    body, table = checked_body(args)
+    return f"local arg = {{{table}}}\nlocal function run()\n{body}\nend\nreturn run()\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What asking for the thread gave: ``outcome`` start (the run is the active one;
+    the thread's state to start from), queued, stop (queued first; ``active`` is to stop),
+    busy (refused: ``active`` runs), known (a redelivery: nothing to do)."""
+
+    outcome: str
+    active: str
+    messages: list[str] = field(default_factory=list)
+    todos: str = ""
+    extra: str = ""
+    submission: bytes = b""
+
+    @classmethod
+    def from_reply(cls, reply: list[Any]) -> Claim:
+        found = pairs(reply)
+        raw_submission = found.get("submission", b"")
+        return cls(
+            outcome=text(found["outcome"]),
+            active=text(found.get("active", "")),
+            messages=[text(m) for m in found.get("messages", [])],
+            todos=text(found.get("todos", "")),
+            extra=text(found.get("extra", "")),
+            submission=raw_submission if isinstance(raw_submission, bytes) else b"",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """What ending a run did: ``outcome`` ended or stale (not the active run: nothing
+    changed), the status it was recorded with, and the run to start next ("" if none)."""
+
+    outcome: str
+    status: str
+    next: str
+
+
+class ThreadStore:
+    """The thread scripts, registered once per process, and the reads beside them."""
+
+    def __init__(self, redis: aioredis.Redis, names: Names, register: Register) -> None:
+        self.redis = redis
+        self.names = names
+        self._claim = register(thread_script(ClaimThread))
+        self._end = register(thread_script(EndRun))
+        self._drop = register(thread_script(DropQueued))
+
+    def keys(self, thread_id: str) -> list[str]:
+        return self.names.thread_keys(thread_id)
+
+    async def claim(
+        self, thread_id: str, task_id: str, strategy: str, submitted: bytes, *, again: bool = False
+    ) -> Claim:
+        args = ClaimThread(task_id, strategy, submitted, time.time(), again)
+        reply = await self._claim(keys=self.keys(thread_id), args=args.argv())
+        await self._touch(thread_id)
+        return Claim.from_reply(list(reply))
+
+    async def end(self, thread_id: str, args: EndRun) -> Ended:
+        found = pairs(list(await self._end(keys=self.keys(thread_id), args=args.argv())))
+        await self._touch(thread_id)
+        return Ended(text(found["outcome"]), text(found["status"]), text(found["next"]))
+
+    async def drop_queued(self, thread_id: str, task_id: str) -> bool:
+        """Take a waiting run out of the thread's queue; False if it is not waiting."""
+        args = DropQueued(task_id)
+        return int(await self._drop(keys=self.keys(thread_id), args=args.argv())) == 1
+
+    async def _touch(self, thread_id: str) -> None:
+        """The listing of threads (``loopline threads list``), by last change."""
+        await self.redis.zadd(self.names.threads, {thread_id: time.time()})
+
+    async def run_of(self, task_id: str) -> tuple[str, str]:
+        """A task's thread id ("" for a task of its own) and status."""
+        found: Any = await self.redis.hmget(self.names.task_state(task_id), "thread", "status")
+        return text(found[0] or ""), text(found[1] or "")
+
+    async def ending_of(self, task_id: str) -> EndRunParts | None:
+        """What a task that ended leaves for its thread (None: it has not ended)."""
+        names = self.names
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(names.task_state(task_id), "status", "extra", "thread")
+        pipe.lrange(names.task_messages(task_id), 0, -1)
+        pipe.get(names.task_todos(task_id))
+        pipe.xrevrange(names.task_log(task_id), count=1)
+        (status, extra, thread), messages, todos, last = await pipe.execute()
+        status = text(status or "")
+        if status in ("", "running"):
+            return None
+        ended = last[0][1].get(DATA_FIELD.encode(), b"") if last else b""
+        return EndRunParts(
+            status=status,
+            messages=[text(m) for m in messages],
+            todos=text(todos or ""),
+            extra=text(extra or ""),
+            ended_event=ended,
+            started=bool(thread),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EndRunParts:
+    status: str
+    messages: list[str]
+    todos: str
+    extra: str
+    ended_event: bytes
+    started: bool
+    """Whether the task started as a run of the thread (its state is the thread's)."""
+
+    def args(self, task_id: str, retention: int) -> EndRun:
+        return EndRun(
+            task_id=task_id,
+            status=self.status,
+            messages=self.messages,
+            todos=self.todos,
+            extra=self.extra,
+            ended_event=self.ended_event,
+            retention=retention,
+            now=time.time(),
+            write_back=self.started,
+        )
+
+
+def json_list(raw: str) -> list[Any]:
+    return list(json.loads(raw)) if raw else []

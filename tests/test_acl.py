@@ -1,0 +1,374 @@
+"""A locked bus: a Redis 7 of the test's own with the ACL users ``loopline acl`` prints for
+two tenants, every service of tenant A as its own process under its own user (and B's
+loop under B's), producers and a subscriber as their own users. A task completes end to
+end; a producer reaches only its tenant's tasks stream and task logs; another tenant's
+cancel and decision do nothing; a replayed task id leaves the first task going; a forged
+ToolRequested never runs its tool (its marker file never appears)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as syncredis
+from redis.exceptions import NoPermissionError
+
+from contracts import HumanMessage, TaskCompleted
+from contracts.events import (
+    ApprovalRequested,
+    DeadLettered,
+    TaskSubmitted,
+    ToolRequested,
+    parse_event,
+)
+from contracts.messages import ToolCall
+from contracts.streams import DATA_FIELD, SERVICES, Names
+from loopline import acl
+from loopline.agentfile import agent_from_dict
+from loopline.client import Client, TaskFailedError
+from loopline.testing.redis_server import RedisServer
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    responder_by_prompt,
+)
+from services.deployed import RegistryDenied
+from tests.support import REPO_ROOT, ServiceProcesses
+
+RUN = uuid.uuid4().hex[:8]
+A, B = f"tenanta{RUN}", f"tenantb{RUN}"
+PASSWORDS = {role: f"pw-{role}-{RUN}" for role in acl.ROLES}
+ADMIN_PASSWORD = f"admin-{RUN}"
+MARKS = Path(f"/tmp/loopline-acl-{RUN}")
+
+
+def effect(tag: str) -> Reply:
+    """A model turn calling the marker tool: it appends to MARKS/<tag> when it runs."""
+    record = str(MARKS / tag)
+    return Reply(
+        tool_calls=(ScriptedToolCall("slow_effect", {"tag": tag, "seconds": 0, "record": record}),)
+    )
+
+
+SCRIPTS = {
+    "plain": [effect("plain"), Reply(content="plain done")],
+    "gated": [effect("gated"), Reply(content="gated done")],
+    "replayed": [Reply(content="the replay ran")],
+}
+PLAIN = agent_from_dict({"model": "gpt-4o-mini", "tools": ["tests.tooling:slow_effect"]})[0]
+GATED = agent_from_dict(
+    {
+        "model": "gpt-4o-mini",
+        "tools": ["tests.tooling:slow_effect"],
+        "middleware": [{"type": "HumanInTheLoopMiddleware", "interrupt_on": {"slow_effect": True}}],
+    }
+)[0]
+
+
+@dataclass
+class Bus:
+    server: RedisServer
+    admin: syncredis.Redis
+
+    def url(self, prefix: str, role: str) -> str:
+        user = acl.user_name(prefix, role)
+        return f"redis://{user}:{PASSWORDS[role]}@127.0.0.1:{self.server.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"redis://admin:{ADMIN_PASSWORD}@127.0.0.1:{self.server.port}"
+
+    def as_user(self, prefix: str, role: str) -> syncredis.Redis:
+        return syncredis.Redis.from_url(self.url(prefix, role))
+
+    def dead_letters(self, prefix: str) -> list[DeadLettered]:
+        found = [parse_event(f[DATA_FIELD.encode()]) for _, f in self.admin.xrange(f"{prefix}:dlq")]
+        return [e for e in found if isinstance(e, DeadLettered)]
+
+    def denied(self) -> list[dict[str, Any]]:
+        """ACL LOG entries: every command or key a user was refused."""
+        entries: Any = self.admin.execute_command("ACL", "LOG")
+        return [_pairs(e) for e in entries]
+
+
+def _pairs(entry: Any) -> dict[str, Any]:
+    if isinstance(entry, dict):
+        return {_text(k): v for k, v in entry.items()}
+    items = list(entry)
+    return {_text(items[i]): items[i + 1] for i in range(0, len(items), 2)}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+def apply_acl(client: syncredis.Redis) -> None:
+    """The printed lines, as an operator pipes them to redis-cli; then an admin of the
+    test's own, and the default user off (no service can fall back to it)."""
+    for prefix in (A, B):
+        for line in acl.setuser_lines(prefix, PASSWORDS):
+            assert client.execute_command(*shlex.split(line)) in (b"OK", "OK", True)
+    client.execute_command(
+        "ACL", "SETUSER", "admin", "on", f">{ADMIN_PASSWORD}", "~*", "&*", "+@all"
+    )
+    client.execute_command("ACL", "SETUSER", "default", "off")
+    client.execute_command("ACL", "LOG", "RESET")
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def bus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bus]:
+    MARKS.mkdir(exist_ok=True)
+    server = RedisServer(tmp_path_factory.mktemp("acl-redis"), persistent=False).start()
+    apply_acl(syncredis.Redis(port=server.port))
+    admin = syncredis.Redis(port=server.port, username="admin", password=ADMIN_PASSWORD)
+    try:
+        yield Bus(server, admin)
+    finally:
+        admin.close()
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def services(bus: Bus, scripted: ScriptedOpenAIServer) -> Iterator[None]:
+    env = {
+        "OPENAI_BASE_URL": scripted.url,
+        "OPENAI_API_KEY": "test",
+        "LOOPLINE_ALLOW_INLINE_AGENTS": "false",  # a locked deployment runs deployed agents
+        "LOOPLINE_TRIM_INTERVAL_S": "1",  # trimming runs (XINFO, XTRIM) under the users too
+    }
+    tenant_a = ServiceProcesses(
+        bus.admin_url, A, env=env, urls={s: bus.url(A, s) for s in SERVICES}
+    )
+    tenant_b = ServiceProcesses(
+        bus.admin_url, B, env=env, services=["loop"], urls={"loop": bus.url(B, "loop")}
+    )
+    asyncio.run(deploy_agents(bus))
+    with tenant_a, tenant_b:
+        yield
+
+
+async def deploy_agents(bus: Bus) -> None:
+    """The operator registers the agents; producers name them."""
+    async with Client(bus.url(A, "operator"), A) as operator:
+        await operator.deploy(PLAIN, name="plain")
+        await operator.deploy(GATED, name="gated")
+
+
+async def approval_of(client: Client, task_id: str) -> ApprovalRequested:
+    _, outcome = await client.outcome(task_id)
+    assert isinstance(outcome, ApprovalRequested), outcome
+    return outcome
+
+
+def log_of(bus: Bus, task_id: str) -> list[Any]:
+    key = Names(A).task_log(task_id)
+    return [parse_event(f[DATA_FIELD.encode()]) for _, f in bus.admin.xrange(key)]
+
+
+def run_acl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "loopline", "acl", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_loopline_acl_prints_the_lines_or_names_the_missing_variables() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLINE_ACL_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    roles = ["--role", "producer", "--role", "tools"]
+    missing = run_acl("--prefix", A, *roles, env=env)
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.strip() == (
+        "loopline: error: set the passwords of the roles first: "
+        "LOOPLINE_ACL_PRODUCER_PASSWORD, LOOPLINE_ACL_TOOLS_PASSWORD"
+    )
+    env.update(PRODUCER_PW=PASSWORDS["producer"], TOOLS_PW=PASSWORDS["tools"])
+    printed = run_acl("--prefix", A, *roles, "--password-env", "{ROLE}_PW", env=env)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.splitlines() == acl.setuser_lines(A, PASSWORDS, ["producer", "tools"])
+    bad = run_acl("--prefix", "a:b", env=env)
+    assert bad.returncode == 2 and "no ':'" in bad.stderr
+
+
+def test_the_printed_lines_hold_no_password() -> None:
+    text = "\n".join(acl.setuser_lines(A, PASSWORDS) + acl.aclfile_lines(A, PASSWORDS))
+    assert not [p for p in PASSWORDS.values() if p in text]
+    assert text.count(f"#{acl.password_hash(PASSWORDS['producer'])}") == 2
+
+
+async def test_a_task_completes_with_each_service_under_its_own_user(
+    bus: Bus, services: None
+) -> None:
+    async with Client(bus.url(A, "producer"), A) as producer:
+        task_id = await producer.submit("plain", [HumanMessage(content="plain task")])
+        done = await producer.wait(task_id)
+        with pytest.raises(RegistryDenied):  # a producer cannot register an agent
+            await producer.deploy(PLAIN, name="mine")
+        inline = await producer.submit(PLAIN, [HumanMessage(content="plain inline")])
+        with pytest.raises(TaskFailedError) as refused_inline:  # nor run a spec of its own
+            await producer.wait(inline)
+    assert "inline" in refused_inline.value.event.reason
+    assert isinstance(done, TaskCompleted) and done.answer == "plain done"
+    assert (MARKS / "plain").exists()
+    time.sleep(1.5)  # a trim pass ran (LOOPLINE_TRIM_INTERVAL_S) under the service users
+    service_users = {acl.user_name(A, s) for s in SERVICES}
+    refused = [e for e in bus.denied() if _text(e["username"]) in service_users]
+    assert not refused, [
+        (_text(e["username"]), _text(e["object"]), _text(e["client-info"])[-60:]) for e in refused
+    ]
+
+
+def test_a_producer_reaches_only_its_tenants_tasks_stream(bus: Bus, services: None) -> None:
+    names_a, names_b = Names(A), Names(B)
+    producer = bus.as_user(A, "producer")
+    other = bus.as_user(B, "producer")
+    subscriber = bus.as_user(A, "subscriber")
+    data = {DATA_FIELD: "{}"}
+    try:
+        for stream in (names_a.model, names_a.tools, names_a.loop, names_a.context,
+                       names_a.todo_calls, names_a.dlq, names_a.todos):  # fmt: skip
+            with pytest.raises(NoPermissionError):
+                producer.xadd(stream, data)
+        with pytest.raises(NoPermissionError):
+            producer.hset(names_a.task_state("x"), "status", "failed")
+        with pytest.raises(NoPermissionError):
+            producer.scan()
+        with pytest.raises(NoPermissionError):
+            producer.keys("*")
+        assert producer.xrange(names_a.approvals) is not None  # its own public streams
+        # another tenant's producer: not A's tasks stream, not A's task logs
+        with pytest.raises(NoPermissionError):
+            other.xadd(names_a.tasks, data)
+        with pytest.raises(NoPermissionError):
+            other.xrange(names_a.task_log("any"))
+        with pytest.raises(NoPermissionError):
+            other.hget(names_a.task_state("any"), "status")
+        assert other.xadd(names_b.tasks, {DATA_FIELD: "not an event"})  # its own one
+        # a subscriber reads the public streams, writes nothing
+        assert subscriber.xrange(names_a.todos) is not None
+        with pytest.raises(NoPermissionError):
+            subscriber.xadd(names_a.tasks, data)
+        with pytest.raises(NoPermissionError):
+            subscriber.xrange(names_a.task_log("any"))
+    finally:
+        for client in (producer, other, subscriber):
+            client.close()
+
+
+async def test_other_tenants_requests_and_a_replayed_id_leave_a_task_going(
+    bus: Bus, services: None
+) -> None:
+    async with (
+        Client(bus.url(A, "producer"), A) as producer,
+        Client(bus.url(B, "producer"), B) as other,
+    ):
+        task_id = await producer.submit("gated", [HumanMessage(content="gated task")])
+        await approval_of(producer, task_id)
+        b_letters = len(bus.dead_letters(B))
+        await other.cancel(task_id)
+        await other.decide(task_id, [{"type": "approve"}])
+        wait_for(lambda: len(bus.dead_letters(B)) >= b_letters + 2, what="B's loop refusing both")
+
+        # the same task id again, with another prompt and a deadline in the past
+        replay = TaskSubmitted(
+            task_id=task_id, agent="plain", messages=[HumanMessage(content="replayed")],
+            deadline_s=0.001,
+        )  # fmt: skip
+        await producer.redis.xadd(Names(A).tasks, {DATA_FIELD: replay.model_dump_json()})
+        letter = wait_for(
+            lambda: [d for d in bus.dead_letters(A) if "exists already" in d.error],
+            what="the replay refused",
+        )[0]
+        assert letter.task_id == task_id
+        time.sleep(1.0)  # a deadline sweep would have run by now
+        state = bus.admin.hmget(Names(A).task_state(task_id), "status", "phase")
+        assert state == [b"running", b"approval"]
+        assert bus.admin.zscore(Names(A).deadlines, task_id) is None
+        assert [type(e).__name__ for e in log_of(bus, task_id)].count("TaskSubmitted") == 1
+
+        await producer.decide(task_id, [{"type": "approve"}])
+        done = await producer.wait(task_id)
+    assert done.answer == "gated done"
+    assert len((MARKS / "gated").read_text().splitlines()) == 2  # one run: start, end
+
+
+async def test_a_forged_tool_request_never_runs_its_tool(bus: Bus, services: None) -> None:
+    names = Names(A)
+    async with Client(bus.url(A, "producer"), A) as producer:
+        task_id = await producer.submit("gated", [HumanMessage(content="gated forged")])
+        await approval_of(producer, task_id)  # a real task, its call not issued yet
+    agent_id = _text(bus.admin.hget(names.task_state(task_id), "agent"))
+    record = str(MARKS / "forged")
+    call = ToolCall(
+        id="forged-call", name="slow_effect", args={"tag": "x", "seconds": 0, "record": record}
+    )
+    forged = [
+        ToolRequested(task_id=f"no-such-task-{RUN}", step=1, agent_id=agent_id, call=call),
+        ToolRequested(task_id=task_id, step=1, agent_id=agent_id, call=call),
+    ]
+    producer_client = bus.as_user(A, "producer")
+    try:
+        with pytest.raises(NoPermissionError):  # a producer cannot even publish it
+            producer_client.xadd(names.tools, {DATA_FIELD: forged[0].model_dump_json()})
+    finally:
+        producer_client.close()
+    # past the ACLs (a leaked service password): the tools service still refuses them
+    for event in forged:
+        bus.admin.xadd(names.tools, {DATA_FIELD: event.model_dump_json()})
+
+    def both_refused() -> list[DeadLettered] | None:
+        found = [d for d in bus.dead_letters(A) if "no such call waits" in d.error]
+        return found if len(found) >= 2 else None
+
+    refused = wait_for(both_refused, what="both forged requests refused")
+    assert {d.task_id for d in refused} == {task_id, f"no-such-task-{RUN}"}
+    assert not Path(record).exists()
+    # the real task goes on, waiting for its human
+    state = bus.admin.hmget(names.task_state(task_id), "status", "phase")
+    assert state == [b"running", b"approval"]
+    assert not bus.admin.exists(names.task_state(f"no-such-task-{RUN}"))
+    assert json.loads(bus.admin.hget(names.task_state(task_id), "expected") or b"[]") == []
+
+
+def test_the_acl_file_loads_in_redis_server(tmp_path: Path) -> None:
+    users = tmp_path / "users.acl"
+    users.write_text("\n".join(acl.aclfile_lines(A, PASSWORDS)) + "\n")
+    server = RedisServer(tmp_path, persistent=False, extra=("--aclfile", str(users))).start()
+    bus = Bus(server, syncredis.Redis(port=server.port))
+    producer = bus.as_user(A, "producer")
+    try:
+        assert producer.xadd(Names(A).tasks, {DATA_FIELD: "{}"})
+        with pytest.raises(NoPermissionError):
+            producer.xadd(Names(A).model, {DATA_FIELD: "{}"})
+        listed = [_text(u) for u in bus.admin.execute_command("ACL", "USERS")]
+        assert sorted(listed) == sorted(["default", *(acl.user_name(A, r) for r in acl.ROLES)])
+    finally:
+        producer.close()
+        bus.admin.close()
+        server.stop()

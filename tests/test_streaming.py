@@ -1,0 +1,347 @@
+"""Streaming as LangChain streams: the same agent (a tool call, then an answer) and the same
+scripted replies, streamed by the scripted server as OpenAI streams, through LangChain's
+``create_agent`` in-process and through loopline (embedded in this process, and deployed
+with the services as OS processes). ``stream_mode="messages"`` gives the same chunks
+(content, tool call chunks, usage) with the same metadata keys in the same order;
+``updates`` and ``values`` give the same items; a list of modes the same ``(mode, data)``
+sequence. The chunk stream resumes from an offset without loss, and the durable log does
+not grow with the number of chunks."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent as lc_create_agent
+from langchain_core.messages import BaseMessage
+from langchain_core.messages import HumanMessage as LcHumanMessage
+from langchain_openai import ChatOpenAI
+
+import loopline.embedded
+from contracts import HumanMessage
+from contracts.chunks import ChunkBatch
+from contracts.events import new_task_id
+from loopline.agent import Agent, create_agent
+from loopline.client import Client
+from loopline.stream_modes import stream_task
+from loopline.testing.scripted import (
+    Reply,
+    ScriptedOpenAIServer,
+    ScriptedToolCall,
+    first_user_text,
+)
+from services.model.streaming import StreamRequests
+from services.runtime import Runtime
+from services.settings import Settings
+from tests import tooling
+from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix, wait_for
+
+SYSTEM_PROMPT = "You add numbers."
+TURNS = [
+    Reply(content="Let me add those.", tool_calls=(ScriptedToolCall("add", {"a": 1, "b": 2}),)),
+    Reply(content="The sum of one and two is 3, as the tool computed."),
+]
+LONG = "word " * 400  # 2,000 characters: 250 streamed pieces
+MODES: list[Any] = ["messages", "updates", "values", ["updates", "messages", "values"]]
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
+    with twin_servers({"stream": TURNS, "long": [Reply(content=LONG)]}) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> Iterator[ServiceProcesses]:
+    with services_on(redis_url, servers[1]) as procs:
+        yield procs
+
+
+def chat_model(server: ScriptedOpenAIServer) -> ChatOpenAI:
+    return ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test", stream_usage=True)
+
+
+def run_langchain(server: ScriptedOpenAIServer, prompt: str, mode: Any) -> list[Any]:
+    agent = lc_create_agent(chat_model(server), tools=[tooling.add], system_prompt=SYSTEM_PROMPT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return list(
+            agent.stream({"messages": [{"role": "user", "content": prompt}]}, stream_mode=mode)
+        )
+
+
+def message_shape(message: BaseMessage) -> dict[str, Any]:
+    """What both sides must agree on (ids are random on both)."""
+    shape: dict[str, Any] = {"type": message.type, "content": message.content}
+    for key in ("tool_call_chunks", "usage_metadata", "chunk_position", "tool_call_id", "name"):
+        value = getattr(message, key, None)
+        if value:
+            shape[key] = value
+    calls = getattr(message, "tool_calls", None)
+    if calls:
+        shape["tool_calls"] = [(c["name"], c["args"], c["id"]) for c in calls]
+    if message.type == "AIMessageChunk":
+        shape["response_metadata"] = message.response_metadata
+    return shape
+
+
+NAMESPACE = re.compile(r"^(model|tools):[0-9a-f-]{36}$")
+
+
+def metadata_shape(meta: dict[str, Any]) -> dict[str, Any]:
+    """The metadata with its checkpoint namespaces checked for form (random uuids)."""
+    out = dict(meta)
+    for key in ("langgraph_checkpoint_ns", "checkpoint_ns"):
+        if key in out:
+            assert NAMESPACE.match(out[key]), out[key]
+            out[key] = out[key].split(":")[0]
+    return out
+
+
+def shape(mode: str, data: Any) -> Any:
+    if mode == "messages":
+        message, meta = data
+        return (message_shape(message), list(meta), metadata_shape(meta))
+    if mode == "updates":
+        return {
+            node: {"messages": [message_shape(m) for m in update["messages"]]}
+            for node, update in data.items()
+        }
+    return {"messages": [message_shape(m) for m in data["messages"]]}
+
+
+def shapes(mode: Any, items: list[Any]) -> list[Any]:
+    if isinstance(mode, list):
+        return [(m, shape(m, data)) for m, data in items]
+    return [shape(mode, item) for item in items]
+
+
+async def collect(agent: Agent, prompt: str, mode: Any) -> list[Any]:
+    inputs = {"messages": [{"role": "user", "content": prompt}]}
+    return [item async for item in agent.astream(inputs, stream_mode=mode)]
+
+
+def check_same(mode: Any, lc_items: list[Any], ll_items: list[Any]) -> None:
+    expected, got = shapes(mode, lc_items), shapes(mode, ll_items)
+    assert len(got) == len(expected), (len(got), len(expected))
+    for n, (a, b) in enumerate(zip(expected, got, strict=True)):
+        assert b == a, f"item {n} differs"
+    if mode == "messages":  # it really streamed: the answer came in many pieces
+        answer_chunks = [m for m, meta in ll_items if meta["langgraph_step"] == 3]
+        assert len(answer_chunks) > 5
+        assert any(m.usage_metadata for m in answer_chunks)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+async def test_deployed_stream_modes_match_langchain(
+    mode: Any, stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    lc_server, _ = servers
+    prompt = f"stream deployed {mode}"
+    lc_items = await asyncio.to_thread(run_langchain, lc_server, prompt, mode)
+    settings = Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+    agent = create_agent(
+        "gpt-4o-mini", ["tests.tooling:add"], system_prompt=SYSTEM_PROMPT, settings=settings
+    )
+    check_same(mode, lc_items, await collect(agent, prompt, mode))
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+async def test_embedded_stream_modes_match_langchain(
+    mode: Any,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """Embedded: every service in this process (on the test Redis, not its own server),
+    the chat model an in-process object."""
+    lc_server, ll_server = servers
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
+    prompt = f"stream embedded {mode}"
+    lc_items = await asyncio.to_thread(run_langchain, lc_server, prompt, mode)
+    agent = create_agent(
+        chat_model(ll_server),
+        [tooling.add],
+        system_prompt=SYSTEM_PROMPT,
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+    )
+    check_same(mode, lc_items, await collect(agent, prompt, mode))
+
+
+EMBEDDED_PREFIX = unique_prefix()  # the in-process services start once, on one prefix
+
+
+def test_sync_stream_yields_what_astream_does(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    settings = Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+    agent = create_agent(
+        "gpt-4o-mini", ["tests.tooling:add"], system_prompt=SYSTEM_PROMPT, settings=settings
+    )
+    items = list(agent.stream({"messages": "stream sync"}, stream_mode="updates"))
+    assert [list(item) for item in items] == [["model"], ["tools"], ["model"]]
+    with pytest.raises(ValueError, match="stream_mode must be"):
+        list(agent.stream({"messages": "stream sync"}, stream_mode="tokens"))
+
+
+async def long_streamed_task(stack: ServiceProcesses, client: Client) -> str:
+    spec = create_agent(
+        "gpt-4o-mini", settings=Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+    ).spec
+    task_id = new_task_id()
+    await client.stream_replies(task_id)
+    await client.submit(spec, [HumanMessage(content="long answer")], task_id=task_id)
+    await client.wait(task_id)
+    return task_id
+
+
+async def test_a_reader_resumes_from_an_offset_without_loss(stack: ServiceProcesses) -> None:
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await long_streamed_task(stack, client)
+        whole = [item async for item in client.chunks(task_id, follow=False)]
+        assert len(whole) >= 2, "batched, yet more than one batch for 250 pieces"
+        assert whole[-1][1].end == "done" and whole[0][1].attempt == 1
+        pieces = sum(len(b.chunks) for _, b in whole)
+        assert len(whole) < pieces / 2, "chunks arriving together share an entry"
+        # an entry that is not a batch (a foreign writer) is passed over, not fatal
+        key = client.names.task_chunks(task_id)
+        foreign = await client.redis.xadd(key, {"__data__": b"{oops"})
+        assert [item async for item in client.chunks(task_id, follow=False)] == whole
+        await client.redis.xdel(key, foreign)
+        # a reader that stopped after each entry and came back from its last offset
+        resumed: list[tuple[str, ChunkBatch]] = []
+        offset = "0"
+        while True:
+            page = [item async for item in client.chunks(task_id, after=offset, follow=False)]
+            if not page:
+                break
+            resumed.append(page[0])
+            offset = page[0][0]
+        assert resumed == whole
+        text = "".join(str(c.get("content", "")) for _, b in whole for c in b.chunks)
+        assert text == LONG
+        answer = (await client.messages(task_id))[-1]
+        assert answer.text() == LONG and answer.usage_metadata  # type: ignore[union-attr]
+        ttl = await client.redis.ttl(client.names.task_chunks(task_id))
+        assert 0 < ttl <= Settings().stream_ttl_s
+
+
+async def test_the_log_does_not_grow_with_the_chunks(stack: ServiceProcesses) -> None:
+    """The same long answer, streamed and not: the durable log holds the same events of
+    the same size; only the expiring chunk stream has the pieces."""
+    async with Client(stack.redis_url, stack.prefix) as client:
+        streamed = await long_streamed_task(stack, client)
+        spec = create_agent(
+            "gpt-4o-mini", settings=Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+        ).spec
+        plain = await client.submit(spec, [HumanMessage(content="long answer")])
+        await client.wait(plain)
+        logs = {t: await client.redis.xrange(client.names.task_log(t)) for t in (streamed, plain)}
+        assert len(logs[streamed]) == len(logs[plain])
+        sizes = [sum(len(v) for _, f in logs[t] for v in f.values()) for t in (streamed, plain)]
+        # no larger than the log of the same reply not streamed (whose metadata differs
+        # a little: a completion's token_usage, id), though 250 chunks were streamed
+        assert sizes[0] <= sizes[1]
+        batches = [b async for _, b in client.chunks(streamed, follow=False)]
+        assert sum(len(b.chunks) for b in batches) >= 250
+        assert not await client.redis.exists(client.names.task_chunks(plain))
+
+
+async def test_a_retried_call_says_its_chunks_replace_the_failed_attempts(redis_url: str) -> None:
+    """ModelRetryMiddleware calls the model again after a failure: the retry is attempt 2,
+    its first batch resets, attempt 1 ended as failed, and ``messages`` items say so."""
+    failed: set[str] = set()
+
+    def respond(body: dict[str, Any]) -> Reply:
+        text = first_user_text(body)
+        if text not in failed:  # each conversation's first call fails
+            failed.add(text)
+            raise RuntimeError("transient")
+        return Reply(content="recovered after a retry")
+
+    retry = {"type": "ModelRetryMiddleware", "max_retries": 1, "initial_delay": 0.01}
+    with (
+        ScriptedOpenAIServer(responder=respond) as server,
+        services_on(redis_url, server) as procs,
+    ):
+        settings = Settings(redis_url=procs.redis_url, prefix=procs.prefix)
+        agent = create_agent(
+            {"name": "gpt-4o-mini", "params": {"max_retries": 0}},  # no retry in the client
+            middleware=[{**retry, "jitter": False}],
+            settings=settings,
+        )
+        items = [i async for i in agent.astream({"messages": "retry me"}, stream_mode="messages")]
+        assert "".join(str(m.content) for m, _ in items) == "recovered after a retry"
+        assert all(meta["loopline_attempt"] == 2 for _, meta in items)
+        assert [bool(meta.get("loopline_reset")) for _, meta in items][:2] == [True, False]
+
+        async with Client(procs.redis_url, procs.prefix) as client:
+            task_id = new_task_id()
+            await client.stream_replies(task_id)
+            await client.submit(agent.spec, [HumanMessage(content="retry raw")], task_id=task_id)
+            await client.wait(task_id)
+            batches = [b async for _, b in client.chunks(task_id, follow=False)]
+        first, *rest = batches
+        assert (first.attempt, first.end, first.chunks) == (1, "failed", [])
+        assert rest[0].attempt == 2 and rest[0].reset and rest[-1].end == "done"
+        assert all(b.attempt == 2 and not b.reset for b in rest[1:])
+
+
+async def test_model_services_know_the_streamed_tasks_without_a_command_per_step(
+    redis_url: str,
+) -> None:
+    """A request made before a model service listens is loaded when it subscribes, one
+    made after is heard on pub/sub; then a task nobody asked for costs no command."""
+    rt = Runtime(redis_url, Settings(prefix=unique_prefix()))
+    requests = StreamRequests(rt)
+    async with Client(redis_url, rt.names.prefix) as client:
+        await client.stream_replies("early")
+        assert await requests.wanted("early")  # not listening yet: Redis was asked
+        requests.start()
+        try:
+            await wait_for(lambda: requests.unsure_until == 0.0)
+            assert "early" in requests.asked
+            await client.stream_replies("late")
+            await wait_for(lambda: "late" in requests.asked)
+
+            async def no_command(*args: Any) -> Any:
+                raise AssertionError(f"a command on the hot path: {args}")
+
+            rt.connection.command = no_command  # type: ignore[method-assign]
+            assert await requests.wanted("late") and await requests.wanted("early")
+            assert not await requests.wanted("never asked")
+        finally:
+            await requests.stop()
+            await rt.close()
+
+
+async def test_a_reply_nobody_asked_to_stream_comes_whole_in_messages_mode(
+    stack: ServiceProcesses,
+) -> None:
+    """A client that starts reading a task it did not ask to stream (or whose chunk
+    stream expired) still gets every message, each reply as one chunk."""
+    spec = create_agent(
+        "gpt-4o-mini",
+        ["tests.tooling:add"],
+        settings=Settings(redis_url=stack.redis_url, prefix=stack.prefix),
+    ).spec
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(spec, [HumanMessage(content="stream unasked")])
+        await client.wait(task_id)
+        assert not await client.redis.exists(client.names.task_chunks(task_id))
+        inputs = [LcHumanMessage(content="stream unasked")]
+        items = [i async for i in stream_task(client, task_id, ["messages"], inputs)]
+    got = [(m.type, m.content, meta["langgraph_node"]) for _, (m, meta) in items]
+    assert got == [
+        ("AIMessageChunk", TURNS[0].content, "model"),
+        ("tool", "3", "tools"),
+        ("AIMessageChunk", TURNS[1].content, "model"),
+    ]
+    assert items[0][1][0].tool_calls[0]["args"] == {"a": 1, "b": 2}
