@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from contracts.messages import SystemMessage
 
 
 class MiddlewareSpec(BaseModel):
@@ -63,6 +65,43 @@ class ModelSpec(BaseModel):
         return self.name.split(":", 1)[1] if ":" in self.name else self.name
 
 
+class ResponseFormatSpec(BaseModel):
+    """``create_agent(response_format=...)``: LangChain's ``ToolStrategy``,
+    ``ProviderStrategy`` or a bare schema (``auto``: the provider's JSON-schema mode where
+    LangChain finds the model supports it, else the tool).
+
+    ``schema`` is an import path (``package.module:Class``, a pydantic model, dataclass or
+    TypedDict, resolved through the import allow-list), a ``local:`` reference (embedded
+    mode) or a JSON schema dict.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    strategy: Literal["auto", "tool", "provider"] = "auto"
+    schema_: str | dict[str, Any] = Field(alias="schema")
+    tool_message_content: str | None = None
+    """ToolStrategy's: the tool message that answers a valid structured call."""
+    handle_errors: bool | str = True
+    """ToolStrategy's: retry after invalid arguments (True: LangChain's error template; a
+    string: that message); False: the task fails."""
+    strict: bool | None = None
+    """ProviderStrategy's ``strict``."""
+    ref: str | None = None
+    """Embedded mode: a ``local:`` reference to the strategy object itself, for what is
+    not data (``handle_errors`` given as exception types or a function)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_schema(cls, data: Any) -> Any:
+        """Agent files may give the schema alone: an import path, or a JSON schema dict
+        (any dict without a ``schema`` key), as LangChain takes a bare schema."""
+        if isinstance(data, str) or (
+            isinstance(data, dict) and "schema" not in data and "schema_" not in data
+        ):
+            return {"schema": data}
+        return data
+
+
 class AgentSpec(BaseModel):
     """Everything that defines an agent, the fields of ``create_agent``.
 
@@ -77,6 +116,10 @@ class AgentSpec(BaseModel):
     model: ModelSpec
     tools: list[str] = Field(default_factory=list)
     system_prompt: str | None = None
+    system_message: SystemMessage | None = None
+    """``create_agent(system_prompt=SystemMessage(...))`` when more than its text matters
+    (content blocks, a name, ids): the system message as given. A task's
+    ``system_prompt`` override replaces it."""
     middleware: list[MiddlewareSpec] = Field(default_factory=list)
     tool_schemas: list[dict[str, Any]] | None = None
     name: str = "agent"
@@ -87,13 +130,22 @@ class AgentSpec(BaseModel):
     context: dict[str, Any] | None = None
     """The run's context (LangGraph's ``Runtime.context``, what middleware hooks read):
     set by a task's ``context`` override of a deployed agent."""
+    response_format: ResponseFormatSpec | None = None
+    """The structured answer the agent gives (``structured_response``)."""
+    message_name: str | None = None
+    """``create_agent(name=...)`` as LangChain sets it on the agent's AI messages (None:
+    no name was given, the AI messages have none)."""
 
     @property
     def agent_id(self) -> str:
         """Content hash: equal specs share one stored copy (a spec without a context
         hashes as it did before the field existed)."""
-        exclude = {"context"} if self.context is None else None
-        canonical = json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True)
+        # fields that are None hash as they did before the field existed
+        optional = ("context", "response_format", "message_name", "system_message")
+        exclude = {k for k in optional if getattr(self, k) is None}
+        canonical = json.dumps(
+            self.model_dump(mode="json", exclude=exclude, by_alias=True), sort_keys=True
+        )
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def middleware_of(self, type_name: str) -> list[MiddlewareSpec]:

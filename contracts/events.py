@@ -150,6 +150,20 @@ class ModelRequested(Event):
     message takes it from here instead of reading it from Redis."""
 
 
+class StructuredOutcome(BaseModel):
+    """What the model service made of a reply of an agent with a ``response_format``
+    (LangChain's model node does it): the tool messages answering the structured-output
+    calls (``Returning structured response: ...`` or the error to retry on) and the
+    structured response, as JSON, when one was given."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool_messages: list[ToolMessage] = Field(default_factory=list)
+    response: Any = None
+    given: bool = False
+    """Whether ``response`` is the structured response (it may be JSON null)."""
+
+
 class ModelResponded(Event):
     """Model → loop: the model's reply for ``step`` (the one new message)."""
 
@@ -163,6 +177,8 @@ class ModelResponded(Event):
     """How long the model call took in the model service (milliseconds): the messages'
     conversion to LangChain's form, the call (wrap_model_call middleware included) and
     the reply's conversion back."""
+    structured: StructuredOutcome | None = None
+    """For agents with a ``response_format``: the reply's structured outcome."""
 
 
 class ModelFailed(Event):
@@ -260,6 +276,9 @@ class TaskCompleted(Event):
     type: Literal["TaskCompleted"] = "TaskCompleted"
     steps: int
     answer: str
+    structured_response: Any = None
+    """For agents with a ``response_format``: the structured response (JSON) the task
+    ended with, as stored in its state."""
 
 
 class TaskFailed(Event):

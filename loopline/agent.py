@@ -12,7 +12,7 @@ import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from contracts.agent import AgentSpec, ModelSpec
+from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
@@ -20,7 +20,13 @@ from contracts.events import (
     ToolInterrupted,
     new_task_id,
 )
-from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
+from contracts.messages import (
+    MESSAGE_TYPES,
+    Message,
+    SystemMessage,
+    from_langchain,
+    to_langchain,
+)
 from loopline.client import Client, TaskFailedError
 from loopline.conversation import (
     RunConfig,
@@ -31,8 +37,9 @@ from loopline.conversation import (
     snapshot,
 )
 from loopline.threads import ThreadValues
+from services.errors import ConfigurationError
 from services.settings import Settings
-from services.spec import imports, toolbox
+from services.spec import imports, local, structured, toolbox
 from services.spec.middleware import to_spec
 from services.spec.validation import check_agent
 
@@ -105,6 +112,84 @@ def _tool_refs(tools: Sequence[Any], embedded: bool) -> tuple[list[str], list[di
     return refs, schemas
 
 
+def _schema_ref(schema: Any, embedded: bool) -> str | dict[str, Any]:
+    """How a response schema travels: a JSON schema dict as it is; a class by import
+    path, or (embedded) by ``local:`` reference when it has none."""
+    if isinstance(schema, dict):
+        return schema
+    if not isinstance(schema, type):
+        raise TypeError(
+            f"response_format schema {schema!r} must be a pydantic model, dataclass, "
+            "TypedDict or JSON schema dict (unions do not travel)"
+        )
+    module, qualname = schema.__module__, schema.__qualname__
+    importable = module != "__main__" and "<" not in qualname
+    if embedded:
+        return local.register_instance(schema)
+    if not importable:
+        raise TypeError(
+            f"response_format schema {qualname!r} is not importable by path; with "
+            "REDIS_URL set, it must be module-level (package.module:Class)"
+        )
+    if not imports.is_allowed(module):
+        raise TypeError(
+            f"response_format schema {qualname!r}: module {module!r} is not allowed: add "
+            f"it to {imports.ALLOWED_ENV} (comma-separated module prefixes) where the "
+            "agent is deployed and run"
+        )
+    return f"{module}:{qualname}"
+
+
+def _response_format_spec(response_format: Any, embedded: bool) -> ResponseFormatSpec | None:
+    """LangChain's ``response_format`` as data: a ToolStrategy, ProviderStrategy or
+    AutoStrategy, or a bare schema (the auto choice)."""
+    from langchain.agents.structured_output import AutoStrategy, ProviderStrategy, ToolStrategy
+
+    if response_format is None or isinstance(response_format, ResponseFormatSpec):
+        return response_format
+    if isinstance(response_format, ToolStrategy):
+        handle = response_format.handle_errors
+        data = isinstance(handle, bool | str)
+        if not data and not embedded:
+            raise TypeError(
+                "ToolStrategy(handle_errors=...) travels as True, False or a message; "
+                f"{handle!r} cannot (in-process, without REDIS_URL, it may be anything)"
+            )
+        return ResponseFormatSpec(
+            strategy="tool",
+            schema_=_schema_ref(response_format.schema, embedded),
+            tool_message_content=response_format.tool_message_content,
+            handle_errors=handle if isinstance(handle, bool | str) else True,
+            # embedded: the strategy object itself, for handle_errors that is code
+            ref=None if data else local.register_instance(response_format),
+        )
+    if isinstance(response_format, ProviderStrategy):
+        return ResponseFormatSpec(
+            strategy="provider",
+            schema_=_schema_ref(response_format.schema, embedded),
+            strict=response_format.schema_spec.strict,
+        )
+    schema = (
+        response_format.schema if isinstance(response_format, AutoStrategy) else response_format
+    )
+    return ResponseFormatSpec(strategy="auto", schema_=_schema_ref(schema, embedded))
+
+
+def _system_fields(system_prompt: Any) -> dict[str, Any]:
+    """``system_prompt`` as LangChain takes it: text, or a SystemMessage (kept whole
+    when more than its text would reach the model)."""
+    if system_prompt is None or isinstance(system_prompt, str):
+        return {"system_prompt": system_prompt}
+    from langchain_core.messages import SystemMessage as LcSystemMessage
+
+    if not isinstance(system_prompt, LcSystemMessage):
+        raise TypeError(f"system_prompt must be a str or a SystemMessage, not {system_prompt!r}")
+    message = from_langchain(system_prompt)
+    if isinstance(message.content, str) and message == SystemMessage(content=message.content):
+        return {"system_prompt": message.content}
+    return {"system_prompt": message.text() or None, "system_message": message}
+
+
 class Agent:
     """A loopline agent: ``invoke``/``ainvoke``/``stream``/``astream`` like a LangChain
     agent, ``config={"configurable": {"thread_id": ...}}`` continuing a thread, and
@@ -124,6 +209,9 @@ class Agent:
         self.embedded = embedded
         self.settings = settings
         self.max_steps: int | None = None
+        self.response_schema: Any = None
+        """The ``response_format`` schema object, to give ``structured_response`` back
+        as LangChain does (an instance of a pydantic model or dataclass)."""
         self.deployed: str | None = None
         """``NAME@VERSION`` this agent was registered as (with REDIS_URL: the services
         run only deployed agents, so the first task registers it)."""
@@ -219,15 +307,29 @@ class Agent:
             )
             messages = await client.messages(task_id)
             todos = await client.todos(task_id)
+            given, structured_json = await client.structured_response(task_id)
         result: dict[str, Any] = {
             "messages": [to_langchain(m) for m in messages],
             "todos": todos,
             "task_id": task_id,
         }
+        if self.spec.response_format is not None:
+            # LangChain's key is there, None, when the agent ended without one
+            result["structured_response"] = self._structured(structured_json) if given else None
         if isinstance(outcome, ApprovalRequested):
             requests = [r.request for r in open_calls] or [outcome.request]
             result["__interrupt__"] = requests
         return result
+
+    def _structured(self, value: Any) -> Any:
+        rf = self.spec.response_format
+        schema = self.response_schema
+        if schema is None and rf is not None:
+            try:
+                schema = structured.response_schema(rf)
+            except ConfigurationError:  # not importable here: the JSON as stored
+                return value
+        return structured.from_json(schema, value)
 
     async def aresume(
         self, task_id: str, decisions: Sequence[dict[str, Any]] | Mapping[str, Any]
@@ -472,9 +574,10 @@ def create_agent(
     model: Any,
     tools: Sequence[Callable[..., Any] | Any] | None = None,
     *,
-    system_prompt: str | None = None,
+    system_prompt: str | Any | None = None,
     middleware: Sequence[Any] = (),
-    name: str = "agent",
+    response_format: Any = None,
+    name: str | None = None,
     max_steps: int | None = None,
     tool_timeout_s: float | None = None,
     tool_timeouts: dict[str, float] | None = None,
@@ -487,7 +590,10 @@ def create_agent(
     ``tools``: LangChain tools, typed functions with docstrings, or import paths;
     ``middleware``: loopline's or LangChain's built-in middleware instances, or specs;
     ``tool_timeout_s`` / ``tool_timeouts`` (per tool name): how long a tool call may run
-    (default: the tools service's ``LOOPLINE_TOOL_TIMEOUT_S``); ``checkpointer``: any
+    (default: the tools service's ``LOOPLINE_TOOL_TIMEOUT_S``); ``response_format``:
+    LangChain's ToolStrategy, ProviderStrategy or a bare schema, giving
+    ``structured_response``; ``name``: set on the agent's AI messages, as LangChain
+    does; ``checkpointer``: any
     LangGraph checkpointer (``InMemorySaver``...), accepted for compatibility: threads are
     kept by loopline's services in Redis either way, and with one a call must name its
     thread (``config["configurable"]["thread_id"]``), as LangGraph requires; ``store``:
@@ -500,10 +606,12 @@ def create_agent(
     spec = AgentSpec(
         model=_model_spec(model, embedded),
         tools=refs,
-        system_prompt=system_prompt,
+        **_system_fields(system_prompt),
         middleware=[to_spec(m, embedded=embedded) for m in middleware],
         tool_schemas=schemas,
-        name=name,
+        name=name or "agent",
+        message_name=name,
+        response_format=_response_format_spec(response_format, embedded),
         tool_timeout_s=tool_timeout_s,
         tool_timeouts=dict(tool_timeouts or {}),
     )
@@ -511,6 +619,8 @@ def create_agent(
     agent = Agent(spec, url=url, embedded=embedded, settings=settings, checkpointer=checkpointer)
     agent.given_store = store
     agent.max_steps = max_steps
+    if agent.spec.response_format is not None:
+        agent.response_schema = structured.response_schema(agent.spec.response_format)
     return agent
 
 

@@ -33,6 +33,7 @@ _FIELDS = {
     "max_steps",
     "tool_timeout_s",
     "tool_timeouts",
+    "response_format",
 }
 
 

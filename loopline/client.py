@@ -452,6 +452,17 @@ class Client:
         raw = await self.redis.lrange(self.names.task_messages(task_id), 0, -1)
         return [MESSAGE_ADAPTER.validate_json(item) for item in raw]
 
+    async def state(self, task_id: str) -> dict[str, Any]:
+        """The task's state keys besides its messages (the middleware's fields and
+        ``structured_response``, as JSON)."""
+        raw: Any = await self.redis.hget(self.names.task_state(task_id), "extra")
+        return dict(json.loads(raw)) if raw else {}
+
+    async def structured_response(self, task_id: str) -> tuple[bool, Any]:
+        """Whether the task gave a structured response, and it (as JSON)."""
+        state = await self.state(task_id)
+        return "structured_response" in state, state.get("structured_response")
+
     async def todos(self, task_id: str) -> list[dict[str, Any]]:
         raw = await self.redis.get(self.names.task_todos(task_id))
         return list(json.loads(raw)) if raw else []

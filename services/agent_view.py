@@ -20,7 +20,9 @@ from services.spec.middleware import NATIVE, build
 def system_message(spec: AgentSpec, *, before: int | None = None) -> SystemMessage | None:
     """The system message as the ``wrap_model_call`` chain has shaped it by middleware
     number ``before`` (all middleware when None): the outer ones run first."""
-    message = SystemMessage(content=spec.system_prompt) if spec.system_prompt else None
+    message = spec.system_message or (
+        SystemMessage(content=spec.system_prompt) if spec.system_prompt else None
+    )
     chain = spec.middleware if before is None else spec.middleware[:before]
     for mw in chain:
         if mw.type == "TodoListMiddleware":

@@ -226,10 +226,14 @@ def run_spec(
     steps = max_steps if max_steps is not None else overrides.get("max_steps", agent.max_steps)
     if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
         raise ValueError(f"override max_steps must be a positive integer, got {steps!r}")
-    update = {k: overrides[k] for k in ("system_prompt", "context") if k in overrides}
+    update: dict[str, Any] = {
+        k: overrides[k] for k in ("system_prompt", "context") if k in overrides
+    }
     if not update:
         return agent.spec, steps
     try:
+        if "system_prompt" in update:
+            update["system_message"] = None  # the prompt given replaces the message
         spec = AgentSpec.model_validate({**agent.spec.model_dump(), **update})
     except ValidationError as exc:
         first = exc.errors()[0]

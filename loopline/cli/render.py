@@ -90,16 +90,17 @@ def run_result(
         status = "waiting"
     else:
         status = "failed"
-    return json.dumps(
-        {
-            "task_id": task_id,
-            "status": status,
-            "answer": final.answer if isinstance(final, TaskCompleted) else None,
-            "error": final.reason if isinstance(final, TaskFailed) else None,
-            "messages": [m.model_dump(mode="json") for m in messages],
-            "todos": todos,
-        }
-    )
+    result: dict[str, Any] = {
+        "task_id": task_id,
+        "status": status,
+        "answer": final.answer if isinstance(final, TaskCompleted) else None,
+        "error": final.reason if isinstance(final, TaskFailed) else None,
+        "messages": [m.model_dump(mode="json") for m in messages],
+        "todos": todos,
+    }
+    if isinstance(final, TaskCompleted) and final.structured_response is not None:
+        result["structured_response"] = final.structured_response  # response_format's
+    return json.dumps(result)
 
 
 def stats_lines(stats: dict[str, dict[str, Any]]) -> list[str]:

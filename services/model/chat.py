@@ -14,7 +14,7 @@ from langchain_core.runnables import Runnable
 from contracts.agent import AgentSpec, ModelSpec
 from services.agent_view import tool_schemas
 from services.errors import ConfigurationError
-from services.spec import endpoints
+from services.spec import endpoints, structured
 from services.spec.models import local_model
 
 
@@ -63,15 +63,26 @@ class ModelPool:
     """Bound models per agent id: building ChatOpenAI and tool schemas once per agent."""
 
     def __init__(self) -> None:
-        self._bound: dict[str, Runnable[Any, Any]] = {}
+        self._bound: dict[str, tuple[Runnable[Any, Any], Any]] = {}
 
     def bound(self, agent_id: str, spec: AgentSpec) -> Runnable[Any, Any]:
+        return self.bound_with_strategy(agent_id, spec)[0]
+
+    def bound_with_strategy(self, agent_id: str, spec: AgentSpec) -> tuple[Runnable[Any, Any], Any]:
+        """The bound model and, for an agent with a ``response_format``, the LangChain
+        strategy it was bound for (else None)."""
         found = self._bound.get(agent_id)
         if found is None:
-            model = build_chat_model(spec.model)
-            schemas = tool_schemas(spec)
-            found = model.bind_tools(schemas, tool_choice=None) if schemas else model
+            found = _bind(spec)
             if len(self._bound) >= MODELS_CACHED:
                 self._bound.clear()
             self._bound[agent_id] = found
         return found
+
+
+def _bind(spec: AgentSpec) -> tuple[Runnable[Any, Any], Any]:
+    model = build_chat_model(spec.model)
+    schemas = tool_schemas(spec)
+    if spec.response_format is not None:
+        return structured.bind(spec.response_format, model, schemas)
+    return (model.bind_tools(schemas, tool_choice=None) if schemas else model), None

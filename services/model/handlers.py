@@ -6,8 +6,14 @@ import logging
 import time
 from typing import Any
 
-from contracts.events import AnyEvent, ModelFailed, ModelRequested, ModelResponded
-from contracts.messages import AIMessage, from_langchain
+from contracts.events import (
+    AnyEvent,
+    ModelFailed,
+    ModelRequested,
+    ModelResponded,
+    StructuredOutcome,
+)
+from contracts.messages import AIMessage, Message, from_langchain
 from services.agent_view import system_message
 from services.editing.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
@@ -19,6 +25,7 @@ from services.model.lcview import LangChainViews
 from services.model.wrapped import ModelCaller, call_with_middleware
 from services.runtime import Handler, Runtime
 from services.secrets import scrub
+from services.spec import structured
 from services.tasks.handover import LoopHandOver
 
 log = logging.getLogger("loopline.model")
@@ -55,6 +62,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         )
         view = apply_edits(transcript, event.edits) if event.edits else transcript
         started = time.perf_counter()
+        outcome: StructuredOutcome | None = None
         try:
             streamed = await requests.wanted(event.task_id)
             caller = streaming_caller(event) if streamed else None
@@ -63,16 +71,21 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 extra = await hand_over.loop.store.extra(event.task_id)
                 # unedited: the chain edits at ContextEditingMiddleware's place, so the
                 # middleware outside it see what LangChain's would
-                message: Any = await call_with_middleware(
+                message: Message
+                message, outcome = await call_with_middleware(
                     spec, hooks, list(transcript), extra, event.edits, caller=caller
                 )
             else:
                 request = views.convert(
                     event.task_id, event.rev, transcript, view, system_message(spec)
                 )
-                bound = pool.bound(event.agent_id, spec)
+                bound, strategy = pool.bound_with_strategy(event.agent_id, spec)
                 prompt = prompt_of(request)
                 reply = await (caller(bound, prompt) if caller else bound.ainvoke(prompt))
+                if spec.message_name:
+                    reply.name = spec.message_name  # as LangChain's model node names it
+                if spec.response_format is not None:
+                    outcome = structured.outcome(spec.response_format, strategy, reply)
                 message = from_langchain(reply)
             if not isinstance(message, AIMessage):
                 raise TypeError(f"the model returned a {message.type} message")
@@ -96,6 +109,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             message=message,
             transcript_len=event.transcript_len,
             model_ms=round((time.perf_counter() - started) * 1000, 3),
+            structured=outcome,
         )
         try:
             await hand_over.model_responded(responded, spec)

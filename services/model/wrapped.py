@@ -13,11 +13,12 @@ from langchain_core.messages import AIMessage as LcAIMessage
 from langchain_core.messages import SystemMessage as LcSystemMessage
 
 from contracts.agent import AgentSpec, MiddlewareSpec
-from contracts.events import AppliedEdit
+from contracts.events import AppliedEdit, StructuredOutcome
 from contracts.messages import AIMessage, Message, from_langchain, to_langchain
 from services.agent_view import system_message, tool_schemas
 from services.hooks import HookSet, call_wrapped, lg_runtime
 from services.model.chat import build_chat_model
+from services.spec import structured
 
 ModelCaller = Callable[[Any, Any], Awaitable[Any]]
 """How one model call is made, given the bound model and its input: ``ainvoke``, or
@@ -166,6 +167,12 @@ def _normalize(result: Any) -> Any:
     return result
 
 
+def _system_message(spec: AgentSpec) -> Any:
+    if spec.system_message is not None:
+        return to_langchain(spec.system_message)
+    return LcSystemMessage(content=spec.system_prompt) if spec.system_prompt else None
+
+
 async def call_with_middleware(
     spec: AgentSpec,
     hooks: HookSet,
@@ -174,40 +181,65 @@ async def call_with_middleware(
     edits: Sequence[AppliedEdit] = (),
     *,
     caller: ModelCaller | None = None,
-) -> AIMessage:
+) -> tuple[AIMessage, StructuredOutcome | None]:
     """``caller``: how each model call is made (default ``ainvoke``); with retry or
     fallback middleware a step makes several. ``transcript`` unedited: the chain applies
     ``edits`` (the context consumer's, for this transcript) at
     ``ContextEditingMiddleware``'s place, and the agent state holds the unedited
-    messages, as LangChain's."""
+    messages, as LangChain's. With a ``response_format``, the reply's structured outcome
+    comes too (made inside the chain, as LangChain's model node does, so middleware see
+    the structured response and may change the request's format)."""
     from langchain.agents.middleware import ModelRequest, ModelResponse
 
+    rf = spec.response_format
     messages = [to_langchain(m) for m in transcript]
     request = ModelRequest(
         model=build_chat_model(spec.model),
         messages=messages,
-        system_message=LcSystemMessage(content=spec.system_prompt) if spec.system_prompt else None,
+        system_message=_system_message(spec),
         tools=[schema_tool(schema) for schema in tool_schemas(spec)],
+        response_format=structured.strategy_of(rf) if rf is not None else None,
         state={"messages": messages, **extra},  # type: ignore[arg-type]
         runtime=lg_runtime(spec.context),
     )
+    outcomes: dict[int, StructuredOutcome] = {}  # by the reply they were made of
 
     async def call_model(req: Any) -> Any:
         model = req.model
         settings = dict(req.model_settings)
-        bound = (
-            model.bind_tools(req.tools, tool_choice=req.tool_choice, **settings)
-            if req.tools
-            else model.bind(**settings)
-        )
+        used = None
+        if rf is not None and req.response_format is not None:
+            bound, used = structured.bind(
+                rf,
+                model,
+                list(req.tools),
+                tool_choice=req.tool_choice,
+                settings=settings,
+                requested=req.response_format,
+            )
+        elif req.tools:
+            bound = model.bind_tools(req.tools, tool_choice=req.tool_choice, **settings)
+        else:
+            bound = model.bind(**settings)
         system = [req.system_message] if req.system_message is not None else []
         prompt = [*system, *req.messages]
         reply = await (caller(bound, prompt) if caller else bound.ainvoke(prompt))
-        return ModelResponse(result=[reply])
+        if spec.message_name:
+            reply.name = spec.message_name  # as LangChain's model node names it
+        outcome = structured.outcome(rf, used, reply) if rf is not None and used else None
+        if outcome is None or used is None:
+            return ModelResponse(result=[reply])
+        outcomes[id(reply)] = outcome
+        answers = [to_langchain(m) for m in outcome.tool_messages]
+        value = structured.from_json(used.schema, outcome.response) if outcome.given else None
+        return ModelResponse(result=[reply, *answers], structured_response=value)
 
     chain = chain_of(spec, hooks, transcript, messages, edits)
     response = await call_wrapped(chain, "wrap_model_call", request, call_model, _normalize)
-    replies = [from_langchain(m) for m in response.result if isinstance(m, LcAIMessage)]
-    if not replies or not isinstance(replies[-1], AIMessage):
+    replies = [m for m in response.result if isinstance(m, LcAIMessage)]
+    if not replies:
         raise TypeError("the wrap_model_call chain returned no AI message")
-    return replies[-1]
+    last = from_langchain(replies[-1])
+    if not isinstance(last, AIMessage):
+        raise TypeError("the wrap_model_call chain returned no AI message")
+    return last, outcomes.get(id(replies[-1]))

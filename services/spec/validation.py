@@ -19,10 +19,10 @@ import inspect
 import json
 from typing import Any
 
-from contracts.agent import AgentSpec, MiddlewareSpec
+from contracts.agent import AgentSpec, MiddlewareSpec, ResponseFormatSpec
 from services.errors import ConfigurationError
 from services.middleware.context_editing import ClearToolUsesEdit
-from services.spec import endpoints, imports, jsonable, local, signature, toolbox
+from services.spec import endpoints, imports, jsonable, local, signature, structured, toolbox
 from services.spec.middleware import BUILTIN, NATIVE, from_spec
 from services.spec.params import CALLABLE_KEY
 
@@ -62,6 +62,16 @@ def check_agent(spec: AgentSpec) -> None:
         _check_allowed(ref, "tool path")
     for middleware in spec.middleware:
         check_middleware(middleware)
+    if spec.response_format is not None:
+        check_response_format(spec.response_format)
+
+
+def check_response_format(rf: ResponseFormatSpec) -> None:
+    """The schema must resolve (inside the allow-list) and be one LangChain takes."""
+    try:
+        structured.strategy_of(rf)
+    except (ConfigurationError, ValueError, TypeError) as exc:
+        raise InvalidSpec(str(exc).splitlines()[0]) from exc
 
 
 def check_deployable(spec: AgentSpec) -> None:
@@ -73,6 +83,11 @@ def check_deployable(spec: AgentSpec) -> None:
     if problem:
         raise InvalidSpec(problem)
     local_refs = [r for r in spec.tools if local.is_local(r)]
+    rf = spec.response_format
+    if rf is not None and isinstance(rf.schema_, str) and local.is_local(rf.schema_):
+        local_refs.append(rf.schema_)
+    if rf is not None and rf.ref is not None:
+        local_refs.append(rf.ref)
     local_refs += [m.type for m in spec.middleware if local.is_local(m.type)]
     local_refs += [r for m in spec.middleware for r in callable_refs(m.params) if local.is_local(r)]
     if spec.model.ref or local_refs:

@@ -74,6 +74,8 @@ class ModelTurn:
     decided: dict[str, ToolMessage] = field(default_factory=dict)
     extra: dict[str, Any] | None = None
     end: bool = False
+    end_after_tools: bool = False
+    """The task ends once the reply's calls ran (a structured response was given)."""
 
 
 async def model_turn(

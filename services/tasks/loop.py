@@ -28,6 +28,7 @@ from contracts.events import (
     ModelResponded,
     RunDequeued,
     StepStarted,
+    StructuredOutcome,
     TaskCompleted,
     TaskFailed,
     TaskSubmitted,
@@ -250,6 +251,8 @@ class Loop:
             if hooked is None:
                 return
             turn = hooked
+        if event.structured is not None:
+            turn = await self._with_structured(tid, turn, event.structured)
         fusion = None
         if decisions is None and event.transcript_len is not None and not hooks.has_state_hooks:
             fusion = await self._tool_calls_fusion(event, turn)
@@ -500,6 +503,12 @@ class Loop:
             (m.text() for m in reversed([turn.ai, *turn.after_ai]) if isinstance(m, AIMessage)),
             "",
         )
+        completed = TaskCompleted(
+            task_id=tid,
+            steps=event.step,
+            answer=answer,
+            structured_response=_structured_response(event, turn),
+        )
         return await self.store.apply(
             tid,
             RecordReply(
@@ -509,16 +518,37 @@ class Loop:
                 responded_event=self.rt.encode(event),  # with the size check of a publish
                 expected=[] if turn.end else join_order(turn.ai, turn.decided),
                 pre_results={k: v.model_dump_json() for k, v in turn.decided.items()},
-                completed_event=dump_event(
-                    TaskCompleted(task_id=tid, steps=event.step, answer=answer)
-                ),
+                completed_event=dump_event(completed),
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
                 failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
                 extra=json.dumps(turn.extra) if turn.extra is not None else "",
                 issued={} if turn.end else call_digests(turn.ai, turn.decided),
+                end_after=dump_event(completed) if turn.end_after_tools else b"",
             ),
             fusion,
+        )
+
+    async def _with_structured(
+        self, task_id: str, turn: ModelTurn, outcome: StructuredOutcome
+    ) -> ModelTurn:
+        """The model service's structured outcome joined to the turn (LangChain's model
+        node adds it before after_model runs): its tool messages answer the structured
+        calls, and a structured response with no other call to run ends the task with
+        ``structured_response`` in the state."""
+        answers = {m.tool_call_id: m for m in outcome.tool_messages}
+        extra = turn.extra
+        if outcome.given:
+            base = extra if extra is not None else await self.store.extra(task_id)
+            extra = {**base, "structured_response": outcome.response}
+        decided = {**turn.decided, **answers}
+        pending = [c for c in turn.ai.tool_calls if c.id not in decided]
+        if outcome.given and not pending:
+            after = [*answers.values(), *turn.after_ai]
+            return ModelTurn(turn.ai, after, {}, extra, end=True)
+        # LangChain runs the reply's other calls, then ends on the structured answer
+        return ModelTurn(
+            turn.ai, turn.after_ai, decided, extra, turn.end, end_after_tools=outcome.given
         )
 
     # -- hooks of the loop stage -------------------------------------------------------
@@ -646,3 +676,9 @@ class Loop:
         state = await self._fail_at_current_step(task_id, scrub(reason), None)
         await self._emit(task_id, state)
         return state
+
+
+def _structured_response(event: ModelResponded, turn: ModelTurn) -> Any:
+    """The structured response this reply gave, when it gave one."""
+    given = event.structured is not None and event.structured.given
+    return (turn.extra or {}).get("structured_response") if given else None

@@ -22,6 +22,8 @@ and at most once per cause (``state.Cause``)::
       TOOLS ──RecordResult──▶ TOOLS                   one call's result, more to come
       TOOLS ──RecordResult──▶ MODEL (step + 1)        the step's last result: all join
       TOOLS ──RecordResult──▶ DONE                    ... at the step limit: failed
+      TOOLS ──RecordResult──▶ DONE                    ... after a structured response
+                                                      (RecordReply's end_after): completed
       TOOLS ──ParkCall──▶ TOOLS                       a per-call approval: the call waits
       TOOLS ──DecideCall──▶ TOOLS                     its decision, accepted once
       any   ──FailTask──▶ DONE                        failed: cancel, deadline, model
@@ -116,12 +118,17 @@ class RecordReply(Args):
     issued: dict[str, str]
     """The digest of each call to run (call id -> ``issued.call_digest``): the tools and
     todos services run a requested call only if its name and arguments match."""
+    end_after: bytes = b""
+    """A TaskCompleted (JSON) to end the task with once the step's results are in, in
+    place of the next step (a structured response given beside other tool calls, as
+    LangChain ends after running them); empty for none."""
 
 
 @dataclass(frozen=True, slots=True)
 class RecordResult(Args):
     """A tool call's result: tools -> tools, or (the step's last) -> the next step's model
-    phase, or -> done (failed) at the step limit."""
+    phase, or -> done (failed) at the step limit, or -> done (completed) when the reply
+    gave a structured response (``RecordReply.end_after``)."""
 
     LUA = "tool_completed"
     step: int

@@ -52,6 +52,14 @@ local function advance(step, expected, step_event, failed_event)
     redis.call('RPUSH', KEYS[2], redis.call('HGET', KEYS[4], id))
   end
   redis.call('DEL', KEYS[4])
+  -- a reply that gave a structured response ends the task once its other calls ran
+  local ending = redis.call('HGET', KEYS[1], 'end_after')
+  if ending then
+    redis.call('HDEL', KEYS[1], 'end_after')
+    finish('completed')
+    log(ending)
+    return
+  end
   local max_steps = tonumber(redis.call('HGET', KEYS[1], 'max_steps'))
   -- a newer run of the task's thread asked it to stop at this boundary (stop_run.lua)
   local stop = redis.call('HGET', KEYS[1], 'stop')

@@ -1,4 +1,4 @@
--- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra issued
+-- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra issued end_after
 -- The model answered step `step` (model phase, or approval when a human decided): the
 -- reply joins the transcript; without calls to wait for the task completes, else it
 -- moves to the tools phase (results decided by after_model hooks are in already, and
@@ -21,6 +21,8 @@ if #expected == 0 then
 end
 redis.call('HSET', KEYS[1], 'phase', 'tools', 'expected', arg.expected, 'cause', arg.cause,
            'issued', arg.issued)
+-- the completion to log when this step's results are in (instead of the next step)
+if arg.end_after ~= '' then redis.call('HSET', KEYS[1], 'end_after', arg.end_after) end
 local n = 0
 for id, msg in pairs(cjson.decode(arg.pre_results)) do
   redis.call('HSET', KEYS[4], id, msg)
