@@ -353,7 +353,8 @@ class Loop:
             await rt.redis.zrem(self.names.deadlines, task_id)
             if state.agent_id:
                 await rt.agents.touch(state.agent_id)
-                await self.threads.ended(task_id)  # a run of a thread writes back
+            if state.thread:  # a run of a thread writes back
+                await self.threads.ended(task_id)
             return
         spec = await rt.agent(state.agent_id)
         if state.phase == Phase.MODEL:
@@ -406,7 +407,8 @@ class Loop:
         if not state.running:
             self.rt.forget(task_id)
             self._touch_later(state.agent_id)
-            self.threads.ended_later(task_id)
+            if state.thread:  # a run of a thread writes back (no read for other tasks)
+                self.threads.ended_later(task_id)
 
     def _touch_later(self, agent_id: str) -> None:
         """Keep the agent's spec for the retention time from the end of this task (after

@@ -147,6 +147,8 @@ class TaskState:
     """Bumped when hooks rewrite the transcript (not a pure append): caches key on it."""
     hooks_step: int = 0
     """The step whose before_model hooks have been applied."""
+    thread: str = ""
+    """The thread the task is a run of ("" for a task of its own)."""
     done: frozenset[str] = frozenset()
     """In the tools phase: the ids of the step's calls whose results are in."""
     committed: bool = False
@@ -176,6 +178,7 @@ class TaskState:
             agent_id=text(found["agent_id"]),
             rev=int(text(found["rev"]) or 0),
             hooks_step=int(text(found["hooks_step"]) or 0),
+            thread=text(found.get("thread", b"")),
             done=frozenset(text(v) for v in found["done"]),
             committed=int(found.get("committed", 0)) == 1,
             duplicate=int(found["applied"]) == -1,

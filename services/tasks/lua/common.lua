@@ -8,19 +8,20 @@
 -- The task's state right after the attempt: decoded by name (services.tasks.state).
 local function snapshot(applied)
   local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'cause', 'expected',
-                      'agent', 'rev', 'bm_step')
+                      'agent', 'rev', 'bm_step', 'thread')
   -- The step's calls already answered: the caller publishes only the others.
   local done = {}
   if s[3] == 'tools' then done = redis.call('HKEYS', KEYS[4]) end
   return {applied = applied, status = s[1] or '', step = s[2] or '0', phase = s[3] or '',
           cause = s[4] or '', transcript_len = redis.call('LLEN', KEYS[2]),
           expected = s[5] or '[]', agent_id = s[6] or '', rev = s[7] or '0',
-          hooks_step = s[8] or '0', done = done}
+          hooks_step = s[8] or '0', thread = s[9] or '', done = done}
 end
 
 -- The reply: name, value pairs (a nil field, `committed` outside a fused commit, is left out).
 local REPLY_FIELDS = {'applied', 'status', 'step', 'phase', 'cause', 'transcript_len',
-                      'expected', 'agent_id', 'rev', 'hooks_step', 'done', 'committed'}
+                      'expected', 'agent_id', 'rev', 'hooks_step', 'thread', 'done',
+                      'committed'}
 local function reply(snap)
   local out = {}
   for _, name in ipairs(REPLY_FIELDS) do
