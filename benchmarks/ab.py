@@ -96,7 +96,10 @@ async def run(trees: dict[str, Path], rounds: int) -> dict[str, dict[str, list[f
     results["LangChain in-process"] = {"steps": [], "throughput": [], "cpu_ms": []}
     try:
         for r in range(rounds):
-            for name, root in trees.items():
+            # each round starts with another tree: no tree always runs first or last
+            order = list(trees.items())
+            shift = r % len(order)
+            for name, root in order[shift:] + order[:shift]:
                 await one_tree(server, root, results[name])
             lc = results["LangChain in-process"]
             for t in range(3):
