@@ -354,7 +354,7 @@ class Loop:
             if state.agent_id:
                 await rt.agents.touch(state.agent_id)
             if state.thread:  # a run of a thread writes back
-                await self.threads.ended(task_id)
+                await self.threads.ended(task_id, state.thread)
             return
         spec = await rt.agent(state.agent_id)
         if state.phase == Phase.MODEL:
@@ -408,7 +408,7 @@ class Loop:
             self.rt.forget(task_id)
             self._touch_later(state.agent_id)
             if state.thread:  # a run of a thread writes back (no read for other tasks)
-                self.threads.ended_later(task_id)
+                self.threads.ended_later(task_id, state.thread)
 
     def _touch_later(self, agent_id: str) -> None:
         """Keep the agent's spec for the retention time from the end of this task (after

@@ -189,12 +189,12 @@ class ThreadRuns:
 
     # -- a run ends ------------------------------------------------------------------
 
-    async def ended(self, task_id: str, thread_hint: str = "") -> None:
+    async def ended(self, task_id: str, thread_id: str = "") -> None:
         """Write an ended run's state back to its thread and start the next run; a task
-        of no thread, or a run recorded already, changes nothing. ``thread_hint``: the
-        thread of a run that may never have started from it (refused after taking it)."""
-        thread_id, _ = await self.store.run_of(task_id)
-        thread_id = thread_id or thread_hint
+        of no thread, or a run recorded already, changes nothing. ``thread_id``: the run's
+        thread when the caller knows it (a transition's reply names it), else it is read."""
+        if not thread_id:
+            thread_id, _ = await self.store.run_of(task_id)
         if not thread_id:
             return
         parts = await self.store.ending_of(task_id)
@@ -219,15 +219,15 @@ class ThreadRuns:
         kept = await self.rt.redis.hexists(self.names.thread_pending(thread_id), active_id)
         return active_id if kept else ""
 
-    def ended_later(self, task_id: str) -> None:
+    def ended_later(self, task_id: str, thread_id: str) -> None:
         """``ended`` after the entry's commit (a fused transition ended the task)."""
-        task = asyncio.get_running_loop().create_task(self._ended_logged(task_id))
+        task = asyncio.get_running_loop().create_task(self._ended_logged(task_id, thread_id))
         self._ending.add(task)
         task.add_done_callback(self._ending.discard)
 
-    async def _ended_logged(self, task_id: str) -> None:
+    async def _ended_logged(self, task_id: str, thread_id: str) -> None:
         CURRENT.set(None)  # this task's copy of the context: the committed entry is done
         try:
-            await self.ended(task_id)
+            await self.ended(task_id, thread_id)
         except Exception:  # the next submission on the thread records it (``_recover``)
             log.warning("recording the end of run %s failed", task_id, exc_info=True)
