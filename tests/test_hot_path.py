@@ -128,7 +128,7 @@ async def test_user_password_and_database_from_the_url(
             await wrong.execute("PING")
         wrong.close()
         assert await redis_client.exists(f"{prefix}:in-db-3") == 0  # not in database 0
-        db3 = aioredis.Redis.from_url(redis_url, db=3)
+        db3 = aioredis.Redis.from_url(urlunsplit(("redis", parts.netloc, "/3", "", "")))
         assert await db3.getdel(f"{prefix}:in-db-3") == b"1"
         await db3.aclose()
     finally:
