@@ -202,6 +202,11 @@ class ToolRequested(Event):
     completes the step can publish the next model request in the same commit."""
     result_at: int | None = Field(default=None, ge=0)
     """Where this call's result will stand in the transcript."""
+    seal: str | None = None
+    """The services' keyed digest of the call's task, step, agent, id, tool and arguments
+    (``services.seal``): proof that a transition issued it, so the tools service need not
+    ask the task's state before it runs the call. Without it (or with a wrong one) the
+    state is asked."""
 
 
 class ToolCompleted(Event):

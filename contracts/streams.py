@@ -111,6 +111,13 @@ class Names:
         """Hash: consumer name -> {service, pid, host, started} of every running consumer."""
         return f"{self.prefix}:consumers"
 
+    @property
+    def seal_key(self) -> str:
+        """String: the key the services seal the tool calls they issue with
+        (``services.seal``). Created by the first service that needs it; read by loop,
+        model and tools, never by producers."""
+        return f"{self.prefix}:seal"
+
     def inputs_of(self, service: str) -> tuple[str, ...]:
         """The streams a service consumes."""
         return {

@@ -142,7 +142,7 @@ def roles(prefix: str) -> dict[str, Role]:
         keys = [*names.inputs_of(service), *outputs[service], tasks, *shared]
         runs_the_loop = service in ("loop", "model", "tools")  # services.tasks.handover
         if runs_the_loop:  # a task that ends leaves the deadlines set, its agent kept on
-            keys += [names.deadlines, agents]
+            keys += [names.deadlines, agents, names.seal_key]  # services.seal
             # a run that ends writes its thread back and starts the next queued run
             # (RunDequeued on the tasks stream); hooks and tools reach the shared store
             keys += [f"{prefix}:thread:*", names.threads, names.tasks, f"{prefix}:store:*"]

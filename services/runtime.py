@@ -19,7 +19,7 @@ from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, Event, dump_event
 from contracts.messages import Message
 from contracts.streams import DATA_FIELD, Names
-from services import store, telemetry
+from services import seal, store, telemetry
 from services.caches import AgentSpecs, Transcripts
 from services.commit import Committer
 from services.connection import Connection, ScriptCall
@@ -66,6 +66,19 @@ class Runtime:
         self.on_refused: RefusedHook | None = None
         """Told when a stage dead-letters an event of a task (``services.runner``), so
         the task ends (the task state machine's ``Loop.event_refused``)."""
+        self._sealer: seal.Sealer | None = None
+
+    async def sealer(self) -> seal.Sealer:
+        """What seals the tool calls this process issues and checks the ones it runs
+        (``services.seal``); its key is read once per process."""
+        if self._sealer is None:
+            key = seal.configured_key()
+            if key is None:
+                await self.redis.set(self.names.seal_key, seal.new_key(), nx=True)
+                stored = await self.redis.get(self.names.seal_key)
+                key = stored if isinstance(stored, bytes) else str(stored).encode()
+            self._sealer = seal.Sealer(key)
+        return self._sealer
 
     async def close(self) -> None:
         await self.connection.close()

@@ -261,6 +261,8 @@ def test_a_producer_reaches_only_its_tenants_tasks_stream(bus: Bus, services: No
             producer.scan()
         with pytest.raises(NoPermissionError):
             producer.keys("*")
+        with pytest.raises(NoPermissionError):  # the services' seal key (services.seal)
+            producer.get(names_a.seal_key)
         assert producer.xrange(names_a.approvals) is not None  # its own public streams
         # another tenant's producer: not A's tasks stream, not A's task logs
         with pytest.raises(NoPermissionError):

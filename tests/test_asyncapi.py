@@ -24,6 +24,7 @@ NOT_STREAMS = {
     "deadlines",
     "consumers",
     "deployed",
+    "seal_key",
     "threads",
     "stream_requests",
     "stream_requested",

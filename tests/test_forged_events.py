@@ -30,7 +30,8 @@ from services.loop.handlers import handlers as loop_handlers
 from services.runner import EntryRunner
 from services.runtime import Runtime
 from services.settings import Settings
-from services.tasks.issued import call_digest
+from services.seal import Sealer
+from services.tasks.issued import call_digest, call_seal
 from services.tasks.loop import Loop
 from services.tools.handlers import handlers as tools_handlers
 from tests.support import issue_calls
@@ -160,6 +161,46 @@ async def test_a_tool_call_no_state_issued_never_runs(rt: Runtime, tmp_path: Pat
     assert len(await dead_letters(rt)) == 5
     done = json.loads(await rt.redis.hget(rt.names.task_calls("t3"), "issued"))
     assert done["state"] == "done"
+
+
+async def test_an_idempotent_call_runs_on_its_seal_and_a_forged_seal_is_checked(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    """A tool declared idempotent takes no lease, so a sealed request runs with no look at
+    the state; a request without the services' seal, with another's, or with a seal
+    moved to other arguments is checked against the state and refused."""
+    record = tmp_path / "marks.jsonl"
+    spec = agent_from_dict({"model": "gpt-4o-mini", "tools": ["tests.tooling:slow_idempotent"]})
+    agent_id = await rt.save_agent(spec[0])
+    sealer = await rt.sealer()
+
+    def call(tag: str) -> ToolCall:
+        args = {"tag": tag, "seconds": 0, "record": str(record)}
+        return ToolCall(id="c1", name="slow_idempotent", args=args)
+
+    def request(made: ToolCall, seal: str | None) -> bytes:
+        event = ToolRequested(task_id="t5", step=1, agent_id=agent_id, call=made, seal=seal)
+        return dump_event(event)
+
+    issued = call("issued")
+    seal = call_seal(sealer, "t5", 1, agent_id, issued)
+    for forged in (
+        request(issued, None),  # no seal
+        request(issued, "0" * 32),  # not the services' seal
+        request(call("changed"), seal),  # the issued call's seal on other arguments
+        request(issued, Sealer(b"another key of 32 bytes, not ours").seal("t5")),
+    ):
+        await run_entry(rt, "tools", rt.names.tools, forged)
+    assert not record.exists()  # no task t5: no state issued anything
+    letters = await dead_letters(rt)
+    assert len(letters) == 4 and all("no such call waits" in d.error for d in letters)
+
+    await run_entry(rt, "tools", rt.names.tools, request(issued, seal))
+    assert [json.loads(line)["tag"] for line in record.read_text().splitlines()] == [
+        "issued",
+        "issued",
+    ]
+    assert len(await dead_letters(rt)) == 4
 
 
 async def test_a_decision_for_a_task_that_does_not_wait_changes_nothing(rt: Runtime) -> None:

@@ -8,7 +8,9 @@ the loop's transitions wrote (running, in the tools phase of that step, for that
 the call among the step's expected ones) and, for a call that takes a lease, takes the
 lease in the same script, so a leased call costs no round trip more than before. A
 delivery that comes too late (its task ended, or its step moved on: the call has a
-record) is dropped without running; any other is refused as forged.
+record) is dropped without running; any other is refused as forged. A call that takes no
+lease (a tool declared idempotent) is not checked when it carries a valid seal
+(``services.seal``): its one round trip before it runs would be this check alone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from contracts.events import ToolRequested, ToolResumed
 from contracts.messages import AIMessage, ToolCall, ToolMessage
 from services.errors import Refused
 from services.runtime import Runtime
+from services.seal import Sealer
 
 log = logging.getLogger("loopline.tools")
 
@@ -60,6 +63,12 @@ def call_digest(call: ToolCall) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
+def call_seal(sealer: Sealer, task_id: str, step: int, agent_id: str, call: ToolCall) -> str:
+    """The seal of a call a transition issues (``services.seal``): what identifies it in
+    its task's state, and what it runs."""
+    return sealer.seal(task_id, str(step), agent_id, call.id, call_digest(call))
+
+
 def call_digests(ai: AIMessage, decided: dict[str, ToolMessage]) -> dict[str, str]:
     """The digests of a reply's calls that are to run (those hooks did not answer)."""
     return {c.id: call_digest(c) for c in ai.tool_calls if c.id not in decided}
@@ -83,6 +92,17 @@ class IssuedCalls:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self._admit = rt.register_script(ADMIT_LUA)
+
+    async def sealed(self, event: ToolRequested) -> bool:
+        """Whether the request carries a valid seal: a transition issued this call, with
+        this tool and these arguments (no round trip). Says nothing of whether its task
+        still waits for it: a sealed call of a task that ended runs, and its result is
+        not taken (the transition's guard), as a redelivered one's."""
+        sealer = await self.rt.sealer()
+        return sealer.verify(
+            event.seal, event.task_id, str(event.step), event.agent_id, event.call.id,
+            call_digest(event.call),
+        )  # fmt: skip
 
     async def admit(self, event: CallEvent, lease: str = "") -> Admission:
         """Whether ``event``'s call may run (``lease``: a marker to take the call's lease

@@ -376,6 +376,7 @@ class Loop:
                 # results join the transcript only when all are in
                 join_len=state.transcript_len + len(state.expected),
                 expected=state.expected,
+                sealer=await rt.sealer(),
             )
         )
 
@@ -449,6 +450,7 @@ class Loop:
             calls=[c for c in turn.ai.tool_calls if c.id not in turn.decided],
             join_len=event.transcript_len + 1 + len(expected),
             expected=expected,
+            sealer=await self.rt.sealer(),
         )
         return self._fusion(
             event.task_id, (Phase.TOOLS, Phase.DONE), Phase.TOOLS, outputs, event.transcript_len + 1

@@ -8,6 +8,8 @@ from contracts.messages import AIMessage, ToolCall, ToolMessage
 from contracts.streams import Names
 from services.agent_view import has_todos
 from services.middleware.todo import PARALLEL_WRITE_TODOS_ERROR
+from services.seal import Sealer
+from services.tasks.issued import call_seal
 
 WRITE_TODOS = "write_todos"
 
@@ -83,9 +85,11 @@ def tool_requests(
     calls: list[ToolCall],
     join_len: int,
     expected: list[str],
+    sealer: Sealer,
 ) -> list[tuple[str, Event]]:
-    """A step's calls to run, each to its service's stream. ``expected``: the step's
-    results in join order (``join_order``), the last of them at ``join_len - 1``."""
+    """A step's calls to run, each to its service's stream, sealed as issued by this
+    state (``services.seal``). ``expected``: the step's results in join order
+    (``join_order``), the last of them at ``join_len - 1``."""
     first_at = join_len - len(expected)
     return [
         (
@@ -97,6 +101,7 @@ def tool_requests(
                 call=call,
                 join_len=join_len,
                 result_at=first_at + expected.index(call.id) if call.id in expected else None,
+                seal=call_seal(sealer, task_id, step, agent_id, call),
             ),
         )
         for call in calls

@@ -128,10 +128,13 @@ class ToolCalls:
         call = job.call
         if toolbox.is_idempotent(job.tool) and not job.wrappers:
             # Running it again is harmless by its declaration, so no lease: a redelivery
-            # runs it again, and the transition takes one result. The check is then the
-            # call's one round trip before it runs. With wrap_tool_call middleware the
-            # record also parks calls for humans.
-            if await self.issued.admit(event) is Admission.LATE:
+            # runs it again, and the transition takes one result. A sealed call was
+            # issued by a transition; any other is checked against its task's state (a
+            # round trip). With wrap_tool_call middleware the record also parks calls
+            # for humans.
+            if not await self.issued.sealed(event) and (
+                await self.issued.admit(event) is Admission.LATE
+            ):
                 return None
             result = await run_tool(job.tool, call, limit=job.limit)
             return await self._record_done(calls_key, result)
