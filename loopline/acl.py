@@ -23,7 +23,11 @@ may not both read and write, and every command a script runs is checked as well,
 state machine's scripts declare every key they touch.
 
 Passwords never appear in the output: each user gets the SHA-256 of its password
-(``#<hex>``), read from an environment variable per role.
+(``#<hex>``), read from an environment variable per role (``new_passwords`` makes a set).
+
+The ``default`` user is Redis's own: an ACL file that does not name it leaves it on with
+every right, so a deployment locks it (``locked_default``): it may only PING, which the
+health checks send, and a client that forgot its user reaches nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -240,3 +245,20 @@ def passwords_from_env(
     if missing:
         raise KeyError(", ".join(missing))
     return found
+
+
+LOCKED_DEFAULT = ("on", "nopass", "resetkeys", "resetchannels", "-@all", "+ping")
+"""The default user of a locked deployment: PING only (health checks), no key, no channel."""
+
+
+def locked_default(*, aclfile: bool) -> str:
+    """The line that locks Redis's ``default`` user, for an ACL file or ``redis-cli``."""
+    if aclfile:
+        return " ".join(["user", "default", *LOCKED_DEFAULT])
+    return " ".join(["ACL", "SETUSER", "default", "reset", *LOCKED_DEFAULT])
+
+
+def new_passwords(only: Sequence[str] = ROLES, template: str = PASSWORD_ENV) -> dict[str, str]:
+    """A fresh random password per role, keyed by the variable that holds it (what
+    ``passwords_from_env`` reads back). Hex: safe in a URL, a shell and an env file."""
+    return {template.replace("{ROLE}", role.upper()): secrets.token_hex(24) for role in only}
