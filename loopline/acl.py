@@ -54,9 +54,10 @@ READ_STREAMS = ("xread", "xrange", "xrevrange", "xlen", "xinfo|stream", "exists"
 CONSUMER = (
     "xreadgroup", "xack", "xclaim", "xautoclaim", "xpending", "xgroup|create",
     "xgroup|createconsumer", "xgroup|delconsumer", "xinfo|groups", "xinfo|consumers",
-    "xinfo|stream", "xtrim", "xadd", "xrange", "xlen",
+    "xinfo|stream", "xtrim", "xadd", "xrange", "xrevrange", "xlen",
 )  # fmt: skip
-"""A consumer group's work: read, ack, reclaim, trim below what every group acked."""
+"""A consumer group's work: read, ack, reclaim, trim below what every group acked; and
+the last entry of a task's log (a thread's run that ended, ``services.tasks.threads``)."""
 
 SCRIPTS = ("eval", "evalsha", "script|load", "script|exists")
 
@@ -64,11 +65,12 @@ DATA = (
     "get", "set", "del", "exists", "expire", "ttl",
     "hset", "hsetnx", "hget", "hmget", "hgetall", "hdel", "hexists", "hkeys", "hvals",
     "hlen", "hincrby",
-    "rpush", "lrange", "llen", "lindex",
+    "rpush", "lpush", "lpop", "lrem", "lrange", "llen", "lindex", "persist",
     "sadd", "sismember",
     "zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyscore", "zcard", "zscore",
 )  # fmt: skip
-"""The data commands the services (and their scripts) run."""
+"""The data commands the services (and their scripts) run; a thread's queue of runs is a
+list (``services/tasks/lua/thread_*.lua``), and a thread's keys are kept while it lives."""
 
 PUBSUB = ("subscribe", "unsubscribe")
 """What a model service listens with (stream requests)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from contracts.events import (
     DeadLettered,
     TaskSubmitted,
     ToolRequested,
+    new_task_id,
     parse_event,
 )
 from contracts.messages import ToolCall
@@ -62,10 +64,15 @@ def effect(tag: str) -> Reply:
     )
 
 
+STREAMED = "A streamed answer, read token by token by the producer that asked for it."
 SCRIPTS = {
     "plain": [effect("plain"), Reply(content="plain done")],
     "gated": [effect("gated"), Reply(content="gated done")],
     "replayed": [Reply(content="the replay ran")],
+    # a thread's second run starts from its first one's transcript: the same first
+    # prompt picks the script, the answers so far pick the turn
+    "thread": [Reply(content="first turn answered"), Reply(content="second turn answered")],
+    "streamed": [Reply(content=STREAMED)],
 }
 PLAIN = agent_from_dict({"model": "gpt-4o-mini", "tools": ["tests.tooling:slow_effect"]})[0]
 GATED = agent_from_dict(
@@ -216,6 +223,26 @@ def test_loopline_acl_prints_the_lines_or_names_the_missing_variables() -> None:
     assert bad.returncode == 2 and "no ':'" in bad.stderr
 
 
+@pytest.mark.fast
+def test_the_services_may_run_every_command_of_the_state_machine_scripts() -> None:
+    """Redis checks each command a script runs against the caller's user: a command the
+    roles forgot fails the transition only when that script path runs (a thread's queue,
+    say), so every ``redis.call`` of every script is checked here."""
+    lua = (REPO_ROOT / "services" / "tasks" / "lua").glob("*.lua")
+    called = {
+        m.lower()
+        for path in lua
+        for m in re.findall(r"redis\.p?call\(\s*['\"](\w+)['\"]", path.read_text())
+    }
+    assert {"hset", "xadd", "lpop"} <= called  # the pattern finds them
+    every = acl.roles(A)
+    for service in ("loop", "model", "tools"):  # they apply transitions (handover)
+        assert called <= set(every[service].commands), (
+            service,
+            called - set(every[service].commands),
+        )
+
+
 def test_the_printed_lines_hold_no_password() -> None:
     text = "\n".join(acl.setuser_lines(A, PASSWORDS) + acl.aclfile_lines(A, PASSWORDS))
     assert not [p for p in PASSWORDS.values() if p in text]
@@ -237,11 +264,76 @@ async def test_a_task_completes_with_each_service_under_its_own_user(
     assert isinstance(done, TaskCompleted) and done.answer == "plain done"
     assert (MARKS / "plain").exists()
     time.sleep(1.5)  # a trim pass ran (LOOPLINE_TRIM_INTERVAL_S) under the service users
+    assert not refused_service_commands(bus)
+
+
+def refused_service_commands(bus: Bus) -> list[tuple[str, str, str]]:
+    """What ACL LOG says tenant A's services were refused: (user, object, client)."""
     service_users = {acl.user_name(A, s) for s in SERVICES}
-    refused = [e for e in bus.denied() if _text(e["username"]) in service_users]
-    assert not refused, [
-        (_text(e["username"]), _text(e["object"]), _text(e["client-info"])[-60:]) for e in refused
+    return [
+        (_text(e["username"]), _text(e["object"]), _text(e["client-info"])[-60:])
+        for e in bus.denied()
+        if _text(e["username"]) in service_users
     ]
+
+
+async def test_a_thread_and_a_streamed_run_under_the_users_stay_the_tenants_own(
+    bus: Bus, services: None
+) -> None:
+    """The services run a thread (two turns, one thread id) and a streamed run under
+    their own users, the producer reads the thread and the token chunks it asked for,
+    and tenant B's producer can read neither, through the client or by key."""
+    thread = f"thread-{RUN}"
+    async with Client(bus.url(A, "producer"), A) as producer:
+        first = await producer.submit(
+            "plain", [HumanMessage(content="thread one")], thread_id=thread
+        )
+        assert (await producer.wait(first)).answer == "first turn answered"
+        second = await producer.submit(
+            "plain", [HumanMessage(content="then two")], thread_id=thread
+        )
+        assert (await producer.wait(second)).answer == "second turn answered"
+        values = await producer.threads().current(thread)
+
+        streamed = new_task_id()
+        await producer.stream_replies(streamed)  # the model service streams only if asked
+        await producer.submit("plain", [HumanMessage(content="streamed run")], task_id=streamed)
+        done = await producer.wait(streamed)
+        batches = [batch async for _, batch in producer.chunks(streamed, follow=False)]
+
+    assert [(m.type, m.text()) for m in values.messages] == [
+        ("human", "thread one"),
+        ("ai", "first turn answered"),
+        ("human", "then two"),
+        ("ai", "second turn answered"),
+    ]
+    assert values.run_id == second and values.status == "completed"
+    assert done.answer == STREAMED
+    pieces = [str(c.get("content", "")) for batch in batches for c in batch.chunks]
+    assert len(pieces) > 1 and "".join(pieces) == STREAMED  # tokens, not one whole reply
+    assert batches[-1].end == "done"
+    assert not refused_service_commands(bus)
+
+    names_a = Names(A)
+    async with Client(bus.url(B, "producer"), A) as other:  # B's user aimed at A's keys
+        with pytest.raises(NoPermissionError):
+            await other.threads().current(thread)
+        with pytest.raises(NoPermissionError):
+            [batch async for _, batch in other.chunks(streamed, follow=False)]
+        with pytest.raises(NoPermissionError):
+            await other.stream_replies(new_task_id())  # nor ask A's model service to stream
+    raw = bus.as_user(B, "producer")
+    try:
+        with pytest.raises(NoPermissionError):
+            raw.lrange(names_a.thread_messages(thread), 0, -1)
+        with pytest.raises(NoPermissionError):
+            raw.xrange(names_a.thread_log(thread))
+        with pytest.raises(NoPermissionError):
+            raw.xrange(names_a.task_chunks(streamed))
+        with pytest.raises(NoPermissionError):
+            raw.hgetall(names_a.thread_state(thread))
+    finally:
+        raw.close()
 
 
 def test_a_producer_reaches_only_its_tenants_tasks_stream(bus: Bus, services: None) -> None:
