@@ -239,6 +239,10 @@ def deployment(
         LOOPLINE_PREFIX=prefix,
         LOOPLINE_REDIS_PORT=str(port),
         LOOPLINE_TOOL_MODULES=json.dumps(TOOL_MODULES),
+        # a locked deployment: deployed agents only, the test's tool modules allowed (the
+        # test session's own defaults, which compose would pass on, are not the point)
+        LOOPLINE_ALLOW_INLINE_AGENTS="false",
+        LOOPLINE_ALLOWED_MODULES="tests",
         OPENAI_BASE_URL="http://scripted:8000/v1",
         OPENAI_API_KEY="unused",
     )
@@ -379,11 +383,17 @@ def test_three_tools_replicas_share_the_work_and_nothing_restarts(
 
         spec, _ = agent_from_dict(AGENT)
 
+        async def deployed() -> str:  # the operator's path: tasks then name the agent
+            async with Client(deployment.redis_url, deployment.prefix) as operator:
+                return (await operator.deploy(spec, name="compose-scaled")).ref
+
+        agent = asyncio.run(deployed())
+
         async def run_all() -> list[list[dict[str, Any]]]:
             async with Client(deployment.redis_url, deployment.prefix) as client:
 
                 async def one(i: int) -> list[dict[str, Any]]:
-                    task_id = await client.submit(spec, [HumanMessage(content=f"task {i}")])
+                    task_id = await client.submit(agent, [HumanMessage(content=f"task {i}")])
                     done = await client.wait(task_id)
                     assert done.answer == ANSWER
                     return [m.model_dump(mode="json") for m in await client.messages(task_id)]
