@@ -15,6 +15,7 @@ from services.app import ensure_groups
 from services.editing.counting import install_offline_tiktoken_cache
 from services.runtime import Runtime
 from services.settings import Settings
+from tests.docker_engine import require_compose
 from tests.support import (
     MakeRuntime,
     RedisProvider,
@@ -77,6 +78,14 @@ def redis_url() -> Iterator[str]:
     yield provider.url
     with subprocess_allowed():
         provider.stop()
+
+
+@pytest.fixture(scope="session")
+def compose_cmd() -> list[str]:
+    """The compose command of a Docker engine that answers. The tests never start an
+    engine: without one they skip, or fail when ``LOOPLINE_TEST_DOCKER=1`` asks for them
+    (``tests/docker_engine.py``)."""
+    return require_compose()
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from services.hooks import hooks_for
 from services.middleware import ratelimit
 from services.model import streaming
 from services.model.chat import ModelPool, prompt_of
+from services.model.failures import failure_text
 from services.model.lcview import LangChainViews
 from services.model.wrapped import ModelCaller, call_with_middleware
 from services.runtime import Handler, Runtime
@@ -98,7 +99,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     step=event.step,
                     agent_id=event.agent_id,
                     # a provider may echo the key it was given: no secret on the bus
-                    error=scrub(f"{type(exc).__name__}: {exc}"),
+                    error=scrub(failure_text(exc)),
                 ),
             )
             return
