@@ -12,8 +12,10 @@ import logging
 import threading
 from concurrent.futures import Future
 
+from contracts.agent import ModelSpec
 from contracts.streams import SERVICES
 from loopline.embedded_server import EmbeddedValkey
+from services.errors import ConfigurationError
 from services.settings import Settings
 from services.spec import endpoints, imports
 
@@ -98,6 +100,25 @@ def ensure_services(url: str, settings: Settings) -> ServiceThread:
         if _stack is None:
             _stack = ServiceThread(url, embedded_settings(settings)).start()
         return _stack
+
+
+class NoModelEndpoint(ConfigurationError):
+    """The embedded default cannot call the agent's model: ``str()`` is one line that
+    says how to get an endpoint, with or without a key."""
+
+
+def check_endpoint(model: ModelSpec) -> None:
+    """On the embedded default this process is the model service: a model it cannot
+    call fails here, before any task, rather than as the task's first step."""
+    if endpoints.endpoint_configured(model):
+        return
+    raise NoModelEndpoint(
+        f"no model endpoint configured for {model.name!r}: set OPENAI_API_KEY (and "
+        "OPENAI_BASE_URL for another OpenAI-compatible server); without a key, run "
+        "`python -m loopline.testing.scripted` and set "
+        "OPENAI_BASE_URL=http://127.0.0.1:8000/v1 (README: Try it without a key), "
+        "or run `loopline demo`"
+    )
 
 
 def trust_this_process() -> None:

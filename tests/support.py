@@ -9,13 +9,14 @@ does, and reports what Redis showed at the moment its handler returned."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ __all__ = [
     "completed",
     "events_on",
     "issue_calls",
+    "loopline_up",
     "pending_on",
     "replied",
     "reply_with_calls",
@@ -106,6 +108,31 @@ def restart(stack: ServiceProcesses, name: str) -> None:
         proc.wait()
         stack.procs[name][i] = stack._spawn(name, i + 100)
     stack.wait_ready(90)
+
+
+@contextlib.contextmanager
+def loopline_up(env: dict[str, str], log_name: str) -> Iterator[None]:
+    """``loopline up`` (every service in one process) as a user starts it, with ``env``
+    (its ``REDIS_URL`` and ``LOOPLINE_PREFIX`` among them), until the block ends; its
+    output goes to ``/tmp/loopline-up-LOG_NAME.log``."""
+    from loopline import lifetime
+
+    log = Path(f"/tmp/loopline-up-{log_name}.log")
+    proc = lifetime.spawn(
+        [sys.executable, "-m", "loopline", "up"],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT,
+    )
+    procs = ServiceProcesses(env["REDIS_URL"], env["LOOPLINE_PREFIX"])
+    procs.procs = {name: [proc] for name in procs.services}
+    try:
+        procs.wait_ready(30)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
 
 
 def run_cli(

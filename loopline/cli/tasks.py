@@ -43,14 +43,12 @@ async def _run_task(
     """``agent``: an agent file's spec (registered first on a deployment: the operator's
     path), or a deployed agent's ``NAME[@VERSION]`` (a producer's)."""
     from loopline.client import Client
-    from services.spec.endpoints import endpoint_configured
 
     current = settings()
-    if isinstance(agent, AgentSpec) and not endpoint_configured(agent.model):
-        raise UsageError(
-            "no model endpoint configured: set OPENAI_BASE_URL (any OpenAI-compatible "
-            "server) and/or OPENAI_API_KEY, or try `loopline demo`"
-        )
+    if not current.redis_url and isinstance(agent, AgentSpec):
+        from loopline.embedded import check_endpoint
+
+        check_endpoint(agent.model)  # embedded: this process is the model service
     url, embedded = resolve_url(current)
     await check_redis(url)
     if embedded:
@@ -59,8 +57,9 @@ async def _run_task(
         ensure_services(url, current)
     async with Client(url, current.prefix) as client:
         if isinstance(agent, AgentSpec) and not embedded:
-            # the services run deployed agents only: register it (the operator's path)
-            agent = (await client.deploy(agent, max_steps=max_steps)).ref
+            # the services run deployed agents only: register the file as read (the
+            # operator's path); the services import and check it where its task runs
+            agent = (await client.deploy(agent, max_steps=max_steps, check_here=False)).ref
             max_steps = None
         task_id = await client.submit(
             agent,
