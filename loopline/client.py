@@ -510,10 +510,11 @@ class Client:
                     yield last, batch
 
     async def feed(
-        self, task_id: str, chunks_after: str, log_after: str, block_ms: int = 1000
+        self, task_id: str, chunks_after: str, log_after: str, block_ms: int | None = 1000
     ) -> tuple[list[tuple[str, ChunkBatch]], list[tuple[str, AnyEvent]]]:
         """New entries of the task's chunk stream and log, read in one command (one
-        snapshot: the chunks of a reply are all there when its ``ModelResponded`` is)."""
+        snapshot: the chunks of a reply are all there when its ``ModelResponded`` is);
+        ``block_ms=None``: what is there now, without waiting."""
         chunks_key, log_key = self.names.task_chunks(task_id), self.names.task_log(task_id)
         reply: Any = await self.redis.xread(
             {chunks_key: chunks_after, log_key: log_after}, block=block_ms

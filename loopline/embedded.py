@@ -21,6 +21,9 @@ from services.spec import endpoints, imports
 
 log = logging.getLogger("loopline.embedded")
 
+ABORT_WAIT_S = 3.0
+"""How long an abort waits for the cancelled handlers to unwind."""
+
 _lock = threading.Lock()
 _server: EmbeddedValkey | None = None
 _stack: ServiceThread | None = None
@@ -81,6 +84,33 @@ class ServiceThread:
         self._started.result(timeout=30)
         return self
 
+    def abort(self) -> None:
+        """Stop now, dropping the work in flight (Ctrl-C: the task goes with this
+        process): every task of the services' loop is cancelled and awaited, so none
+        fails later on an interpreter that is shutting down, and the services' logs go
+        quiet (what they would report now is only this process leaving). On a loop too
+        busy to unwind in time the thread is left to the exit (it is a daemon), rather
+        than its tasks destroyed while pending."""
+        if not self._thread.is_alive():
+            return
+        logging.getLogger("loopline").setLevel(logging.CRITICAL)
+
+        async def cancel_everything() -> None:
+            current = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not current]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=ABORT_WAIT_S)
+
+        done = asyncio.run_coroutine_threadsafe(cancel_everything(), self._loop)
+        try:
+            done.result(timeout=ABORT_WAIT_S + 1)
+        except Exception:  # too busy to unwind: the process is leaving anyway
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=ABORT_WAIT_S)
+
     def stop(self) -> None:
         if not self._thread.is_alive():
             return
@@ -91,6 +121,13 @@ class ServiceThread:
             log.debug("embedded services did not stop cleanly", exc_info=True)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+
+def abort_services() -> None:
+    """Stop this process's embedded services at once, dropping their work (see
+    ``ServiceThread.abort``); nothing when none runs."""
+    if _stack is not None:
+        _stack.abort()
 
 
 def ensure_services(url: str, settings: Settings) -> ServiceThread:
