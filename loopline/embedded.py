@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
+import sys
 import threading
 from concurrent.futures import Future
+from typing import NoReturn
 
 from contracts.agent import ModelSpec
 from contracts.streams import SERVICES
@@ -128,6 +131,18 @@ def abort_services() -> None:
     ``ServiceThread.abort``); nothing when none runs."""
     if _stack is not None:
         _stack.abort()
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave at once (Ctrl-C of the command line): the services aborted, the server
+    stopped (its folder removed), the output flushed, then ``os._exit``. A tool still
+    running in a worker thread would otherwise hold the exit until it returns, since the
+    interpreter joins those threads on the way out."""
+    abort_services()
+    _stop_server()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def ensure_services(url: str, settings: Settings) -> ServiceThread:

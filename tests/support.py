@@ -50,6 +50,7 @@ __all__ = [
     "MakeRuntime",
     "RedisProvider",
     "ServiceProcesses",
+    "Terminal",
     "completed",
     "events_on",
     "issue_calls",
@@ -61,6 +62,7 @@ __all__ = [
     "result",
     "run_cli",
     "run_entry",
+    "run_in_terminal",
     "services_on",
     "start_task",
     "twin_servers",
@@ -128,11 +130,63 @@ def loopline_up(env: dict[str, str], log_name: str) -> Iterator[None]:
     procs = ServiceProcesses(env["REDIS_URL"], env["LOOPLINE_PREFIX"])
     procs.procs = {name: [proc] for name in procs.services}
     try:
-        procs.wait_ready(30)
+        procs.wait_ready(120)  # a loaded machine imports slowly
         yield
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+@dataclass
+class Terminal:
+    """What a command wrote to a pseudo-terminal: its raw bytes decoded (escape
+    sequences and all), and its exit status."""
+
+    returncode: int
+    output: str
+
+
+def run_in_terminal(
+    args: Sequence[str],
+    *,
+    env: dict[str, str],
+    cwd: Path | str | None = None,
+    timeout: float = 120,
+    columns: int = 120,
+    rows: int = 40,
+) -> Terminal:
+    """Run ``args`` with a pseudo-terminal as stdin, stdout and stderr (a person at a
+    terminal of ``columns`` x ``rows``), collecting everything it draws."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    proc = subprocess.Popen(
+        list(args), env=env, cwd=cwd, stdin=child, stdout=child, stderr=child, close_fds=True
+    )
+    os.close(child)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{args} still running after {timeout} s")
+            try:
+                data = os.read(main, 65536)
+            except OSError:  # EIO: the child side is closed, everything was read
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(main)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    return Terminal(proc.returncode, b"".join(chunks).decode("utf-8", "replace"))
 
 
 def run_cli(

@@ -55,8 +55,9 @@ class RunRequest:
     multitask_strategy: str = "reject"
     task_id: str = field(default_factory=new_task_id)
     """Chosen here, so an interrupted run can say which task runs on."""
-    embedded: bool = False
-    """Set once the deployment is known: the task runs in this process."""
+    embedded: bool = field(default_factory=lambda: not settings().redis_url)
+    """No ``REDIS_URL``: the task runs in this process (the embedded default)."""
+    submitted: bool = False
 
 
 async def _run_task(req: RunRequest) -> int:
@@ -67,7 +68,7 @@ async def _run_task(req: RunRequest) -> int:
         from loopline.embedded import check_endpoint
 
         check_endpoint(req.agent.model)  # embedded: this process is the model service
-    url, req.embedded = resolve_url(current)
+    url, _ = resolve_url(current)
     await check_redis(url)
     if req.embedded:
         from loopline.embedded import ensure_services
@@ -90,6 +91,7 @@ async def _run_task(req: RunRequest) -> int:
             thread_id=req.thread_id,
             multitask_strategy=req.multitask_strategy,
         )
+        req.submitted = True
         if not req.follow:
             print(json.dumps({"task_id": req.task_id}) if req.as_json else req.task_id)
             return 0
@@ -174,10 +176,12 @@ def run_interruptibly(req: RunRequest, cancel_on_interrupt: bool = False) -> int
     except KeyboardInterrupt:
         pass
     if req.embedded:
-        from loopline.embedded import abort_services
+        from loopline.embedded import exit_now
 
-        abort_services()
         print("\ninterrupted: the task stopped with this process (embedded)", file=sys.stderr)
+        exit_now(130)
+    if not req.submitted:
+        print("\ninterrupted: no task was submitted", file=sys.stderr)
     elif cancel_on_interrupt:
         asyncio.run(_cancel_quietly(req.task_id))
         print(f"\ninterrupted: cancelled task {req.task_id}", file=sys.stderr)
