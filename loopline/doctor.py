@@ -121,7 +121,7 @@ async def check_redis_server(redis: aioredis.Redis, names: Names) -> list[Check]
 
 async def check_acl_user(redis: aioredis.Redis, names: Names) -> list[Check]:
     try:
-        user = _text(await redis.execute_command("ACL", "WHOAMI"))
+        user = _text(await redis.execute_command("ACL", "WHOAMI"))  # type: ignore[no-untyped-call]
     except ResponseError:
         return [Check("redis user", "ok", "ACL WHOAMI not allowed: a restricted user")]
     if user == "default":
