@@ -673,3 +673,32 @@ def test_doctor_says_what_to_fix(
     report = json.loads(empty.stdout)
     fixes = {c["name"]: c["fix"] for c in report["checks"] if c["level"] == "fail"}
     assert fixes["service tools"] == "start it: `loopline serve tools` (or `loopline up` for all)"
+
+
+def test_json_where_a_script_reads(deployment: dict[str, str], tmp_path: Path) -> None:
+    """Registering, removing, and the dead letters, as a script reads them."""
+    (tmp_path / "scratch.yaml").write_text("model: gpt-4o-mini\n")
+    deployed = loopline("deploy", "scratch.yaml", "--json", env=deployment, cwd=tmp_path)
+    assert deployed.returncode == 0, deployed.stderr
+    ref = json.loads(deployed.stdout)["agent"]
+    assert ref.startswith("scratch@")  # named after its file
+    removed = loopline("agents", "rm", "scratch", "--json", env=deployment)
+    assert json.loads(removed.stdout) == {"removed": [ref]}
+    letters = loopline("dlq", "list", "--json", env=deployment)
+    assert letters.returncode == 0
+    assert all("error" in json.loads(line) for line in letters.stdout.splitlines())
+
+
+def test_the_demo_in_a_terminal_is_the_live_view() -> None:
+    """The quick start's second word, as a newcomer sees it."""
+    from loopline.demo import DEMO_TURNS
+
+    answer = DEMO_TURNS[-1].content
+    shown = run_in_terminal([sys.executable, "-m", "loopline", "demo"], env=user_env())
+    assert shown.returncode == 0, shown.output
+    out = visible(shown.output)
+    assert "the model is SCRIPTED" in out
+    assert 'lookup(query="consumer groups")' in out and "✂ context edit: cleared" in out
+    assert "☑ Research consumer groups and recovery" in out and "☑ Write the summary" in out
+    partial = _streamed_prefixes(out, answer)
+    assert len(answer) in partial and min(partial) < len(answer) - 8, partial

@@ -89,11 +89,15 @@ async def _act_on_dead_letter(client: Client, args: argparse.Namespace) -> None:
         print(json.dumps(letter.model_dump(mode="json"), indent=2))
     elif args.action == "replay":
         new_id = await client.replay(args.id)
-        print(f"replayed {args.id} as {new_id}")
+        print(
+            json.dumps({"replayed": args.id, "as": new_id})
+            if args.json
+            else f"replayed {args.id} as {new_id}"
+        )
     elif not await client.drop(args.id):
         raise KeyError(args.id)
     else:
-        print(f"dropped {args.id}")
+        print(json.dumps({"dropped": args.id}) if args.json else f"dropped {args.id}")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--call", metavar="ID", help="per-call mode: the waiting call to answer (its tool call id)"
     )
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     p.set_defaults(func=cmd_decide)
 
     p = sub.add_parser("dlq", help="dead letters: list, show, replay or drop")

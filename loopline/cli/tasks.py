@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 Final = TaskCompleted | TaskFailed | ApprovalRequested
 
+DEMO_CHUNK_DELAY_S = 0.02
+"""Seconds between the demo's streamed pieces in the live view (8 characters each)."""
+
 
 @dataclass
 class RunRequest:
@@ -309,7 +312,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from loopline.demo import DEMO_AGENT, DEMO_PROMPT, DEMO_TURNS
     from loopline.testing.scripted import ScriptedOpenAIServer
 
-    with ScriptedOpenAIServer(DEMO_TURNS) as server:
+    live = not args.json and not args.plain and is_terminal(sys.stdout)
+    # in a terminal the scripted replies stream at a reading pace, as a model's would
+    with ScriptedOpenAIServer(DEMO_TURNS, chunk_delay=DEMO_CHUNK_DELAY_S if live else 0) as server:
         os.environ["OPENAI_BASE_URL"] = server.url
         print(
             "loopline demo: the model is SCRIPTED: a local OpenAI-compatible server at "
@@ -318,7 +323,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
         spec, _ = agent_from_dict(DEMO_AGENT)
         print(f"prompt: {DEMO_PROMPT}", file=sys.stderr)
-        live = not args.json and not args.plain and is_terminal(sys.stdout)
         code = run_interruptibly(RunRequest(spec, DEMO_PROMPT, as_json=args.json, live=live))
         print(
             f"(the scripted model answered {len(server.requests)} requests over HTTP)",
