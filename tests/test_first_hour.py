@@ -694,7 +694,9 @@ def test_the_demo_in_a_terminal_is_the_live_view() -> None:
     from loopline.demo import DEMO_TURNS
 
     answer = DEMO_TURNS[-1].content
-    shown = run_in_terminal([sys.executable, "-m", "loopline", "demo"], env=user_env())
+    shown = run_in_terminal(  # wide enough that the answer is one line
+        [sys.executable, "-m", "loopline", "demo"], env=user_env(), columns=300
+    )
     assert shown.returncode == 0, shown.output
     out = visible(shown.output)
     assert "the model is SCRIPTED" in out
