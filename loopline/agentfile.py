@@ -23,7 +23,7 @@ from contracts.agent import AGENT_NAME, AgentSpec
 from services.errors import ConfigurationError
 from services.spec import toolbox
 from services.spec.middleware import from_spec
-from services.spec.validation import check_agent
+from services.spec.validation import callable_refs, check_agent, check_middleware
 
 _FIELDS = {
     "model",
@@ -98,6 +98,7 @@ def agent_from_dict(
     try:
         if not import_code:
             spec = AgentSpec.model_validate({**fields, "tools": [str(t) for t in tools]})
+            check_builtin_middleware(spec)
         else:
             schemas = [toolbox.tool_schema(toolbox.resolve(str(ref))) for ref in tools]
             spec = AgentSpec.model_validate({**fields, "tools": tools, "tool_schemas": schemas})
@@ -108,3 +109,12 @@ def agent_from_dict(
         raise ConfigurationError(f"{source}: {exc}".splitlines()[0]) from exc
     max_steps = data.get("max_steps")
     return spec, int(max_steps) if max_steps is not None else None
+
+
+def check_builtin_middleware(spec: AgentSpec) -> None:
+    """What a client can check without the user's code: the parameters of loopline's and
+    LangChain's built-in middleware (their classes are everywhere loopline is). Middleware
+    named by import path, and parameters naming functions, are the services' to check."""
+    for mw in spec.middleware:
+        if ":" not in mw.type and not callable_refs(mw.params):
+            check_middleware(mw)
