@@ -242,8 +242,9 @@ class Agent:
 
     def _start_services(self) -> None:
         if self.embedded:
-            from loopline.embedded import ensure_services
+            from loopline.embedded import check_endpoint, ensure_services
 
+            check_endpoint(self.spec.model)  # this process is the model service
             ensure_services(self.url, self.settings)
 
     def client(self) -> Client:

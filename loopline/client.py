@@ -162,10 +162,13 @@ class Client:
         name: str | None = None,
         overridable: Sequence[str] | None = None,
         max_steps: int | None = None,
+        check_here: bool = True,
     ) -> DeployedAgent:
         """Register an agent (an ``AgentSpec``, an ``Agent`` from ``create_agent``, or an
         agent file's path) under ``name`` (default: the spec's name), checked in full
-        first. An unchanged registration keeps its version; a changed one is the next.
+        first (``check_here=False``: only what needs no code; the services check the rest
+        when its tasks start, ``deployed.registration``). An unchanged registration keeps
+        its version; a changed one is the next.
         ``overridable``: what a task may override (default: ``OVERRIDABLE``). A Redis
         user that may not write the registry gets ``RegistryDenied``."""
         spec, steps = _spec_of(agent)
@@ -174,6 +177,7 @@ class Client:
             name=name,
             overridable=overridable,
             max_steps=max_steps if max_steps is not None else steps,
+            check_here=check_here,
         )
         stored, _ = await deployed.deploy(self.redis, self.names, found)
         return stored
@@ -506,10 +510,11 @@ class Client:
                     yield last, batch
 
     async def feed(
-        self, task_id: str, chunks_after: str, log_after: str, block_ms: int = 1000
+        self, task_id: str, chunks_after: str, log_after: str, block_ms: int | None = 1000
     ) -> tuple[list[tuple[str, ChunkBatch]], list[tuple[str, AnyEvent]]]:
         """New entries of the task's chunk stream and log, read in one command (one
-        snapshot: the chunks of a reply are all there when its ``ModelResponded`` is)."""
+        snapshot: the chunks of a reply are all there when its ``ModelResponded`` is);
+        ``block_ms=None``: what is there now, without waiting."""
         chunks_key, log_key = self.names.task_chunks(task_id), self.names.task_log(task_id)
         reply: Any = await self.redis.xread(
             {chunks_key: chunks_after, log_key: log_after}, block=block_ms

@@ -129,7 +129,7 @@ async def _decide_turn(client: Client, args: argparse.Namespace, request: Approv
     after = await client.last_entry(args.task_id)
     await client.decide(args.task_id, decisions)
     _, outcome = await client.outcome(args.task_id, after=after)
-    _print_outcome(outcome)
+    _print_outcome(outcome, args.json)
     return 0 if not isinstance(outcome, TaskFailed) else 1
 
 
@@ -143,13 +143,16 @@ async def _decide_calls(client: Client, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     _, outcome = await client.outcome_of_decisions(args.task_id, answered, after=after)
-    _print_outcome(outcome)
+    _print_outcome(outcome, args.json)
     return 1 if isinstance(outcome, TaskFailed | ToolInterrupted) else 0
 
 
 def _print_outcome(
-    outcome: TaskCompleted | TaskFailed | ApprovalRequested | ToolInterrupted,
+    outcome: TaskCompleted | TaskFailed | ApprovalRequested | ToolInterrupted, as_json: bool
 ) -> None:
+    if as_json:
+        print(json.dumps(outcome.model_dump(mode="json")))
+        return
     print(describe(outcome))
     if isinstance(outcome, TaskCompleted):
         print(outcome.answer)
