@@ -279,7 +279,7 @@ class Client:
             wire = [dict(d) for d in decisions]
         open_calls = await self.waiting_calls(task_id)
         if open_calls:
-            open_ids = [str(r.request.get("tool_call_id")) for r in open_calls]
+            open_ids = [r.call_id for r in open_calls]
             unnamed = [d for d in wire if "tool_call_id" not in d]
             if unnamed and len(open_ids) != 1:
                 raise ValueError(
@@ -298,6 +298,19 @@ class Client:
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
         return [str(d["tool_call_id"]) for d in wire if "tool_call_id" in d]
 
+    async def answer(self, task_id: str, answers: Mapping[str, Any]) -> list[str]:
+        """Answer a task's waiting interrupts by id (``ApprovalRequested.interrupt_id``),
+        as LangGraph's ``Command(resume={interrupt_id: value})``: each ``interrupt()``
+        returns its value. Returns the ids of the tool calls answered (calls that wait
+        one by one; empty for a hook's interrupt)."""
+        if not answers:
+            raise ValueError("answer needs at least one interrupt id and its value")
+        open_calls = await self.waiting_calls(task_id)
+        by_interrupt = {r.interrupt_id: r.call_id for r in open_calls}
+        event = DecisionsSubmitted(task_id=task_id, answers=dict(answers))
+        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        return [by_interrupt[i] for i in answers if i in by_interrupt]
+
     async def waiting_calls(self, task_id: str) -> list[ApprovalRequested]:
         """The open per-call approval requests of a task (``interrupt_mode="per_call"``):
         one per gated call of the current step that has no decision yet, oldest first.
@@ -314,7 +327,12 @@ class Client:
             if isinstance(parked, ToolInterrupted):
                 found.append(
                     ApprovalRequested(
-                        task_id=task_id, step=step, request=parked.request, at=parked.at
+                        task_id=task_id,
+                        step=step,
+                        request=parked.request,
+                        at=parked.at,
+                        interrupt_id=call.interrupt_id,
+                        node="tools",
                     )
                 )
         return found
@@ -364,7 +382,7 @@ class Client:
                 found[event.task_id] = event
         waiting = []
         for task_id, event in found.items():
-            if event.request.get("type") == "tool_approval":  # per call: every open one
+            if event.per_call:  # per call: every open one
                 waiting.extend(await self.waiting_calls(task_id))
                 continue
             open_request = await self.waiting(task_id)

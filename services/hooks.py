@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.agent import AgentSpec
+from services import interrupts
+from services.interrupts import Answers
 from services.spec.middleware import NATIVE, build
 
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
@@ -85,17 +87,31 @@ def lg_runtime(context: Any = None) -> Any:
     return Runtime(context=context, store=store.shared())
 
 
+def node_name(instance: Any, hook: str) -> str:
+    """The hook's node as LangChain's ``create_agent`` names it: ``<middleware>.<hook>``."""
+    return f"{getattr(instance, 'name', None) or type(instance).__name__}.{hook}"
+
+
 async def call_state_hook(
-    instance: Any, hook: str, state: dict[str, Any], context: Any = None
+    instance: Any,
+    hook: str,
+    state: dict[str, Any],
+    context: Any = None,
+    answers: Answers | None = None,
 ) -> dict[str, Any]:
     """One before/after hook; async variant when implemented, else the sync one in a thread
-    (LangChain runs sync hooks in async agents the same way)."""
+    (LangChain runs sync hooks in async agents the same way). It runs as a LangGraph node
+    (``services.interrupts.node``): an ``interrupt()`` in it gets its answer from
+    ``answers``, or raises ``NodeInterrupted`` when it has none."""
     base = _base()
     runtime = lg_runtime(context)
-    if getattr(type(instance), f"a{hook}", None) is not getattr(base, f"a{hook}", None):
-        result = await getattr(instance, f"a{hook}")(state, runtime)
-    else:
-        result = await asyncio.to_thread(getattr(instance, hook), state, runtime)
+    node = node_name(instance, hook)
+    answers = answers or Answers(scope="")
+    with interrupts.node(node, answers.scope, answers.of(node), runtime):
+        if getattr(type(instance), f"a{hook}", None) is not getattr(base, f"a{hook}", None):
+            result = await getattr(instance, f"a{hook}")(state, runtime)
+        else:
+            result = await asyncio.to_thread(getattr(instance, hook), state, runtime)
     if result is None:
         return {}
     if not isinstance(result, dict):
@@ -148,10 +164,15 @@ def merge_messages(current: list[Any], updates: Sequence[Any]) -> list[Any]:
 
 
 async def run_state_hooks(
-    hooks: HookSet, hook: str, messages: list[Any], extra: dict[str, Any]
+    hooks: HookSet,
+    hook: str,
+    messages: list[Any],
+    extra: dict[str, Any],
+    answers: Answers | None = None,
 ) -> StateResult:
     """Run one kind of hook over all middleware: ``before_*`` in list order, ``after_*``
-    in reverse (LangChain's order). Each sees the updates of the ones before it."""
+    in reverse (LangChain's order). Each sees the updates of the ones before it.
+    ``answers``: what the hooks' interrupts are answered with (see ``call_state_hook``)."""
     chain = hooks.with_hook(hook)
     if hook.startswith("after"):
         chain = list(reversed(chain))
@@ -160,7 +181,7 @@ async def run_state_hooks(
     changed = False
     for _, instance in chain:
         state = {"messages": state_messages, **state_extra}
-        update = await call_state_hook(instance, hook, state, hooks.context)
+        update = await call_state_hook(instance, hook, state, hooks.context, answers)
         if not update:
             continue
         jump = update.pop("jump_to", None)

@@ -313,18 +313,72 @@ async def test_asking_a_human_waits_in_the_approval_phase_until_the_reply_is_rec
     pending = dump_event(ModelResponded(task_id=TASK, step=1, agent_id=AGENT, message=ai))
     asked = ApprovalRequested(task_id=TASK, step=1, request={"action_requests": []})
     ask = AskHuman(
-        step=1, cause=Cause.approval(1), pending=pending, approval_event=dump_event(asked)
+        step=1,
+        cause=Cause.approval(1),
+        pending=pending,
+        approval_event=dump_event(asked),
+        node="HumanInTheLoopMiddleware.after_model",
+        interrupt_id="i0",
+        at="after",
+        resume={},
     )
     state = await store.apply(TASK, ask)
     assert state.applied and state.phase == Phase.APPROVAL and state.cause == Cause.approval(1)
-    assert await store.pending_reply(TASK) == (Phase.APPROVAL, pending)
+    waiting = await store.waiting(TASK)
+    assert (waiting.phase, waiting.pending, waiting.interrupt_id) == (Phase.APPROVAL, pending, "i0")
+    assert waiting.node == "HumanInTheLoopMiddleware.after_model"
     assert (await seen(rt.redis, rt.names)).log[-1] == "ApprovalRequested"
     assert not (await store.apply(TASK, ask)).applied
+    # before_model hooks cannot be applied while an after_model hook waits
+    assert not (await store.apply(TASK, hooks())).applied
 
-    # the human decided: the reply is recorded from the approval phase
+    # answered, the same node asks again: it waits for its next interrupt in its place
+    again = AskHuman(
+        step=1,
+        cause=Cause.approval(1),
+        pending=pending,
+        approval_event=dump_event(asked),
+        node="HumanInTheLoopMiddleware.after_model",
+        interrupt_id="i1",
+        at="after",
+        resume={"HumanInTheLoopMiddleware.after_model": ["first"]},
+        answered="i0",
+    )
+    assert (await store.apply(TASK, again)).applied
+    assert not (await store.apply(TASK, again)).applied  # i0 was answered once
+    waiting = await store.waiting(TASK)
+    assert waiting.interrupt_id == "i1"
+    assert waiting.resume == {"HumanInTheLoopMiddleware.after_model": ["first"]}
+
+    # answered: the reply is recorded from the approval phase
     state = await store.apply(TASK, reply(ai))
     assert state.applied and state.phase == Phase.TOOLS
-    assert (await store.pending_reply(TASK))[1] is None
+    waiting = await store.waiting(TASK)
+    assert (waiting.pending, waiting.interrupt_id, waiting.resume) == (None, "", {})
+
+
+async def test_a_before_model_hook_waits_and_its_answer_applies_the_hooks(
+    store: TaskStore, rt: Runtime
+) -> None:
+    await store.apply(TASK, start())
+    started = dump_event(StepStarted(task_id=TASK, step=1))
+    asked = ApprovalRequested(task_id=TASK, step=1, request="go?", node="Gate.before_model")
+    ask = AskHuman(
+        step=1,
+        cause=Cause.approval(1),
+        pending=started,
+        approval_event=dump_event(asked),
+        node="Gate.before_model",
+        interrupt_id="i0",
+        at="before",
+        resume={},
+    )
+    assert (await store.apply(TASK, ask)).applied
+    ai = ai_with_calls("c0")
+    assert not (await store.apply(TASK, reply(ai))).applied  # no reply before the model call
+    state = await store.apply(TASK, hooks())
+    assert state.applied and state.phase == Phase.MODEL and state.hooks_step == 1
+    assert (await store.waiting(TASK)).pending is None
 
 
 def interrupted(call_id: str) -> ToolInterrupted:

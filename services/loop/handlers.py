@@ -13,7 +13,6 @@ from contracts.events import (
     ToolCompleted,
     ToolInterrupted,
 )
-from services import approvals
 from services.errors import BadEvent, Refused
 from services.loop.deadlines import DeadlineSweeper
 from services.runtime import Handler, Runtime
@@ -21,7 +20,6 @@ from services.tasks.loop import Loop
 
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
-    approvals.install()
     loop = Loop(rt)
     rt.background.append(DeadlineSweeper(rt, loop.stop))
 
