@@ -302,11 +302,10 @@ class Agent:
                 raise TaskFailedError(outcome)
             if isinstance(outcome, ToolInterrupted):  # a decision the call's schema refused
                 raise ValueError(f"decision for call {outcome.call.id} refused: {outcome.error}")
-            open_calls = (
-                await client.waiting_calls(task_id)
-                if isinstance(outcome, ApprovalRequested) and outcome.per_call
-                else []
-            )
+            open_calls = []
+            if isinstance(outcome, ApprovalRequested) and outcome.per_call:
+                await client.step_settled(task_id)
+                open_calls = await client.waiting_calls(task_id)
             messages = await client.messages(task_id)
             todos = await client.todos(task_id)
             given, structured_json = await client.structured_response(task_id)

@@ -337,6 +337,29 @@ class Client:
                 )
         return found
 
+    async def step_settled(self, task_id: str, timeout: float = 60.0) -> None:
+        """Wait until every call of the task's current step has its result or waits for
+        an answer to its interrupt: LangGraph returns an interrupt once its superstep's
+        other tasks ran too, with all the interrupts they raised."""
+        from services.tasks.store import waiting_calls
+
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            found: Any = await self.redis.hmget(
+                self.names.task_state(task_id), "phase", "expected"
+            )
+            phase, expected = found
+            if (phase or b"").decode() != "tools":
+                return
+            done: Any = await self.redis.hkeys(self.names.task_results(task_id))
+            _, waits = await waiting_calls(self.redis, self.names, task_id)
+            settled = {k.decode() for k in done} | {w.call_id for w in waits}
+            if set(json.loads(expected or b"[]")) <= settled:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"task {task_id}: the step's calls did not settle")
+            await asyncio.sleep(0.02)
+
     async def outcome_of_decisions(
         self, task_id: str, call_ids: Sequence[str], *, after: str = "0"
     ) -> tuple[str, TaskCompleted | TaskFailed | ApprovalRequested | ToolInterrupted]:

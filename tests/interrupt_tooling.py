@@ -1,0 +1,30 @@
+"""A hook and a tool that call LangGraph's own ``interrupt()``, importable by path so
+the loop and tools services of a deployment run them (``tests.interrupt_tooling:...``),
+and the same objects for LangChain's agent in the parity tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import HumanMessage
+from langgraph.types import interrupt
+
+
+class AskBeforeModel(AgentMiddleware):
+    """Before a run's first model call (the last message is the user's), asks twice: the
+    two answers come back, in order, on resume, and become a message for the model."""
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        last = state["messages"][-1]
+        if last.type != "human" or str(last.content).startswith("topic:"):
+            return None
+        topic = interrupt({"ask": "topic?", "prompt": last.content})
+        tone = interrupt("tone?")
+        return {"messages": [HumanMessage(content=f"topic: {topic}; tone: {tone}")]}
+
+
+def ask_human(question: str) -> str:
+    """Ask the human a question and return the answer."""
+    answer = interrupt({"question": question})
+    return f"the human says: {answer}"
