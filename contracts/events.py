@@ -207,6 +207,34 @@ class ModelResponded(Event):
     """For agents with a ``response_format``: the reply's structured outcome."""
 
 
+class ModelInterrupted(Event):
+    """Model → loop: a ``wrap_model_call`` middleware called ``interrupt()``; the task
+    waits for the answer, then ``requested`` is sent again (``ModelResumed``)."""
+
+    type: Literal["ModelInterrupted"] = "ModelInterrupted"
+    step: int
+    agent_id: str
+    requested: ModelRequested
+    """The request whose model call asked."""
+    answered: list[Any] = Field(default_factory=list)
+    """The answers its earlier interrupts were given (it asked again after them)."""
+    request: Any
+    """The interrupt's value."""
+    interrupt_id: str
+    response_schema: dict[str, Any] | None = None
+
+
+class ModelResumed(Event):
+    """Loop → model: run a model call whose ``wrap_model_call`` chain asked again, its
+    ``interrupt()`` calls returning ``answers`` in order."""
+
+    type: Literal["ModelResumed"] = "ModelResumed"
+    step: int
+    agent_id: str
+    requested: ModelRequested
+    answers: list[Any]
+
+
 class ModelFailed(Event):
     """Model → loop: the model call for ``step`` failed for good."""
 
@@ -350,6 +378,8 @@ AnyEvent = Annotated[
     | ContextRequested
     | ModelRequested
     | ModelResponded
+    | ModelInterrupted
+    | ModelResumed
     | ModelFailed
     | ToolRequested
     | ToolCompleted
@@ -373,6 +403,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ContextRequested,
     ModelRequested,
     ModelResponded,
+    ModelInterrupted,
+    ModelResumed,
     ModelFailed,
     ToolRequested,
     ToolCompleted,

@@ -345,9 +345,7 @@ class Client:
 
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
-            found: Any = await self.redis.hmget(
-                self.names.task_state(task_id), "phase", "expected"
-            )
+            found: Any = await self.redis.hmget(self.names.task_state(task_id), "phase", "expected")
             phase, expected = found
             if (phase or b"").decode() != "tools":
                 return

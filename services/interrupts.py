@@ -82,6 +82,13 @@ class Answers:
         return list(self.by_node.get(node, ()))
 
 
+def interrupt_id(name: str, scope: str, answered: int) -> str:
+    """The id LangGraph gives the interrupt a node asks after ``answered`` answers."""
+    from langgraph.types import _interrupt_id
+
+    return str(_interrupt_id(f"{name}:{scope}", answered))
+
+
 def _no_null_resume(_consume: bool = False) -> Any:
     """A resume value for any interrupt (LangGraph's ``Command(resume=v)`` without ids):
     never here, where every answer is addressed to its node."""

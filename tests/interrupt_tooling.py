@@ -28,3 +28,15 @@ def ask_human(question: str) -> str:
     """Ask the human a question and return the answer."""
     answer = interrupt({"question": question})
     return f"the human says: {answer}"
+
+
+class ConfirmModelCall(AgentMiddleware):
+    """Around a run's first model call, asks whether to go on; the answer reaches the
+    model as a last message of its request (not of the state)."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        if request.messages[-1].type != "human":
+            return handler(request)
+        answer = interrupt({"confirm": "call the model?"})
+        extra = HumanMessage(content=f"(confirmed: {answer})")
+        return handler(request.override(messages=[*request.messages, extra]))

@@ -26,10 +26,11 @@ import loopline.embedded
 from loopline import create_agent
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.settings import Settings
-from tests.interrupt_tooling import AskBeforeModel, ask_human
+from tests.interrupt_tooling import AskBeforeModel, ConfirmModelCall, ask_human
 from tests.support import ServiceProcesses, unique_prefix
 
 SCRIPTS: dict[str, list[Reply]] = {
+    "confirm first": [Reply(content="Confirmed.")],
     "plan a trip": [
         Reply(
             tool_calls=(
@@ -170,22 +171,62 @@ def test_interrupts_in_a_hook_and_a_tool_match_langchain_embedded(
 ) -> None:
     lc_server, ll_server = fresh_servers
     lc_seen = conversation(langchain_agent(lc_server), "lc", nullcontext)
-    # every service in this process (on the tests' Redis, not a server of its own)
+    agent = embedded_agent(
+        redis_url, monkeypatch, ll_server, tools=[ask_human], middleware=[AskBeforeModel()]
+    )
+    thread = f"embedded-{uuid.uuid4().hex[:8]}"
+    ll_seen = conversation(agent, thread, nullcontext)
+    check_same(lc_seen, ll_seen, lc_server, ll_server)
+
+
+def embedded_agent(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, server: ScriptedOpenAIServer, **kwargs: Any
+) -> Any:
+    """loopline's agent with every service in this process (on the tests' Redis, not a
+    server of its own)."""
     monkeypatch.delenv("REDIS_URL", raising=False)
     monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
     running = loopline.embedded._stack  # services start once per process, on one prefix
     prefix = running.runtime.settings.prefix if running is not None else unique_prefix()
     agent = create_agent(
-        ChatOpenAI(model="gpt-4o-mini", base_url=ll_server.url, api_key="test"),  # type: ignore[arg-type]
-        tools=[ask_human],
-        middleware=[AskBeforeModel()],
+        ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test"),  # type: ignore[arg-type]
         checkpointer=InMemorySaver(),
         settings=Settings(prefix=prefix),
+        **kwargs,
     )
     assert agent.embedded
-    thread = f"embedded-{uuid.uuid4().hex[:8]}"
-    ll_seen = conversation(agent, thread, nullcontext)
-    check_same(lc_seen, ll_seen, lc_server, ll_server)
+    return agent
+
+
+def test_an_interrupt_in_wrap_model_call_matches_langchain_embedded(
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """``interrupt()`` inside a ``wrap_model_call`` middleware (in the model service):
+    the run waits at LangChain's ``model`` node, and resumed, the model call is made
+    again with the middleware's ``interrupt()`` returning the answer."""
+    lc_server, ll_server = fresh_servers
+    lc_agent = lc_create_agent(
+        ChatOpenAI(model="gpt-4o-mini", base_url=lc_server.url, api_key="test"),  # type: ignore[arg-type]
+        middleware=[ConfirmModelCall()],
+        checkpointer=InMemorySaver(),
+    )
+    ll_agent = embedded_agent(redis_url, monkeypatch, ll_server, middleware=[ConfirmModelCall()])
+    seen = {}
+    for name, agent in (("lc", lc_agent), ("ll", ll_agent)):
+        config = {"configurable": {"thread_id": f"{name}-{uuid.uuid4().hex[:8]}"}}
+        first = agent.invoke({"messages": [{"role": "user", "content": "confirm first"}]}, config)
+        state = agent.get_state(config)
+        done = agent.invoke(Command(resume="yes"), config)
+        seen[name] = (asked(first), waiting(state), comparable({"messages": done["messages"]}))
+    assert seen["ll"] == seen["lc"]
+    assert seen["lc"][1]["next"] == ("model",)
+    assert seen["lc"][2]["messages"][-1][1] == "Confirmed."
+    lc_requests, ll_requests = lc_server.chat_requests(), ll_server.chat_requests()
+    assert len(ll_requests) == len(lc_requests) == 1  # the interrupted call made none
+    assert ll_requests == lc_requests
+    assert "(confirmed: yes)" in str(ll_requests[0]["messages"])
 
 
 def test_interrupts_survive_restarts_of_every_service_and_match_langchain(

@@ -391,7 +391,7 @@ def interrupted(call_id: str) -> ToolInterrupted:
     )
 
 
-def park(call_id: str, refused: str = "") -> ParkCall:
+def park(call_id: str, refused: str = "", answered: int = 0) -> ParkCall:
     asked = ApprovalRequested(task_id=TASK, step=1, request={"name": "add"})
     return ParkCall(
         step=1,
@@ -399,6 +399,7 @@ def park(call_id: str, refused: str = "") -> ParkCall:
         interrupted_event=dump_event(interrupted(call_id)),
         approval_event=dump_event(asked),
         refused_decision=refused,
+        answered=answered,
     )
 
 
@@ -429,6 +430,41 @@ async def test_a_gated_call_parks_once_and_takes_one_decision(
 
     await store.apply(TASK, tool_result("gated"))
     assert await store.decide_call(TASK, decide) == ("done", "")
+
+
+async def test_a_call_that_interrupts_again_waits_with_its_earlier_answers(
+    store: TaskStore, rt: Runtime
+) -> None:
+    """A tool whose ``interrupt()`` is answered and that calls it once more: the second
+    interrupt waits in its place, with an id of its own, and the first answer is kept
+    for the call's next run (its first ``interrupt()`` returns it again)."""
+    await store.apply(TASK, start())
+    await store.apply(TASK, reply(ai_with_calls("asks")))
+    assert (await store.apply(TASK, park("asks"))).applied
+    # a second interrupt before the first was answered is a redelivery: nothing changes
+    assert not (await store.apply(TASK, park("asks", answered=1))).applied
+    first = '"mountains"'
+    assert await store.decide_call(TASK, DecideCall(step=1, call_id="asks", decision=first)) == (
+        "decided",
+        first,
+    )
+    asked_before = len((await seen(rt.redis, rt.names)).log)
+    assert (await store.apply(TASK, park("asks", answered=1))).applied  # it asks again
+    assert not (await store.apply(TASK, park("asks", answered=1))).applied  # once
+    assert not (await store.apply(TASK, park("asks"))).applied  # the first one is answered
+    assert (await seen(rt.redis, rt.names)).log[asked_before:] == ["ApprovalRequested"]
+    _, (waiting,) = await waiting_calls(rt.redis, rt.names, TASK)
+    assert (waiting.decision, waiting.earlier, waiting.interrupt_id) == (
+        None,
+        ["mountains"],
+        "asks#1",
+    )
+    second = '{"tone":"calm"}'
+    decide = DecideCall(step=1, call_id="asks", decision=second)
+    assert await store.decide_call(TASK, decide) == ("decided", second)
+    assert (await store.apply(TASK, park("asks", answered=2))).applied
+    _, (waiting,) = await waiting_calls(rt.redis, rt.names, TASK)
+    assert waiting.earlier == ["mountains", {"tone": "calm"}]
 
 
 # -- endings -------------------------------------------------------------------------------

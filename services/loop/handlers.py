@@ -7,6 +7,7 @@ from contracts.events import (
     CancelRequested,
     DecisionsSubmitted,
     ModelFailed,
+    ModelInterrupted,
     ModelResponded,
     RunDequeued,
     TaskSubmitted,
@@ -44,6 +45,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             await loop.model_failed(event)
         elif isinstance(event, ToolInterrupted):
             await loop.tool_interrupted(event)
+        elif isinstance(event, ModelInterrupted):
+            await loop.model_interrupted(event)
         else:
             raise BadEvent(f"{event.type} does not belong on the loop stream")
 

@@ -25,7 +25,10 @@ from contracts.events import (
     DecisionsSubmitted,
     Event,
     ModelFailed,
+    ModelInterrupted,
+    ModelRequested,
     ModelResponded,
+    ModelResumed,
     RunDequeued,
     StepStarted,
     StructuredOutcome,
@@ -42,7 +45,7 @@ from services import deployed
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent, Refused, UnknownTask
 from services.hooks import HookSet, hooks_for
-from services.interrupts import Answers, NodeInterrupted, ResumeRefused
+from services.interrupts import Answers, Asked, NodeInterrupted, ResumeRefused, interrupt_id
 from services.runtime import Runtime
 from services.secrets import scrub
 from services.spec.validation import InvalidSpec, check_agent
@@ -237,12 +240,22 @@ class Loop:
         node = waiting.node or HITL_NODE
         value = _answer_for(event, waiting.interrupt_id)
         resumed = parse_event(waiting.pending)
-        assert isinstance(resumed, ModelResponded | StepStarted)
+        assert isinstance(resumed, ModelResponded | StepStarted | ModelRequested)
         answers = Answers(
             scope=_scope(tid, resumed.step),
             by_node={**waiting.resume, node: [*waiting.resume.get(node, []), value]},
             answered=waiting.interrupt_id,
         )
+        if isinstance(resumed, ModelRequested):  # a wrap_model_call interrupt: call again
+            again = ModelResumed(
+                task_id=tid,
+                step=resumed.step,
+                agent_id=resumed.agent_id,
+                requested=resumed,
+                answers=answers.of(node),
+            )
+            await self.rt.publish(self.names.model, again)
+            return
         if isinstance(resumed, ModelResponded):
             await self.model_responded(resumed, answers)
             return
@@ -326,6 +339,21 @@ class Loop:
             ),
         )
         await self._emit(event.task_id, self._known(state, event.task_id))
+
+    async def model_interrupted(self, event: ModelInterrupted) -> None:
+        """A wrap_model_call middleware called ``interrupt()``: the task waits for the
+        answer, with the model request to send again once answered."""
+        tid, step = event.task_id, event.step
+        scope = _scope(tid, step)
+        given = len(event.answered)
+        answers = Answers(
+            scope,
+            {MODEL_NODE: event.answered},
+            answered=interrupt_id(MODEL_NODE, scope, given - 1) if given else "",
+        )
+        asked = Asked(event.request, event.interrupt_id, event.response_schema)
+        waiting = NodeInterrupted(MODEL_NODE, asked)
+        await self._wait(tid, step, waiting, dump_event(event.requested), "model", answers)
 
     async def tool_interrupted(self, event: ToolInterrupted) -> None:
         await self.per_call.interrupted(event)
@@ -728,6 +756,8 @@ class Loop:
         return state
 
 
+MODEL_NODE = "model"
+"""LangChain's model node: where wrap_model_call middleware run."""
 HITL_NODE = "HumanInTheLoopMiddleware.after_model"
 """The node of a wait recorded before waits named theirs (HITL's batched approval)."""
 
