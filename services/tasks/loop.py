@@ -689,6 +689,8 @@ class Loop:
         ``answers``: resuming the step's hooks (``state`` None: it waits for them)."""
         if state is None:
             state = await self.store.state(task_id)
+            if not state.running or state.phase != Phase.APPROVAL:
+                return None  # answered already (a redelivery), or it ended meanwhile
         elif not state.running or state.phase != Phase.MODEL or state.hooks_step == state.step:
             return state
         hooks = await self._hooks(task_id, state.agent_id)
