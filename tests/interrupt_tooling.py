@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.types import interrupt
 
 
@@ -40,3 +40,19 @@ class ConfirmModelCall(AgentMiddleware):
         answer = interrupt({"confirm": "call the model?"})
         extra = HumanMessage(content=f"(confirmed: {answer})")
         return handler(request.override(messages=[*request.messages, extra]))
+
+
+class AskAround(AgentMiddleware):
+    """Asks who is there before the run (before_agent), and for a review of the model's
+    final answer (after_model), which joins the conversation."""
+
+    def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        who = interrupt("who is there?")
+        return {"messages": [HumanMessage(content=f"I am {who}.")]}
+
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        last = state["messages"][-1]
+        if last.tool_calls:
+            return None
+        review = interrupt({"review": last.content})
+        return {"messages": [AIMessage(content=f"reviewed: {review}")]}

@@ -26,11 +26,12 @@ import loopline.embedded
 from loopline import create_agent
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.settings import Settings
-from tests.interrupt_tooling import AskBeforeModel, ConfirmModelCall, ask_human
+from tests.interrupt_tooling import AskAround, AskBeforeModel, ConfirmModelCall, ask_human
 from tests.support import ServiceProcesses, unique_prefix
 
 SCRIPTS: dict[str, list[Reply]] = {
     "confirm first": [Reply(content="Confirmed.")],
+    "review me": [Reply(content="Draft answer.")],
     "plan a trip": [
         Reply(
             tool_calls=(
@@ -227,6 +228,49 @@ def test_an_interrupt_in_wrap_model_call_matches_langchain_embedded(
     assert len(ll_requests) == len(lc_requests) == 1  # the interrupted call made none
     assert ll_requests == lc_requests
     assert "(confirmed: yes)" in str(ll_requests[0]["messages"])
+
+
+def test_interrupts_in_before_agent_and_after_model_match_langchain_embedded(
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """``interrupt()`` in a ``before_agent`` hook (before the first model call) and in an
+    ``after_model`` hook (on the final answer): each waits at its node and its answer
+    joins the conversation as LangChain's does."""
+    lc_server, ll_server = fresh_servers
+    lc_agent = lc_create_agent(
+        ChatOpenAI(model="gpt-4o-mini", base_url=lc_server.url, api_key="test"),  # type: ignore[arg-type]
+        middleware=[AskAround()],
+        checkpointer=InMemorySaver(),
+    )
+    ll_agent = embedded_agent(redis_url, monkeypatch, ll_server, middleware=[AskAround()])
+    seen = {}
+    for name, agent in (("lc", lc_agent), ("ll", ll_agent)):
+        config = {"configurable": {"thread_id": f"{name}-{uuid.uuid4().hex[:8]}"}}
+        first = agent.invoke({"messages": [{"role": "user", "content": "review me"}]}, config)
+        at_start = agent.get_state(config)
+        second = agent.invoke(Command(resume="Ana"), config)
+        at_review = agent.get_state(config)
+        done = agent.invoke(Command(resume="fine"), config)
+        seen[name] = (
+            asked(first),
+            waiting(at_start),
+            asked(second),
+            waiting(at_review),
+            comparable({"messages": done["messages"]}),
+            waiting(agent.get_state(config)),
+        )
+    assert seen["ll"] == seen["lc"]
+    assert seen["lc"][1]["next"] == ("AskAround.before_agent",)
+    assert seen["lc"][3]["next"] == ("AskAround.after_model",)
+    assert [m[1] for m in seen["lc"][4]["messages"]] == [
+        "review me",
+        "I am Ana.",
+        "Draft answer.",
+        "reviewed: fine",
+    ]
+    assert ll_server.chat_requests() == lc_server.chat_requests()
 
 
 def test_interrupts_survive_restarts_of_every_service_and_match_langchain(
