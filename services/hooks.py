@@ -13,6 +13,7 @@ context editing, which the services implement natively, are not run as hooks).
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -181,7 +182,7 @@ async def run_state_hooks(
     changed = False
     for _, instance in chain:
         state = {"messages": state_messages, **state_extra}
-        update = await call_state_hook(instance, hook, state, hooks.context, answers)
+        update = await _node_update(instance, hook, state, hooks.context, answers)
         if not update:
             continue
         jump = update.pop("jump_to", None)
@@ -194,6 +195,51 @@ async def run_state_hooks(
         if jump and can_jump(instance, hook, jump):
             return StateResult(without_stand_in_ids(state_messages), state_extra, jump, True)
     return StateResult(without_stand_in_ids(state_messages), state_extra, None, changed)
+
+
+async def _node_update(
+    instance: Any, hook: str, state: dict[str, Any], context: Any, answers: Answers | None
+) -> dict[str, Any]:
+    """A hook's update: called, or (resuming a step where it ran to its end before a
+    later node waited) the update it gave then, as LangGraph keeps a finished node's
+    writes. A new update is recorded in ``answers.done`` when it can be kept as JSON."""
+    node = node_name(instance, hook)
+    if answers is not None and node in answers.done:
+        return _replayed(answers.done[node])
+    update = await call_state_hook(instance, hook, state, context, answers)
+    if answers is not None:
+        recorded = _recorded(update)
+        if recorded is not None:
+            answers.done[node] = recorded
+    return update
+
+
+def _recorded(update: dict[str, Any]) -> dict[str, Any] | None:
+    """A node's update as JSON (messages as loopline's), or None when it cannot be
+    (the node then runs again on resume)."""
+    from langchain_core.messages.utils import convert_to_messages
+
+    from contracts.messages import from_langchain
+
+    try:
+        out = dict(update)
+        if "messages" in out:
+            messages = convert_to_messages(list(out["messages"]))
+            out["messages"] = [from_langchain(m).model_dump(mode="json") for m in messages]
+        return dict(json.loads(json.dumps(out)))
+    except Exception:  # a RemoveMessage, a value JSON cannot hold
+        return None
+
+
+def _replayed(recorded: dict[str, Any]) -> dict[str, Any]:
+    from contracts.messages import MESSAGE_ADAPTER, to_langchain
+
+    out = dict(recorded)
+    if "messages" in out:
+        out["messages"] = [
+            to_langchain(MESSAGE_ADAPTER.validate_python(m)) for m in out["messages"]
+        ]
+    return out
 
 
 STAND_IN_ID = "loopline-stand-in:"

@@ -72,11 +72,17 @@ class Answers:
     """The answers a run of the loop stage's hooks gives their interrupts: per node (by
     LangChain's node name, ``<middleware name>.<hook>``), in the order its interrupts
     asked. ``answered``: the interrupt id this run answers ("" when nothing is being
-    answered); a node that asks again is parked in its place."""
+    answered); a node that asks again is parked in its place.
+
+    ``done``: the updates of the nodes that ran to their end before the one that waits
+    (as JSON, by node; filled as the hooks run). LangGraph keeps a finished node's writes
+    and runs only the interrupted node again; so here a node found in ``done`` is not
+    called again on resume, its update is applied as it was."""
 
     scope: str
     by_node: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     answered: str = ""
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def of(self, node: str) -> list[Any]:
         return list(self.by_node.get(node, ()))

@@ -19,7 +19,7 @@ class AskBeforeModel(AgentMiddleware):
         last = state["messages"][-1]
         if last.type != "human" or str(last.content).startswith("topic:"):
             return None
-        topic = interrupt({"ask": "topic?", "prompt": last.content})
+        topic = interrupt({"ask": "topic?", "prompt": state["messages"][0].content})
         tone = interrupt("tone?")
         return {"messages": [HumanMessage(content=f"topic: {topic}; tone: {tone}")]}
 
@@ -56,3 +56,17 @@ class AskAround(AgentMiddleware):
             return None
         review = interrupt({"review": last.content})
         return {"messages": [AIMessage(content=f"reviewed: {review}")]}
+
+
+CALLS: list[str] = []
+"""Each run of ``CountedBeforeModel``'s hook, in this process."""
+
+
+class CountedBeforeModel(AgentMiddleware):
+    """A before_model hook with a side effect (it records each run) and an update."""
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        CALLS.append(str(state["messages"][-1].content))
+        if len(state["messages"]) > 1:
+            return None
+        return {"messages": [HumanMessage(content="(counted)")]}

@@ -381,6 +381,39 @@ async def test_a_before_model_interrupt_waits_and_its_answers_come_back_in_order
     assert await loop.status("ask") == "running" and await loop.nothing_pending()
 
 
+async def test_on_resume_only_the_node_that_waits_runs_again(
+    loop: LoopService, rt: Runtime
+) -> None:
+    """Two before_model hooks, the second asking twice: as LangGraph keeps a finished
+    node's writes, the first (with a side effect) runs once, and its update stays."""
+    from tests import interrupt_tooling
+
+    spec = agent_from_dict(
+        {
+            "model": "gpt-4o-mini",
+            "tools": ["tests.tooling:add"],
+            "middleware": [
+                {"type": "tests.interrupt_tooling:CountedBeforeModel"},
+                {"type": "tests.interrupt_tooling:AskBeforeModel"},
+            ],
+        }
+    )[0]
+    interrupt_tooling.CALLS.clear()
+    await loop.send(submitted("once", spec))
+    for answer in ("mountains", "calm"):
+        asked = (await requests_of(rt, "once", ApprovalRequested, rt.names.approvals))[-1]
+        assert asked.node == "AskBeforeModel.before_model"
+        await loop.send(DecisionsSubmitted(task_id="once", answers={asked.interrupt_id: answer}))
+    assert interrupt_tooling.CALLS == ["add things"]
+    (request,) = await requests_of(rt, "once", ModelRequested, rt.names.model)
+    transcript = await rt.transcript("once", request.transcript_len)
+    assert [m.text() for m in transcript] == [
+        "add things",
+        "(counted)",
+        "topic: mountains; tone: calm",
+    ]
+
+
 async def test_decisions_for_a_task_that_is_not_waiting_are_refused(loop: LoopService) -> None:
     await loop.send(submitted("busy"))
     await loop.send(DecisionsSubmitted(task_id="busy", decisions=[{"type": "approve"}]))

@@ -245,6 +245,7 @@ class Loop:
             scope=_scope(tid, resumed.step),
             by_node={**waiting.resume, node: [*waiting.resume.get(node, []), value]},
             answered=waiting.interrupt_id,
+            done=dict(waiting.done),
         )
         if isinstance(resumed, ModelRequested):  # a wrap_model_call interrupt: call again
             again = ModelResumed(
@@ -676,6 +677,7 @@ class Loop:
                 at=at,
                 resume={node: list(values) for node, values in answers.by_node.items()},
                 answered=answers.answered,
+                done=answers.done or None,
             ),
             fusion,
         )

@@ -10,7 +10,7 @@ applied already and changes nothing.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -33,6 +33,8 @@ class Waiting:
     interrupt_id: str
     resume: dict[str, list[Any]]
     """The answers the step's nodes were given so far, by node."""
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The updates of the nodes that ran to their end before the waiting one."""
 
 
 class TaskStore:
@@ -69,8 +71,14 @@ class TaskStore:
 
     async def waiting(self, task_id: str) -> Waiting:
         """What a task waiting in the loop stage waits for (its phase, when it is not)."""
-        phase, pending, node, interrupt_id, resume = await self.redis.hmget(
-            self.names.task_state(task_id), "phase", "pending", "wait_node", "wait_id", "resume"
+        phase, pending, node, interrupt_id, resume, done = await self.redis.hmget(
+            self.names.task_state(task_id),
+            "phase",
+            "pending",
+            "wait_node",
+            "wait_id",
+            "resume",
+            "done_nodes",
         )
         return Waiting(
             phase=text(phase or ""),
@@ -78,6 +86,7 @@ class TaskStore:
             node=text(node or ""),
             interrupt_id=text(interrupt_id or ""),
             resume=dict(json.loads(resume)) if resume else {},
+            done=dict(json.loads(done)) if done else {},
         )
 
     async def state(self, task_id: str) -> TaskState:

@@ -181,6 +181,8 @@ class AskHuman(Args):
     """The answers the step's nodes were given so far, by node."""
     answered: str = ""
     """The interrupt id this resume answered ("" when the node asks for the first time)."""
+    done: dict[str, dict[str, Any]] | None = None
+    """The updates of the step's nodes that ran to their end before the waiting one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ if s[3] ~= 'model' and not (s[3] == 'approval' and s[5] == 'before') then
   return snapshot(0)
 end
 redis.call('HSET', KEYS[1], 'bm_step', arg.step, 'cause', arg.cause, 'phase', 'model')
-redis.call('HDEL', KEYS[1], 'pending', 'wait_node', 'wait_id', 'wait_at', 'resume')
+redis.call('HDEL', KEYS[1], 'pending', 'wait_node', 'wait_id', 'wait_at', 'resume', 'done_nodes')
 if arg.rewrite ~= '' then
   redis.call('DEL', KEYS[2])
   for _, msg in ipairs(cjson.decode(arg.rewrite)) do redis.call('RPUSH', KEYS[2], msg) end

@@ -1,9 +1,10 @@
--- ARGV: step cause pending approval_event node interrupt_id at resume answered
+-- ARGV: step cause pending approval_event node interrupt_id at resume answered done
 -- A hook of the loop stage called interrupt(): the task waits in the approval phase with
 -- the event it resumes with (`pending`: the model's reply for after_model / after_agent
 -- hooks, at = "after"; the step's StepStarted for before_agent / before_model, at =
 -- "before"), the node and interrupt that wait, and the answers its nodes were given so far
--- (`resume`, JSON by node). Nothing is pending anywhere, no compute is held. With
+-- (`resume`, JSON by node), and the updates of the nodes that ran to their end before it
+-- (`done`: they are not run again). Nothing is pending anywhere, no compute is held. With
 -- `answered` (the interrupt id a resume answered) the resumed node asked again: its next
 -- interrupt waits in the place of the answered one.
 local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'wait_id')
@@ -15,6 +16,6 @@ elseif s[3] ~= 'approval' or s[4] ~= arg.answered then
 end
 redis.call('HSET', KEYS[1], 'phase', 'approval', 'pending', arg.pending, 'cause', arg.cause,
            'wait_node', arg.node, 'wait_id', arg.interrupt_id, 'wait_at', arg.at,
-           'resume', arg.resume)
+           'resume', arg.resume, 'done_nodes', arg.done)
 log(arg.approval_event)
 return snapshot(1)

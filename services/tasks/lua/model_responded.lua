@@ -9,7 +9,7 @@ if s[1] ~= 'running' or s[2] ~= arg.step then return snapshot(0) end
 -- call, no reply of this step can be there yet)
 if s[3] ~= 'model' and not (s[3] == 'approval' and s[4] ~= 'before') then return snapshot(0) end
 local step = tonumber(arg.step)
-redis.call('HDEL', KEYS[1], 'pending', 'wait_node', 'wait_id', 'wait_at', 'resume')
+redis.call('HDEL', KEYS[1], 'pending', 'wait_node', 'wait_id', 'wait_at', 'resume', 'done_nodes')
 redis.call('RPUSH', KEYS[2], arg.ai_message)
 for _, msg in ipairs(cjson.decode(arg.after_ai)) do redis.call('RPUSH', KEYS[2], msg) end
 if arg.extra ~= '' then redis.call('HSET', KEYS[1], 'extra', arg.extra) end
