@@ -29,8 +29,10 @@ from contracts.messages import (
 )
 from loopline.client import Client, TaskFailedError
 from loopline.conversation import (
+    HITL_NODE,
     RunConfig,
-    decisions_of,
+    WaitingInterrupt,
+    answers_of,
     interrupt_of,
     is_command,
     max_model_calls,
@@ -288,9 +290,10 @@ class Agent:
         self, task_id: str, *, after: str = "0", answered: Sequence[str] = ()
     ) -> dict[str, Any]:
         """Wait for the task and return ``{"messages": [...], "todos": [...]}``; a task
-        waiting for a human returns with ``"__interrupt__"`` (LangChain's key) instead:
-        the HITLRequest (batched mode), or every open ToolApprovalRequest (per-call mode).
-        ``answered``: per-call decisions just sent for these calls (see ``aresume``)."""
+        waiting for an answer returns with ``"__interrupt__"`` (LangChain's key) instead:
+        the value a hook's ``interrupt()`` asked (HITL's HITLRequest in batched mode), or
+        each waiting tool call's (per-call mode: its ToolApprovalRequest). ``answered``:
+        tool calls whose answers were just sent (see ``aresume``)."""
         async with self.client() as client:
             if answered:
                 _, outcome = await client.outcome_of_decisions(task_id, answered, after=after)
@@ -300,12 +303,10 @@ class Agent:
                 raise TaskFailedError(outcome)
             if isinstance(outcome, ToolInterrupted):  # a decision the call's schema refused
                 raise ValueError(f"decision for call {outcome.call.id} refused: {outcome.error}")
-            open_calls = (
-                await client.waiting_calls(task_id)
-                if isinstance(outcome, ApprovalRequested)
-                and outcome.request.get("type") == "tool_approval"
-                else []
-            )
+            open_calls = []
+            if isinstance(outcome, ApprovalRequested) and outcome.per_call:
+                await client.step_settled(task_id)
+                open_calls = await client.waiting_calls(task_id)
             messages = await client.messages(task_id)
             todos = await client.todos(task_id)
             given, structured_json = await client.structured_response(task_id)
@@ -348,6 +349,15 @@ class Agent:
         self, task_id: str, decisions: Sequence[dict[str, Any]] | Mapping[str, Any]
     ) -> dict[str, Any]:
         return asyncio.run(self.aresume(task_id, decisions))
+
+    async def aanswer(self, task_id: str, answers: Mapping[str, Any]) -> dict[str, Any]:
+        """Answer a waiting task's interrupts by id (``Interrupt.id``: each
+        ``interrupt()`` returns its value) and wait for its next outcome."""
+        self._start_services()
+        async with self.client() as client:
+            after = await client.last_entry(task_id)
+            answered = await client.answer(task_id, answers)
+        return await self.aresult(task_id, after=after, answered=answered)
 
     async def acancel(self, task_id: str, reason: str = "cancelled by request") -> None:
         async with self.client() as client:
@@ -480,10 +490,10 @@ class Agent:
         async with self.client() as client:
             reader = client.threads()
             state = await reader.current(thread_id)
-            interrupts = await self._interrupts(client, state)
+            waits = await self._waits(client, state)
             runs = await reader.run_ids(thread_id)
         parent = runs[runs.index(state.run_id) - 1] if state.run_id in runs[1:] else ""
-        return snapshot(self.spec, state, interrupts, parent_run=parent)
+        return snapshot(self.spec, state, waits, parent_run=parent)
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
         return asyncio.run(self.aget_state(config, subgraphs=subgraphs))
@@ -506,18 +516,20 @@ class Agent:
     def get_state_history(self, config: Mapping[str, Any], **kwargs: Any) -> Iterator[Any]:
         return iter_async(self.aget_state_history(config, **kwargs))
 
-    async def _interrupts(self, client: Client, state: ThreadValues) -> list[Any]:
-        """The interrupts a waiting run of the thread asked (batched: one, by run and
-        step; per call: one per waiting call, by its tool call id)."""
+    async def _waits(self, client: Client, state: ThreadValues) -> list[WaitingInterrupt]:
+        """The interrupts a waiting run of the thread asked: a hook's (one, by its
+        interrupt id), or one per waiting tool call (by its tool call id)."""
         if state.status != "running":
             return []
         if state.phase == "approval":
             asked = await client.threads().batched_request(state.run_id, state.step)
             if asked is None:
                 return []
-            return [interrupt_of(asked.request, f"{state.run_id}:{state.step}")]
+            interrupt_id = asked.interrupt_id or f"{state.run_id}:{state.step}"
+            node = asked.node or HITL_NODE
+            return [WaitingInterrupt(node, interrupt_of(asked.request, interrupt_id))]
         calls = await client.waiting_calls(state.run_id)
-        return [interrupt_of(c.request, str(c.request.get("tool_call_id"))) for c in calls]
+        return [WaitingInterrupt("tools", interrupt_of(c.request, c.interrupt_id)) for c in calls]
 
     async def _aresume_thread(
         self, command: Any, config: Mapping[str, Any] | None
@@ -526,12 +538,11 @@ class Agent:
         thread_id = self._thread_id(config)
         async with self.client() as client:
             state = await client.threads().current(thread_id)
-            interrupts = await self._interrupts(client, state)
-        if not interrupts:
+            waits = await self._waits(client, state)
+        if not waits:
             raise ValueError(f"thread {thread_id} has no interrupt waiting for a resume")
-        waiting_ids = [str(i.id) for i in interrupts]
-        decisions = decisions_of(command.resume, waiting_ids)
-        result = await self.aresume(state.run_id, decisions)
+        answers = answers_of(command.resume, [str(w.interrupt.id) for w in waits])
+        result = await self.aanswer(state.run_id, answers)
         return await self._thread_result(result, config)
 
     async def _thread_result(

@@ -120,6 +120,12 @@ def describe(event: AnyEvent) -> str | None:
 
 
 def _approval(event: ApprovalRequested) -> str:
+    if not is_hitl(event.request):  # a user's own interrupt(): its value
+        where = f" at {event.node}" if event.node else ""
+        return (
+            f"step {event.step}: WAITING{where} for an answer to interrupt "
+            f"{event.interrupt_id}: {json.dumps(event.request)[:80]}"
+        )
     if event.request.get("type") == "tool_approval":
         req = event.request  # per-call mode: one ToolApprovalRequest
         call = call_summary(str(req.get("name")), req.get("args"))
@@ -129,6 +135,13 @@ def _approval(event: ApprovalRequested) -> str:
         for a in event.request.get("action_requests", [])
     )
     return f"step {event.step}: WAITING for approval of {actions}"
+
+
+def is_hitl(request: Any) -> bool:
+    """HumanInTheLoopMiddleware's request: a HITLRequest or a ToolApprovalRequest."""
+    return isinstance(request, dict) and (
+        request.get("type") == "tool_approval" or "action_requests" in request
+    )
 
 
 def json_line(entry_id: str, event: AnyEvent | DeadLettered) -> str:
