@@ -31,12 +31,11 @@ from loopline.client import Client, TaskFailedError
 from loopline.conversation import (
     RunConfig,
     decisions_of,
-    interrupt_of,
     is_command,
     max_model_calls,
     snapshot,
+    waiting_interrupts,
 )
-from loopline.threads import ThreadValues
 from services.errors import ConfigurationError
 from services.settings import Settings
 from services.spec import imports, local, structured, toolbox
@@ -479,7 +478,7 @@ class Agent:
         async with self.client() as client:
             reader = client.threads()
             state = await reader.current(thread_id)
-            interrupts = await self._interrupts(client, state)
+            interrupts = await waiting_interrupts(client, state)
             runs = await reader.run_ids(thread_id)
         parent = runs[runs.index(state.run_id) - 1] if state.run_id in runs[1:] else ""
         return snapshot(self.spec, state, interrupts, parent_run=parent)
@@ -505,19 +504,6 @@ class Agent:
     def get_state_history(self, config: Mapping[str, Any], **kwargs: Any) -> Iterator[Any]:
         return iter_async(self.aget_state_history(config, **kwargs))
 
-    async def _interrupts(self, client: Client, state: ThreadValues) -> list[Any]:
-        """The interrupts a waiting run of the thread asked (batched: one, by run and
-        step; per call: one per waiting call, by its tool call id)."""
-        if state.status != "running":
-            return []
-        if state.phase == "approval":
-            asked = await client.threads().batched_request(state.run_id, state.step)
-            if asked is None:
-                return []
-            return [interrupt_of(asked.request, f"{state.run_id}:{state.step}")]
-        calls = await client.waiting_calls(state.run_id)
-        return [interrupt_of(c.request, str(c.request.get("tool_call_id"))) for c in calls]
-
     async def _aresume_thread(
         self, command: Any, config: Mapping[str, Any] | None
     ) -> dict[str, Any]:
@@ -525,7 +511,7 @@ class Agent:
         thread_id = self._thread_id(config)
         async with self.client() as client:
             state = await client.threads().current(thread_id)
-            interrupts = await self._interrupts(client, state)
+            interrupts = await waiting_interrupts(client, state)
         if not interrupts:
             raise ValueError(f"thread {thread_id} has no interrupt waiting for a resume")
         waiting_ids = [str(i.id) for i in interrupts]

@@ -25,6 +25,8 @@ from services.tasks.thread_runs import untracked_keys
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
+    from loopline.client import Client
+
 HITL_NODE = "HumanInTheLoopMiddleware.after_model"
 
 
@@ -150,6 +152,20 @@ def snapshot(
     )
 
 
+async def waiting_interrupts(client: Client, state: ThreadValues) -> list[Any]:
+    """The interrupts a waiting run of the thread asked (batched: one, by run and step;
+    per call: one per waiting call, by its tool call id), as LangGraph ``Interrupt``s."""
+    if state.status != "running":
+        return []
+    if state.phase == "approval":
+        asked = await client.threads().batched_request(state.run_id, state.step)
+        if asked is None:
+            return []
+        return [interrupt_of(asked.request, f"{state.run_id}:{state.step}")]
+    calls = await client.waiting_calls(state.run_id)
+    return [interrupt_of(c.request, str(c.request.get("tool_call_id"))) for c in calls]
+
+
 def decisions_of(resume: Any, waiting_ids: Sequence[str]) -> Any:
     """LangChain's resume payload as the decisions ``Agent.aresume`` takes: batched
     (``{"decisions": [...]}``, or that keyed by its interrupt id) to the list of
@@ -185,4 +201,5 @@ __all__ = [
     "is_command",
     "max_model_calls",
     "snapshot",
+    "waiting_interrupts",
 ]

@@ -1,0 +1,361 @@
+"""The HTTP gateway (``loopline serve api``) through the real ``langgraph_sdk`` client:
+assistants, threads, runs streamed token by token, waited for, joined, cancelled,
+answered after an interrupt, resumed after a disconnect, a busy thread under each
+multitask strategy, stateless runs, API keys and health. Every service and the gateway
+run as their own processes; the model is the scripted OpenAI-compatible server over HTTP.
+
+What LangGraph's own server (``langgraph dev``, langgraph-api 0.16.7 in memory) answers
+to the same calls is in the README (HTTP API); the statuses asserted here are those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import ConflictError, NotFoundError
+
+from loopline import create_agent
+from loopline.client import Client
+from loopline.testing.processes import GatewayProcess
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
+from services.settings import Settings
+from tests import tooling
+from tests.support import ServiceProcesses, services_on, unique_prefix
+
+ANSWER = "Hello there, this answer arrives in small pieces, token by token."
+
+SCRIPTS: dict[str, list[Reply]] = {
+    "hello": [Reply(content=ANSWER)],
+    "gated": [
+        Reply(tool_calls=(ScriptedToolCall("add", {"a": 2, "b": 3}),)),
+        Reply(content="2 + 3 is 5."),
+    ],
+    "slow": [
+        Reply(tool_calls=(ScriptedToolCall("hang", {"seconds": 2.0}),)),
+        Reply(content="Slept well, and this reply streams in many small pieces too."),
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    redis_url: str, scripted: ScriptedOpenAIServer
+) -> Iterator[ServiceProcesses]:
+    """Every service as a process, with the agents ``agent`` and ``gated`` deployed."""
+    with services_on(redis_url, scripted) as procs:
+        asyncio.run(_deploy(procs))
+        yield procs
+
+
+async def _deploy(procs: ServiceProcesses) -> None:
+    settings = Settings(prefix=procs.prefix)
+    plain = create_agent(
+        "gpt-4o-mini",
+        tools=[tooling.add, tooling.hang],
+        redis_url=procs.redis_url,
+        settings=settings,
+    )
+    gated = create_agent(
+        "gpt-4o-mini",
+        tools=[tooling.add, tooling.hang],
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"add": True})],
+        redis_url=procs.redis_url,
+        settings=settings,
+    )
+    async with Client(procs.redis_url, procs.prefix) as client:
+        await client.deploy(plain, name="agent")
+        await client.deploy(gated, name="gated")
+
+
+@pytest.fixture(scope="module")
+def gateway(deployment: ServiceProcesses) -> Iterator[GatewayProcess]:
+    """``loopline serve api`` with no keys: the deployment's prefix, local clients."""
+    with GatewayProcess(deployment.redis_url, deployment.prefix) as api:
+        yield api
+
+
+@pytest.fixture
+async def sdk(gateway: GatewayProcess) -> AsyncIterator[Any]:
+    client = get_client(url=gateway.url, api_key=None)
+    yield client
+    await client.http.client.aclose()
+
+
+def hello(text: str = "hello") -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+async def collect(parts: AsyncIterator[Any]) -> list[Any]:
+    return [part async for part in parts]
+
+
+# -- assistants, health --------------------------------------------------------------
+
+
+async def test_assistants_are_the_deployed_agents(sdk: Any) -> None:
+    found = await sdk.assistants.search()
+    assert sorted(a["assistant_id"] for a in found) == ["agent", "gated"]
+    one = await sdk.assistants.get("gated")
+    assert one["graph_id"] == "gated" and one["version"] == 1
+    assert one["metadata"]["loopline_ref"] == "gated@1"
+    assert await sdk.assistants.search(graph_id="agent", limit=5) == [
+        await sdk.assistants.get("agent")
+    ]
+    schemas = await sdk.assistants.get_schemas("agent")
+    assert schemas["input_schema"]["required"] == ["messages"]
+    with pytest.raises(NotFoundError):
+        await sdk.assistants.get("nobody")
+
+
+async def test_health_and_readiness(gateway: GatewayProcess) -> None:
+    async with httpx.AsyncClient(base_url=gateway.url) as http:
+        assert (await http.get("/ok")).json() == {"ok": True}
+        assert (await http.get("/health")).status_code == 200
+        assert (await http.get("/ready")).json() == {"ok": True}
+
+
+# -- threads and runs ----------------------------------------------------------------
+
+
+async def test_a_run_streams_token_by_token(sdk: Any) -> None:
+    thread = await sdk.threads.create(metadata={"user": "u7"})
+    assert thread["status"] == "idle" and thread["metadata"] == {"user": "u7"}
+    created: list[Any] = []
+    parts = await collect(
+        sdk.runs.stream(
+            thread["thread_id"],
+            "agent",
+            input=hello(),
+            stream_mode=["messages-tuple", "values"],
+            on_run_created=created.append,
+        )
+    )
+    events = [p.event for p in parts]
+    assert events[0] == "metadata" and events[-1] == "end"
+    run_id = parts[0].data["run_id"]
+    assert created and created[0]["run_id"] == run_id
+    assert created[0]["thread_id"] == thread["thread_id"]
+    tokens = [p.data for p in parts if p.event == "messages"]
+    assert len(tokens) > 3  # the reply in pieces, as the model generated it
+    chunk, metadata = tokens[1]
+    assert chunk["type"] == "AIMessageChunk"
+    assert metadata["langgraph_node"] == "model" and metadata["run_id"] == run_id
+    assert "".join(c["content"] for c, _ in tokens) == ANSWER
+    values = [p.data for p in parts if p.event == "values"]
+    assert [m["type"] for m in values[0]["messages"]] == ["human"]
+    assert [m["content"] for m in values[-1]["messages"]] == ["hello", ANSWER]
+    assert all(p.id for p in parts if p.event not in ("metadata", "end"))
+    run = await sdk.runs.get(thread["thread_id"], run_id)
+    assert run["status"] == "success" and run["assistant_id"] == "agent"
+    again = await sdk.threads.get(thread["thread_id"])
+    assert again["status"] == "idle"
+    assert [m["content"] for m in again["values"]["messages"]] == ["hello", ANSWER]
+
+
+async def test_wait_and_join_give_the_final_values(sdk: Any) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    values = await sdk.runs.wait(tid, "agent", input=hello())
+    assert [m["type"] for m in values["messages"]] == ["human", "ai"]
+    assert values["messages"][-1]["content"] == ANSWER
+    run = await sdk.runs.create(tid, "agent", input=hello("hello again"))
+    assert run["status"] in ("pending", "running") and run["thread_id"] == tid
+    joined = await sdk.runs.join(tid, run["run_id"])
+    assert [m["content"] for m in joined["messages"]][-2:] == ["hello again", ANSWER]
+    assert len(joined["messages"]) == 4  # the thread goes on: both runs' messages
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "success"
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, uuid.uuid4().hex)
+    with pytest.raises(NotFoundError):
+        await sdk.runs.create(str(uuid.uuid4()), "agent", input=hello())
+
+
+async def test_cancel_stops_a_running_run(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    run = await sdk.runs.create(tid, "agent", input=hello("slow"))
+    await _until_status(sdk, tid, run["run_id"], "running")
+    await sdk.runs.cancel(tid, run["run_id"])
+    await sdk.runs.join(tid, run["run_id"])
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def _until_status(sdk: Any, tid: str, run_id: str, status: str) -> None:
+    for _ in range(200):
+        if (await sdk.runs.get(tid, run_id))["status"] == status:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} never became {status}")
+
+
+async def test_an_interrupt_is_answered_with_command_resume(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    parts = await collect(
+        sdk.runs.stream(tid, "gated", input=hello("gated"), stream_mode=["values", "updates"])
+    )
+    last_values = [p.data for p in parts if p.event == "values"][-1]
+    (asked,) = last_values["__interrupt__"]
+    assert asked["value"]["action_requests"][0]["name"] == "add"
+    assert [p.data for p in parts if p.event == "updates"][-1] == {"__interrupt__": [asked]}
+    assert parts[-1].event == "end"
+    run_id = parts[0].data["run_id"]
+    assert (await sdk.runs.get(tid, run_id))["status"] == "success"  # as LangGraph's
+    thread = await sdk.threads.get(tid)
+    assert thread["status"] == "interrupted"
+    state = await sdk.threads.get_state(tid)
+    assert state["next"] == ["HumanInTheLoopMiddleware.after_model"]
+    assert state["interrupts"] == [asked]
+    assert state["tasks"][0]["interrupts"] == [asked]
+    assert [m["type"] for m in state["values"]["messages"]] == ["human", "ai"]
+
+    done = await sdk.runs.wait(
+        tid, "gated", command={"resume": {"decisions": [{"type": "approve"}]}}
+    )
+    assert [m["type"] for m in done["messages"]] == ["human", "ai", "tool", "ai"]
+    assert done["messages"][-1]["content"] == "2 + 3 is 5."
+    after = await sdk.threads.get_state(tid)
+    assert after["next"] == [] and after["interrupts"] == []
+    history = await sdk.threads.get_history(tid)
+    assert history[0]["values"]["messages"][-1]["content"] == "2 + 3 is 5."
+
+
+async def test_a_resumed_run_streams_the_rest(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "gated", input=hello("gated"))
+    parts = await collect(
+        sdk.runs.stream(
+            tid,
+            "gated",
+            command={"resume": {"decisions": [{"type": "approve"}]}},
+            stream_mode=["values", "messages-tuple"],
+        )
+    )
+    values = [p.data for p in parts if p.event == "values"]
+    assert [m["type"] for m in values[0]["messages"]] == ["human", "ai"]
+    assert [m["type"] for m in values[-1]["messages"]] == ["human", "ai", "tool", "ai"]
+    tokens = [p.data[0]["content"] for p in parts if p.event == "messages"]
+    assert "".join(t for t in tokens if isinstance(t, str)).endswith("2 + 3 is 5.")
+
+
+async def test_a_stream_resumes_after_a_disconnect_without_gap_or_duplicate(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    modes = ["messages-tuple", "values", "updates"]
+    seen: list[Any] = []
+    stream = sdk.runs.stream(tid, "agent", input=hello("slow"), stream_mode=modes)
+    async for part in stream:
+        seen.append(part)
+        if part.event == "updates":  # the model asked for the slow tool: disconnect
+            break
+    await stream.aclose()
+    run_id = seen[0].data["run_id"]
+    assert (await sdk.runs.get(tid, run_id))["status"] == "running"  # mid-run
+    rest = await collect(
+        sdk.runs.join_stream(tid, run_id, stream_mode=modes, last_event_id=seen[-1].id)
+    )
+    assert rest[0].event != "metadata" and rest[-1].event == "end"
+    whole = await collect(sdk.runs.join_stream(tid, run_id, stream_mode=modes))
+    assert [(p.event, p.id, p.data) for p in seen + rest] == [
+        (p.event, p.id, p.data) for p in whole
+    ]
+    tokens = [p.data[0]["content"] for p in rest if p.event == "messages"]
+    assert "".join(t for t in tokens if isinstance(t, str)).startswith("Slept well")
+
+
+# -- a second run on a busy thread ---------------------------------------------------
+
+
+async def _busy_thread(sdk: Any) -> tuple[str, str]:
+    tid = (await sdk.threads.create())["thread_id"]
+    first = await sdk.runs.create(tid, "agent", input=hello("slow"))
+    await _until_status(sdk, tid, first["run_id"], "running")
+    return tid, first["run_id"]
+
+
+async def test_reject_answers_409_on_a_busy_thread(sdk: Any) -> None:
+    tid, first = await _busy_thread(sdk)
+    with pytest.raises(ConflictError) as refused:
+        await sdk.runs.create(tid, "agent", input=hello(), multitask_strategy="reject")
+    assert refused.value.response.json() == {
+        "detail": "Thread is already running a task. Wait for it to finish or choose a "
+        "different multitask strategy."
+    }
+    await sdk.runs.join(tid, first)
+    assert (await sdk.runs.get(tid, first))["status"] == "success"
+
+
+async def test_enqueue_runs_after_the_busy_run(sdk: Any) -> None:
+    tid, first = await _busy_thread(sdk)
+    second = await sdk.runs.create(tid, "agent", input=hello(), multitask_strategy="enqueue")
+    assert (await sdk.runs.get(tid, second["run_id"]))["status"] == "pending"
+    values = await sdk.runs.join(tid, second["run_id"])
+    assert [m["content"] for m in values["messages"]][-2:] == ["hello", ANSWER]
+    assert values["messages"][0]["content"] == "slow"  # it ran after the first
+    for run_id in (first, second["run_id"]):
+        assert (await sdk.runs.get(tid, run_id))["status"] == "success"
+
+
+async def test_interrupt_stops_the_busy_run(sdk: Any) -> None:
+    tid, first = await _busy_thread(sdk)
+    second = await sdk.runs.create(tid, "agent", input=hello(), multitask_strategy="interrupt")
+    values = await sdk.runs.join(tid, second["run_id"])
+    assert values["messages"][-1]["content"] == ANSWER
+    assert values["messages"][0]["content"] == "slow"  # what the first did stays
+    assert (await sdk.runs.get(tid, first))["status"] == "interrupted"
+    assert (await sdk.runs.get(tid, second["run_id"]))["status"] == "success"
+
+
+async def test_rollback_removes_the_busy_run(sdk: Any) -> None:
+    tid, first = await _busy_thread(sdk)
+    second = await sdk.runs.create(tid, "agent", input=hello(), multitask_strategy="rollback")
+    values = await sdk.runs.join(tid, second["run_id"])
+    assert [m["content"] for m in values["messages"]] == ["hello", ANSWER]  # nothing of it
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, first)
+
+
+# -- stateless runs, tenants ---------------------------------------------------------
+
+
+async def test_stateless_runs(sdk: Any) -> None:
+    values = await sdk.runs.wait(None, "agent", input=hello())
+    assert [m["content"] for m in values["messages"]] == ["hello", ANSWER]
+    parts = await collect(
+        sdk.runs.stream(None, "agent", input=hello(), stream_mode="messages-tuple")
+    )
+    assert parts[0].event == "metadata" and parts[-1].event == "end"
+    assert "".join(p.data[0]["content"] for p in parts if p.event == "messages") == ANSWER
+
+
+async def test_api_keys_map_to_tenants(deployment: ServiceProcesses) -> None:
+    other = unique_prefix()
+    keys = f"key-main={deployment.prefix},key-other={other}"
+    env = {"LOOPLINE_API_KEYS": keys}
+    with GatewayProcess(deployment.redis_url, deployment.prefix, env=env) as api:
+        main = get_client(url=api.url, api_key="key-main")
+        elsewhere = get_client(url=api.url, api_key="key-other")
+        nobody = get_client(url=api.url, api_key=None)
+        wrong = get_client(url=api.url, api_key="key-wrong")
+        try:
+            tid = (await main.threads.create())["thread_id"]
+            values = await main.runs.wait(tid, "agent", input=hello())
+            assert values["messages"][-1]["content"] == ANSWER
+            assert len(await main.assistants.search()) == 2
+            assert await elsewhere.assistants.search() == []  # another tenant's agents
+            with pytest.raises(NotFoundError):
+                await elsewhere.threads.get(tid)
+            with pytest.raises(NotFoundError):
+                await elsewhere.runs.wait(tid, "agent", input=hello())
+            for client in (nobody, wrong):
+                with pytest.raises(httpx.HTTPStatusError) as refused:
+                    await client.threads.get(tid)
+                assert refused.value.response.status_code == 401
+        finally:
+            for client in (main, elsewhere, nobody, wrong):
+                await client.http.client.aclose()
