@@ -27,7 +27,7 @@ from loopline.testing.processes import GatewayProcess
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.settings import Settings
 from tests import tooling
-from tests.support import ServiceProcesses, services_on, unique_prefix
+from tests.support import ServiceProcesses, unique_prefix
 
 ANSWER = "Hello there, this answer arrives in small pieces, token by token."
 
@@ -44,12 +44,30 @@ SCRIPTS: dict[str, list[Reply]] = {
 }
 
 
+def respond(body: dict[str, Any]) -> Reply:
+    """The script of the run's own prompt (the last user message: a thread's earlier
+    runs come before it), its turn counted from there."""
+    messages = body["messages"]
+    last_user = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+    prompt = str(messages[last_user]["content"])
+    turn = sum(1 for m in messages[last_user:] if m.get("role") == "assistant")
+    script = SCRIPTS.get(prompt, [Reply(content=f"answer to {prompt}")])
+    return script[min(turn, len(script) - 1)]
+
+
 @pytest.fixture(scope="module")
-def deployment(
-    redis_url: str, scripted: ScriptedOpenAIServer
-) -> Iterator[ServiceProcesses]:
-    """Every service as a process, with the agents ``agent`` and ``gated`` deployed."""
-    with services_on(redis_url, scripted) as procs:
+def scripted() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(responder=respond) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def deployment(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[ServiceProcesses]:
+    """The services these agents use (loop, model, tools), each as a process, with the
+    agents ``agent`` and ``gated`` deployed."""
+    env = {"OPENAI_BASE_URL": scripted.url, "OPENAI_API_KEY": "test"}
+    services = ("loop", "model", "tools")
+    with ServiceProcesses(redis_url, unique_prefix(), env=env, services=services) as procs:
         asyncio.run(_deploy(procs))
         yield procs
 
@@ -168,7 +186,10 @@ async def test_wait_and_join_give_the_final_values(sdk: Any) -> None:
     run = await sdk.runs.create(tid, "agent", input=hello("hello again"))
     assert run["status"] in ("pending", "running") and run["thread_id"] == tid
     joined = await sdk.runs.join(tid, run["run_id"])
-    assert [m["content"] for m in joined["messages"]][-2:] == ["hello again", ANSWER]
+    assert [m["content"] for m in joined["messages"]][-2:] == [
+        "hello again",
+        "answer to hello again",
+    ]
     assert len(joined["messages"]) == 4  # the thread goes on: both runs' messages
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "success"
     with pytest.raises(NotFoundError):
@@ -240,8 +261,9 @@ async def test_a_resumed_run_streams_the_rest(sdk: Any) -> None:
     values = [p.data for p in parts if p.event == "values"]
     assert [m["type"] for m in values[0]["messages"]] == ["human", "ai"]
     assert [m["type"] for m in values[-1]["messages"]] == ["human", "ai", "tool", "ai"]
-    tokens = [p.data[0]["content"] for p in parts if p.event == "messages"]
-    assert "".join(t for t in tokens if isinstance(t, str)).endswith("2 + 3 is 5.")
+    tokens = [p.data[0] for p in parts if p.event == "messages"]
+    assert [t["content"] for t in tokens if t["type"] == "tool"] == ["5"]
+    assert "".join(t["content"] for t in tokens if t["type"] == "AIMessageChunk") == "2 + 3 is 5."
 
 
 async def test_a_stream_resumes_after_a_disconnect_without_gap_or_duplicate(sdk: Any) -> None:
@@ -264,8 +286,10 @@ async def test_a_stream_resumes_after_a_disconnect_without_gap_or_duplicate(sdk:
     assert [(p.event, p.id, p.data) for p in seen + rest] == [
         (p.event, p.id, p.data) for p in whole
     ]
-    tokens = [p.data[0]["content"] for p in rest if p.event == "messages"]
-    assert "".join(t for t in tokens if isinstance(t, str)).startswith("Slept well")
+    tokens = [p.data[0] for p in rest if p.event == "messages"]
+    assert [t["content"] for t in tokens if t["type"] == "tool"] == ["woke up"]
+    reply = "".join(t["content"] for t in tokens if t["type"] == "AIMessageChunk")
+    assert reply == SCRIPTS["slow"][1].content
 
 
 # -- a second run on a busy thread ---------------------------------------------------
@@ -351,7 +375,9 @@ async def test_api_keys_map_to_tenants(deployment: ServiceProcesses) -> None:
             with pytest.raises(NotFoundError):
                 await elsewhere.threads.get(tid)
             with pytest.raises(NotFoundError):
-                await elsewhere.runs.wait(tid, "agent", input=hello())
+                await elsewhere.threads.get_state(tid)
+            with pytest.raises(NotFoundError):
+                await elsewhere.runs.create(tid, "agent", input=hello())
             for client in (nobody, wrong):
                 with pytest.raises(httpx.HTTPStatusError) as refused:
                     await client.threads.get(tid)

@@ -250,13 +250,13 @@ async def run_status(tenant: Tenant, record: RunRecord) -> str:
         if on_thread == "queued":
             return "pending"
     found: Any = await tenant.redis.hmget(
-        tenant.names.task_state(record.task_id), "status", "phase", "cause"
+        tenant.names.task_state(record.task_id), "status", "phase", "cause", "stop"
     )
-    status, phase, cause = (v.decode() if isinstance(v, bytes) else (v or "") for v in found)
+    status, phase, cause, stop = (text(v or "") for v in found)
     if status == "completed":
         return "success"
     if status == "failed":
-        return "interrupted" if cause in STOPPED_CAUSES else "error"
+        return "interrupted" if _stopped(cause, stop) else "error"
     if status == "running" and await _stopped_at_interrupt(tenant, record, phase):
         return "success"
     return "running" if status else "pending"
@@ -289,8 +289,14 @@ async def wait_for(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
 async def was_stopped(tenant: Tenant, task_id: str) -> bool:
     """The task was cancelled or stopped by a newer run of its thread (LangGraph's
     ``interrupted``), rather than failed."""
-    cause: Any = await tenant.redis.hget(tenant.names.task_state(task_id), "cause")
-    return text(cause or "") in STOPPED_CAUSES
+    found: Any = await tenant.redis.hmget(tenant.names.task_state(task_id), "cause", "stop")
+    return _stopped(*(text(v or "") for v in found))
+
+
+def _stopped(cause: str, stop: str) -> bool:
+    """Cancelled, stopped at once by a newer run, or stopped by one at a step boundary
+    (the state keeps the stop it was asked for; ``lua/stop_run.lua``)."""
+    return cause in STOPPED_CAUSES or bool(stop)
 
 
 async def final_values(
