@@ -307,6 +307,7 @@ def deployment(
     env.update(
         LOOPLINE_PREFIX=prefix,
         LOOPLINE_REDIS_PORT=str(port),
+        LOOPLINE_API_PORTS=str(free_port()),  # the HTTP gateway's host port
         LOOPLINE_TOOL_MODULES=json.dumps(TOOL_MODULES),
         OPENAI_BASE_URL="http://scripted:8000/v1",
         OPENAI_API_KEY="unused",
