@@ -216,6 +216,10 @@ class Names:
         before and beside the services' thread keys. Written and read by the gateway."""
         return f"{self.prefix}:api:thread:{{{thread_id}}}"
 
+    def api_thread_runs(self, thread_id: str) -> str:
+        """Sorted set: the runs the gateway started on a thread, by creation time."""
+        return f"{self.prefix}:api:thread:{{{thread_id}}}:runs"
+
     def api_run(self, run_id: str) -> str:
         """Hash: a run the HTTP gateway started: its task, thread, assistant, and where in
         the task's log and chunk stream it begins (a resume is a run of its own that

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langgraph_sdk import get_client
-from langgraph_sdk.errors import ConflictError, NotFoundError
+from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
 
 from loopline import create_agent
 from loopline.client import Client
@@ -196,6 +196,8 @@ async def test_wait_and_join_give_the_final_values(sdk: Any) -> None:
         await sdk.runs.get(tid, uuid.uuid4().hex)
     with pytest.raises(NotFoundError):
         await sdk.runs.create(str(uuid.uuid4()), "agent", input=hello())
+    with pytest.raises(UnprocessableEntityError):  # as LangGraph's server answers
+        await sdk.runs.create(tid, "nobody", input=hello())
 
 
 async def test_cancel_stops_a_running_run(sdk: Any) -> None:
@@ -323,6 +325,8 @@ async def test_enqueue_runs_after_the_busy_run(sdk: Any) -> None:
     assert values["messages"][0]["content"] == "slow"  # it ran after the first
     for run_id in (first, second["run_id"]):
         assert (await sdk.runs.get(tid, run_id))["status"] == "success"
+    listed = await sdk.runs.list(tid)
+    assert [r["run_id"] for r in listed] == [second["run_id"], first]  # newest first
 
 
 async def test_interrupt_stops_the_busy_run(sdk: Any) -> None:
@@ -359,6 +363,11 @@ async def test_stateless_runs(sdk: Any) -> None:
 
 async def test_api_keys_map_to_tenants(deployment: ServiceProcesses) -> None:
     other = unique_prefix()
+    async with (
+        Client(deployment.redis_url, deployment.prefix) as ours,
+        Client(deployment.redis_url, other) as theirs,
+    ):
+        await theirs.deploy((await ours.get_agent("agent")).spec, name="theirs")
     keys = f"key-main={deployment.prefix},key-other={other}"
     env = {"LOOPLINE_API_KEYS": keys}
     with GatewayProcess(deployment.redis_url, deployment.prefix, env=env) as api:
@@ -370,14 +379,14 @@ async def test_api_keys_map_to_tenants(deployment: ServiceProcesses) -> None:
             tid = (await main.threads.create())["thread_id"]
             values = await main.runs.wait(tid, "agent", input=hello())
             assert values["messages"][-1]["content"] == ANSWER
-            assert len(await main.assistants.search()) == 2
-            assert await elsewhere.assistants.search() == []  # another tenant's agents
+            assert sorted(a["name"] for a in await main.assistants.search()) == ["agent", "gated"]
+            assert [a["name"] for a in await elsewhere.assistants.search()] == ["theirs"]
             with pytest.raises(NotFoundError):
                 await elsewhere.threads.get(tid)
             with pytest.raises(NotFoundError):
                 await elsewhere.threads.get_state(tid)
-            with pytest.raises(NotFoundError):
-                await elsewhere.runs.create(tid, "agent", input=hello())
+            with pytest.raises(NotFoundError):  # its tenant has no such thread
+                await elsewhere.runs.create(tid, "theirs", input=hello())
             for client in (nobody, wrong):
                 with pytest.raises(httpx.HTTPStatusError) as refused:
                     await client.threads.get(tid)

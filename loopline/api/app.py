@@ -80,6 +80,7 @@ ROUTES = [
     Route("/threads/{thread_id}/state", thread_routes.state),
     Route("/threads/{thread_id}/history", thread_routes.history, methods=["POST"]),
     Route("/threads/{thread_id}/runs", run_routes.create, methods=["POST"]),
+    Route("/threads/{thread_id}/runs", run_routes.listing),
     Route("/threads/{thread_id}/runs/stream", run_routes.stream, methods=["POST"]),
     Route("/threads/{thread_id}/runs/wait", run_routes.wait, methods=["POST"]),
     Route("/threads/{thread_id}/runs/{run_id}", run_routes.get),

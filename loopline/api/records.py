@@ -93,7 +93,8 @@ class Records:
         await self.redis.expire(self.names.api_thread(thread_id), self.retention_s)
 
     async def delete_thread(self, thread_id: str) -> bool:
-        return int(await self.redis.delete(self.names.api_thread(thread_id))) == 1
+        key, runs = self.names.api_thread(thread_id), self.names.api_thread_runs(thread_id)
+        return int(await self.redis.delete(key, runs)) >= 1
 
     async def save_run(self, record: RunRecord) -> None:
         key = self.names.api_run(record.run_id)
@@ -103,7 +104,17 @@ class Records:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(key, mapping=mapping)
             pipe.expire(key, self.retention_s)
+            if record.thread_id:
+                runs = self.names.api_thread_runs(record.thread_id)
+                pipe.zadd(runs, {record.run_id: record.created_at})
+                pipe.expire(runs, self.retention_s)
             await pipe.execute()
+
+    async def run_ids(self, thread_id: str, offset: int, limit: int) -> list[str]:
+        """The thread's runs, newest first."""
+        key = self.names.api_thread_runs(thread_id)
+        found: Any = await self.redis.zrevrange(key, offset, offset + limit - 1)
+        return [_text(run_id) for run_id in found]
 
     async def run(self, run_id: str) -> RunRecord | None:
         found: Any = await self.redis.hgetall(self.names.api_run(run_id))

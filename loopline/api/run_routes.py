@@ -18,10 +18,11 @@ from loopline.api.runs import (
     run_record,
     run_status,
     start_run,
+    thread_exists,
     wait_for,
 )
 from loopline.api.sse import run_frames
-from loopline.api.tenant import Tenant
+from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, iso
 
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -79,6 +80,29 @@ async def wait(request: Request) -> Response:
 async def get(request: Request) -> Response:
     tenant, record = await _record(request)
     return JSONResponse(await run_json(tenant, record))
+
+
+async def listing(request: Request) -> Response:
+    """``GET /threads/{id}/runs``: the runs the gateway started on the thread, newest
+    first (``limit``, ``offset``, ``status``); runs rolled back are gone."""
+    tenant = await tenant_of(request)
+    thread_id = request.path_params["thread_id"]
+    if not await thread_exists(tenant, thread_id):
+        raise NotFound(f"Thread {thread_id} not found")
+    query = request.query_params
+    limit, offset = int(query.get("limit") or 10), int(query.get("offset") or 0)
+    found = []
+    for run_id in await tenant.records.run_ids(thread_id, offset, limit):
+        record = await tenant.records.run(run_id)
+        if record is None:
+            continue
+        try:
+            shown = await run_json(tenant, record)
+        except NotFound:
+            continue
+        if query.get("status") in (None, "", shown["status"]):
+            found.append(shown)
+    return JSONResponse(found)
 
 
 async def join(request: Request) -> Response:

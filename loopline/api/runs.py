@@ -130,7 +130,10 @@ async def thread_busy(tenant: Tenant, thread_id: str) -> bool:
 
 async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) -> RunRecord:
     """Start a run of the thread (None: a stateless run) and record it."""
-    agent = await tenant.assistant(request.assistant_id)
+    try:
+        agent = await tenant.assistant(request.assistant_id)
+    except NotFound as exc:  # in a run body, LangGraph's server calls it invalid input
+        raise BadRequest(f"Invalid assistant: {exc}") from exc
     if thread_id is not None:
         await _thread_for_run(tenant, thread_id, request)
     if request.command is not None:

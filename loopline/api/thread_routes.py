@@ -63,14 +63,17 @@ async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
     state = await tenant.threads.current(thread_id) if info else None
     interrupts = await waiting_interrupts(tenant.client, state) if state else []
     values = await state_values(tenant, state) if state and state.run_id else None
+    updated = iso(info.updated if info and info.updated else created)
     return {
         "thread_id": thread_id,
         "created_at": iso(created),
-        "updated_at": iso(info.updated if info and info.updated else created),
+        "updated_at": updated,
+        "state_updated_at": updated,
         "metadata": record.metadata if record else {},
         "status": await _status(tenant, state, bool(interrupts)),
         "config": {},
         "values": values,
+        "error": None,
         "interrupts": (
             {f"{state.run_id}:{state.step}": jsonable(interrupts)} if state and interrupts else {}
         ),
