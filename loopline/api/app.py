@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from importlib.metadata import PackageNotFoundError, version
 
 import redis.asyncio as aioredis
+from redis.exceptions import NoPermissionError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -61,6 +62,12 @@ async def _busy(request: Request, exc: Exception) -> Response:
     return _detail(409, str(exc))
 
 
+async def _denied(request: Request, exc: Exception) -> Response:
+    """The gateway's Redis user may not do this (``loopline acl --role api``: a producer's
+    rights and the gateway's records; removing a thread is the operator's)."""
+    return _detail(403, f"not allowed for the gateway's Redis user: {exc}")
+
+
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return _detail(exc.status_code, str(exc.detail))
@@ -111,6 +118,7 @@ def create_app(url: str, tenancy: Tenancy, settings: Settings | None = None) -> 
             BadRequest: _bad_request,
             NotFound: _not_found,
             Busy: _busy,
+            NoPermissionError: _denied,
             HTTPException: _http,
         },
     )
