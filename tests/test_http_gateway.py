@@ -11,8 +11,13 @@ to the same calls is in the README (HTTP API); the statuses asserted here are th
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,7 +32,7 @@ from loopline.testing.processes import GatewayProcess
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.settings import Settings
 from tests import tooling
-from tests.support import ServiceProcesses, unique_prefix
+from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix
 
 ANSWER = "Hello there, this answer arrives in small pieces, token by token."
 
@@ -394,3 +399,49 @@ async def test_api_keys_map_to_tenants(deployment: ServiceProcesses) -> None:
         finally:
             for client in (main, elsewhere, nobody, wrong):
                 await client.http.client.aclose()
+
+
+# -- the same flow from JavaScript -------------------------------------------------
+
+
+NODE_FLOW = REPO_ROOT / "tests" / "node" / "langgraph_sdk_flow.mjs"
+
+
+@pytest.fixture(scope="module")
+def node_sdk(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with ``@langchain/langgraph-sdk`` installed from npm, and the flow."""
+    folder = tmp_path_factory.mktemp("node-sdk")
+    installed = subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "@langchain/langgraph-sdk"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    shutil.copy(NODE_FLOW, folder / NODE_FLOW.name)
+    return folder
+
+
+def test_the_javascript_sdk_runs_the_same_flow(gateway: GatewayProcess, node_sdk: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    ran = subprocess.run(
+        ["node", NODE_FLOW.name, gateway.url],
+        cwd=node_sdk,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert seen["assistants"] == ["agent", "gated"]
+    assert seen["events"][0] == "metadata" and seen["events"][-1] == "end"
+    assert seen["events"].count("messages") > 3 and seen["tokens"] == ANSWER
+    assert seen["waited"][-2:] == ["hello again", "answer to hello again"]
+    (asked,) = seen["interrupt"]
+    assert asked["value"]["action_requests"][0]["args"] == {"a": 2, "b": 3}
+    assert seen["waitingNext"] == ["HumanInTheLoopMiddleware.after_model"]
+    assert seen["waitingInterrupts"] == [asked]
+    assert seen["resumed"] == ["human", "ai", "tool", "ai"]
+    assert seen["answer"] == "2 + 3 is 5." and seen["afterNext"] == []
