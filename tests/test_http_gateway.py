@@ -250,6 +250,9 @@ async def test_an_interrupt_is_answered_with_command_resume(sdk: Any) -> None:
     assert done["messages"][-1]["content"] == "2 + 3 is 5."
     after = await sdk.threads.get_state(tid)
     assert after["next"] == [] and after["interrupts"] == []
+    runs = await sdk.runs.list(tid)
+    assert [r["status"] for r in runs] == ["success", "success"]  # the first stays ended
+    assert runs[1]["run_id"] == run_id
     history = await sdk.threads.get_history(tid)
     assert history[0]["values"]["messages"][-1]["content"] == "2 + 3 is 5."
 

@@ -51,6 +51,9 @@ class RunRecord:
     """Messages of the state this run begins from (a resume); -1: the thread's messages
     through this run's inputs, known once the task starts."""
     input_ids: list[str] = field(default_factory=list)
+    ended: str = ""
+    """The status of a run that stopped at an interrupt which a later run answered: the
+    task goes on, this run does not."""
 
     @property
     def is_resume(self) -> bool:

@@ -147,23 +147,29 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
     busy_matters = thread_id is not None and request.multitask_strategy == "reject"
     if busy_matters and await thread_busy(tenant, str(thread_id)):
         raise Busy(Busy.DETAIL)
-    config = RunConfig.of(request.config)
+    try:
+        config = RunConfig.of(request.config)
+    except ValueError as exc:
+        raise BadRequest(f"config: {exc}") from exc
     max_steps = (
         max_model_calls(agent.spec, config.recursion_limit) if config.recursion_limit else None
     )
     await tenant.client.stream_replies(run_id)  # any stream of it may ask for tokens
-    await tenant.client.submit(
-        agent.ref,
-        messages,
-        task_id=run_id,
-        max_steps=max_steps,
-        overrides={"context": request.context} if request.context else None,
-        thread_id=thread_id,
-        multitask_strategy=request.multitask_strategy,
-        run_name=config.run_name,
-        tags=config.tags,
-        metadata={**config.metadata, **request.metadata},
-    )
+    try:
+        await tenant.client.submit(
+            agent.ref,
+            messages,
+            task_id=run_id,
+            max_steps=max_steps,
+            overrides={"context": request.context} if request.context else None,
+            thread_id=thread_id,
+            multitask_strategy=request.multitask_strategy,
+            run_name=config.run_name,
+            tags=config.tags,
+            metadata={**config.metadata, **request.metadata},
+        )
+    except ValueError as exc:  # over the event size limit
+        raise BadRequest(str(exc)) from exc
     record = RunRecord(
         run_id=run_id,
         task_id=run_id,
@@ -225,6 +231,7 @@ async def _resume(tenant: Tenant, thread_id: str, request: RunRequest) -> RunRec
         chunks_after=chunks[0][0].decode() if chunks else "0",
         base_len=len(state.messages),
     )
+    await _end_answered_runs(tenant, thread_id, task_id)
     await tenant.records.save_run(record)
     await tenant.client.stream_replies(task_id)
     try:
@@ -232,6 +239,16 @@ async def _resume(tenant: Tenant, thread_id: str, request: RunRequest) -> RunRec
     except ValueError as exc:
         raise BadRequest(str(exc)) from exc
     return record
+
+
+async def _end_answered_runs(tenant: Tenant, thread_id: str, task_id: str) -> None:
+    """The runs of the task that stopped at the interrupt now answered stay ``success``
+    (the task they ran goes on in the new run)."""
+    for run_id in await tenant.records.run_ids(thread_id, 0, 100):
+        earlier = await tenant.records.run(run_id)
+        if earlier is not None and earlier.task_id == task_id and not earlier.ended:
+            earlier.ended = "success"
+            await tenant.records.save_run(earlier)
 
 
 async def run_record(tenant: Tenant, thread_id: str | None, run_id: str) -> RunRecord:
@@ -243,6 +260,8 @@ async def run_record(tenant: Tenant, thread_id: str | None, run_id: str) -> RunR
 
 async def run_status(tenant: Tenant, record: RunRecord) -> str:
     """The run's LangGraph status (``NotFound`` for a run rolled back)."""
+    if record.ended:
+        return record.ended
     if record.thread_id:
         runs = (await tenant.threads.info(record.thread_id)) or None
         on_thread = runs.runs.get(record.task_id, "") if runs else ""
