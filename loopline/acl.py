@@ -18,7 +18,7 @@ inside the prefix only, so one tenant's users never read or touch another's keys
   (no SCAN or KEYS: those ignore key patterns), nor write any other stream or key.
 - ``subscriber``: reads the public streams (todos, edits, approvals).
 - ``api``: the HTTP gateway (``loopline serve api``) for the tenant: a producer's rights,
-  and its own records of threads and runs (``PREFIX:api:*``).
+  reading the agent specs, and its own records of threads and runs (``PREFIX:api:*``).
 
 Scripts are checked key by key: Redis refuses an EVALSHA whose declared KEYS the user
 may not both read and write, and every command a script runs is checked as well, so the
@@ -184,7 +184,8 @@ def roles(prefix: str) -> dict[str, Role]:
     found["api"] = Role(
         "api",
         keys=(f"{prefix}:api:*",),  # the gateway's thread and run records (loopline.api)
-        read_keys=producer.read_keys,
+        # and the agent specs, whose state keys a thread's state shows (LangGraph's)
+        read_keys=(*producer.read_keys, f"{prefix}:agent:*"),
         write_keys=producer.write_keys,
         commands=(*producer.commands, "del", "zadd"),
         channels=producer.channels,
