@@ -302,6 +302,34 @@ async def test_a_stream_resumes_after_a_disconnect_without_gap_or_duplicate(sdk:
     assert reply == SCRIPTS["slow"][1].content
 
 
+async def test_the_sdk_resumes_a_stream_on_a_restarted_gateway_by_itself(
+    deployment: ServiceProcesses,
+) -> None:
+    """A gateway killed mid-stream and another started on its port: the SDK reconnects
+    to the stream's ``Location`` with the last id it saw, and the client sees every
+    frame once (the gateway keeps no state of a stream)."""
+    first = GatewayProcess(deployment.redis_url, deployment.prefix).start()
+    second = GatewayProcess(deployment.redis_url, deployment.prefix, port=first.port)
+    sdk = get_client(url=first.url, api_key=None)
+    modes = ["messages-tuple", "values", "updates"]
+    try:
+        tid = (await sdk.threads.create())["thread_id"]
+        seen: list[Any] = []
+        async for part in sdk.runs.stream(tid, "agent", input=hello("slow"), stream_mode=modes):
+            seen.append(part)
+            if part.event == "updates" and first.alive():
+                first.kill()  # mid-run: the tool sleeps
+                second.start()
+        whole = await collect(sdk.runs.join_stream(tid, seen[0].data["run_id"], stream_mode=modes))
+        assert [(p.event, p.id, p.data) for p in seen] == [(p.event, p.id, p.data) for p in whole]
+        assert seen[-1].event == "end"
+        assert second.alive() and not first.alive()  # the end came from the second
+    finally:
+        await sdk.http.client.aclose()
+        first.stop()
+        second.stop()
+
+
 # -- a second run on a busy thread ---------------------------------------------------
 
 

@@ -174,9 +174,14 @@ class GatewayProcess:
     ``url`` is its base URL once it answers ``/ok``."""
 
     def __init__(
-        self, redis_url: str, prefix: str, *, env: Mapping[str, str] | None = None
+        self,
+        redis_url: str,
+        prefix: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        port: int | None = None,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
             **HARNESS_DEFAULTS,
@@ -217,6 +222,15 @@ class GatewayProcess:
 
     def output(self) -> str:
         return self._log.read_text(errors="replace")[-3000:] if self._log else ""
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the gateway dies with its streams open, as a crashed replica does."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
