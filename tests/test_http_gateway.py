@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -135,6 +136,28 @@ async def test_assistants_are_the_deployed_agents(sdk: Any) -> None:
     assert schemas["input_schema"]["required"] == ["messages"]
     with pytest.raises(NotFoundError):
         await sdk.assistants.get("nobody")
+
+
+def test_a_gateway_without_keys_refuses_to_listen_beyond_this_machine(
+    deployment: ServiceProcesses,
+) -> None:
+    env = {
+        **os.environ,
+        "REDIS_URL": deployment.redis_url,
+        "LOOPLINE_PREFIX": deployment.prefix,
+        "LOOPLINE_API_HOST": "0.0.0.0",
+        "LOOPLINE_API_KEYS": "",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    refused = subprocess.run(
+        [sys.executable, "-m", "loopline", "serve", "api"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0
+    assert "LOOPLINE_API_KEYS" in refused.stderr and "Traceback" not in refused.stderr
 
 
 async def test_health_and_readiness(gateway: GatewayProcess) -> None:

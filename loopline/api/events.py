@@ -190,6 +190,7 @@ async def run_items(
             log_after = events[-1][0]
             watch.seen = True
         elif not batches and (lost := await watch.lost()) is not None:
+            # Redis lost the task: no entry of its log will come; placed after them all
             yield "log", entry_position(log_after, 1 << 30), Failed(lost)
             return
         if not started and (events or record.is_resume):
