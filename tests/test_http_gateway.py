@@ -226,6 +226,9 @@ async def test_wait_and_join_give_the_final_values(sdk: Any) -> None:
         await sdk.runs.create(str(uuid.uuid4()), "agent", input=hello())
     with pytest.raises(UnprocessableEntityError):  # as LangGraph's server answers
         await sdk.runs.create(tid, "nobody", input=hello())
+    await sdk.threads.delete(tid)
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get(tid)
 
 
 async def test_cancel_stops_a_running_run(sdk: Any) -> None:

@@ -68,6 +68,8 @@ class FrameWriter:
             self.described.add(key)
             out.append(("messages/metadata", {key: {"metadata": meta}}))
         if isinstance(message, AIMessageChunk):
+            if meta.get("loopline_reset"):  # a retried model call: what came before is void
+                self.partial.pop(key, None)
             so_far = self.partial.get(key)
             so_far = message if so_far is None else so_far + message
             self.partial[key] = so_far
