@@ -114,3 +114,23 @@ def test_the_older_messages_mode_sends_the_reply_so_far() -> None:
     assert writer.frames(("updates", {"model": {}})) == []  # not asked for
     assert frame("end", None) == b"event: end\ndata: null\n\n"
     assert frame("values", {"a": 1}, "1-0.0|0-0.-1").startswith(b"id: 1-0.0|0-0.-1\n")
+
+
+def test_browser_pages_of_the_configured_origins_only() -> None:
+    from starlette.testclient import TestClient
+
+    from loopline.api.app import create_app
+
+    tenancy = Tenancy(keys={"k": "acme"}, default_prefix="loopline")
+    preflight = {"Origin": "https://ui.example.com", "Access-Control-Request-Method": "POST"}
+    allowed = create_app("redis://127.0.0.1:1", tenancy, cors_origins=["https://ui.example.com"])
+    with TestClient(allowed) as client:
+        answer = client.options("/threads", headers=preflight)
+        assert answer.headers["access-control-allow-origin"] == "https://ui.example.com"
+        other = client.options("/threads", headers={**preflight, "Origin": "https://evil.test"})
+        assert "access-control-allow-origin" not in other.headers
+    with TestClient(create_app("redis://127.0.0.1:1", tenancy)) as client:
+        answer = client.options("/threads", headers=preflight)
+        assert "access-control-allow-origin" not in answer.headers
+        assert client.get("/ok").json() == {"ok": True}
+        assert client.get("/threads/t1", headers={"x-api-key": "wrong"}).status_code == 401

@@ -4,13 +4,15 @@ and LangGraph's status codes for errors (422 bad input, 404 unknown, 409 busy)."
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -101,9 +103,16 @@ ROUTES = [
 ]
 
 
-def create_app(url: str, tenancy: Tenancy, settings: Settings | None = None) -> Starlette:
+def create_app(
+    url: str,
+    tenancy: Tenancy,
+    settings: Settings | None = None,
+    *,
+    cors_origins: Sequence[str] = (),
+) -> Starlette:
     """The gateway for the bus at ``url``: ``tenancy`` says who may call and as which
-    tenant (``settings.parse_keys``)."""
+    tenant (``settings.parse_keys``); ``cors_origins``: the web origins whose pages may
+    call it from a browser."""
     gateway = Gateway(url, tenancy, settings or Settings())
 
     @contextlib.asynccontextmanager
@@ -111,9 +120,19 @@ def create_app(url: str, tenancy: Tenancy, settings: Settings | None = None) -> 
         yield
         await gateway.close()
 
+    middleware = [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["Content-Location", "Location"],  # the SDKs read the run id
+        )
+    ]
     app = Starlette(
         routes=ROUTES,
         lifespan=lifespan,
+        middleware=middleware if cors_origins else None,
         exception_handlers={
             BadRequest: _bad_request,
             NotFound: _not_found,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.events import MULTITASK_STRATEGIES, ApprovalRequested, TaskCompleted, TaskFailed
-from contracts.messages import Message
+from contracts.messages import Message, to_langchain
 from loopline.api.records import RunRecord, ThreadRecord
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, input_messages, interrupt_json, jsonable
@@ -338,8 +338,6 @@ async def state_values(tenant: Tenant, state: ThreadValues) -> dict[str, Any]:
     """A state's values as LangGraph's API shows them (messages as JSON)."""
     spec = await tenant.spec_of_task(state.run_id) if state.run_id else None
     if spec is None:
-        from contracts.messages import to_langchain
-
         values: dict[str, Any] = {"messages": [to_langchain(m) for m in state.messages]}
         if state.todos is not None:
             values["todos"] = state.todos

@@ -28,6 +28,6 @@ def serve(url: str, settings: Settings) -> None:
     from loopline.api.app import create_app
 
     api = ApiSettings()
-    app = create_app(url, tenancy_of(api, settings), settings)
+    app = create_app(url, tenancy_of(api, settings), settings, cors_origins=api.origins)
     print(f"serving the HTTP API on http://{api.host}:{api.port}", flush=True)
     uvicorn.run(app, host=api.host, port=api.port, log_level="warning", access_log=False)

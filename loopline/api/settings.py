@@ -29,6 +29,14 @@ class ApiSettings(BaseSettings):
     port: int = DEFAULT_PORT
     keys: str = ""
     """``KEY=PREFIX[,KEY=PREFIX...]``; empty: the default prefix, local clients only."""
+    cors_origins: str = ""
+    """Web origins whose pages may call the API from a browser (comma-separated, e.g.
+    ``https://chat.example.com``; ``*`` for any). None by default: a page of another
+    site must not drive the runs of whoever opens it."""
+
+    @property
+    def origins(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
 
 class BadKeys(ValueError):
