@@ -17,6 +17,8 @@ inside the prefix only, so one tenant's users never read or touch another's keys
   deployed agents (which it cannot change). It cannot list keys
   (no SCAN or KEYS: those ignore key patterns), nor write any other stream or key.
 - ``subscriber``: reads the public streams (todos, edits, approvals).
+- ``api``: the HTTP gateway (``loopline serve api``) for the tenant: a producer's rights,
+  reading the agent specs, and its own records of threads and runs (``PREFIX:api:*``).
 
 Scripts are checked key by key: Redis refuses an EVALSHA whose declared KEYS the user
 may not both read and write, and every command a script runs is checked as well, so the
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 
 from contracts.streams import SERVICES, Names
 
-ROLES: tuple[str, ...] = ("operator", *SERVICES, "producer", "subscriber")
+ROLES: tuple[str, ...] = ("operator", *SERVICES, "producer", "subscriber", "api")
 
 PASSWORD_ENV = "LOOPLINE_ACL_{ROLE}_PASSWORD"
 """The default template of the variable that holds a role's password."""
@@ -184,6 +186,16 @@ def roles(prefix: str) -> dict[str, Role]:
     )
     found["subscriber"] = Role(
         "subscriber", read_keys=public, commands=(*CONNECTION, *READ_STREAMS)
+    )
+    producer = found["producer"]
+    found["api"] = Role(
+        "api",
+        keys=(f"{prefix}:api:*",),  # the gateway's thread and run records (loopline.api)
+        # and the agent specs, whose state keys a thread's state shows (LangGraph's)
+        read_keys=(*producer.read_keys, f"{prefix}:agent:*"),
+        write_keys=producer.write_keys,
+        commands=(*producer.commands, "del", "zadd"),
+        channels=producer.channels,
     )
     return found
 

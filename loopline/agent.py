@@ -29,16 +29,13 @@ from contracts.messages import (
 )
 from loopline.client import Client, TaskFailedError
 from loopline.conversation import (
-    HITL_NODE,
     RunConfig,
-    WaitingInterrupt,
     answers_of,
-    interrupt_of,
     is_command,
     max_model_calls,
     snapshot,
+    waiting_interrupts,
 )
-from loopline.threads import ThreadValues
 from services.errors import ConfigurationError
 from services.settings import Settings
 from services.spec import imports, local, structured, toolbox
@@ -490,7 +487,7 @@ class Agent:
         async with self.client() as client:
             reader = client.threads()
             state = await reader.current(thread_id)
-            waits = await self._waits(client, state)
+            waits = await waiting_interrupts(client, state)
             runs = await reader.run_ids(thread_id)
         parent = runs[runs.index(state.run_id) - 1] if state.run_id in runs[1:] else ""
         return snapshot(self.spec, state, waits, parent_run=parent)
@@ -516,21 +513,6 @@ class Agent:
     def get_state_history(self, config: Mapping[str, Any], **kwargs: Any) -> Iterator[Any]:
         return iter_async(self.aget_state_history(config, **kwargs))
 
-    async def _waits(self, client: Client, state: ThreadValues) -> list[WaitingInterrupt]:
-        """The interrupts a waiting run of the thread asked: a hook's (one, by its
-        interrupt id), or one per waiting tool call (by its tool call id)."""
-        if state.status != "running":
-            return []
-        if state.phase == "approval":
-            asked = await client.threads().batched_request(state.run_id, state.step)
-            if asked is None:
-                return []
-            interrupt_id = asked.interrupt_id or f"{state.run_id}:{state.step}"
-            node = asked.node or HITL_NODE
-            return [WaitingInterrupt(node, interrupt_of(asked.request, interrupt_id))]
-        calls = await client.waiting_calls(state.run_id)
-        return [WaitingInterrupt("tools", interrupt_of(c.request, c.interrupt_id)) for c in calls]
-
     async def _aresume_thread(
         self, command: Any, config: Mapping[str, Any] | None
     ) -> dict[str, Any]:
@@ -538,7 +520,7 @@ class Agent:
         thread_id = self._thread_id(config)
         async with self.client() as client:
             state = await client.threads().current(thread_id)
-            waits = await self._waits(client, state)
+            waits = await waiting_interrupts(client, state)
         if not waits:
             raise ValueError(f"thread {thread_id} has no interrupt waiting for a resume")
         answers = answers_of(command.resume, [str(w.interrupt.id) for w in waits])

@@ -25,6 +25,8 @@ from services.tasks.thread_runs import untracked_keys
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
+    from loopline.client import Client
+
 HITL_NODE = "HumanInTheLoopMiddleware.after_model"
 TOOLS_NODE = "tools"
 MULTIPLE_INTERRUPTS = (
@@ -185,6 +187,22 @@ def snapshot(
     )
 
 
+async def waiting_interrupts(client: Client, state: ThreadValues) -> list[WaitingInterrupt]:
+    """The interrupts a waiting run of the thread asked: a hook's (one, by its interrupt
+    id), or one per waiting tool call (by its interrupt id)."""
+    if state.status != "running":
+        return []
+    if state.phase == "approval":
+        asked = await client.threads().batched_request(state.run_id, state.step)
+        if asked is None:
+            return []
+        interrupt_id = asked.interrupt_id or f"{state.run_id}:{state.step}"
+        node = asked.node or HITL_NODE
+        return [WaitingInterrupt(node, interrupt_of(asked.request, interrupt_id))]
+    calls = await client.waiting_calls(state.run_id)
+    return [WaitingInterrupt(TOOLS_NODE, interrupt_of(c.request, c.interrupt_id)) for c in calls]
+
+
 def answers_of(resume: Any, waiting_ids: Sequence[str]) -> dict[str, Any]:
     """LangGraph's ``Command(resume=...)`` as answers by interrupt id: a mapping whose
     keys are all waiting interrupts' ids answers those; any other value answers the one
@@ -216,4 +234,5 @@ __all__ = [
     "is_command",
     "max_model_calls",
     "snapshot",
+    "waiting_interrupts",
 ]

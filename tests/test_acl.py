@@ -78,6 +78,7 @@ SCRIPTS = {
         Reply(tool_calls=(ScriptedToolCall("getoutput", {"cmd": f"touch {MARKS}/attack"}),)),
         Reply(content="the attack ran"),
     ],
+    "through the gateway": [effect("gateway"), Reply(content="gateway done")],
 }
 PLAIN = agent_from_dict({"model": "gpt-4o-mini", "tools": ["tests.tooling:slow_effect"]})[0]
 OPERATOR_KEY = f"sk-operator-{RUN}-0123456789"
@@ -421,6 +422,41 @@ async def test_an_attack_in_the_registry_is_refused_by_the_services_under_their_
     assert not marker.exists() and not (MARKS / "attack").exists()
     assert recorder.authorizations == [] and recorder.chat_requests() == []
     assert not refused_service_commands(bus)
+
+async def test_the_http_gateway_serves_its_tenant_under_the_api_user(
+    bus: Bus, services: None
+) -> None:
+    """``loopline serve api`` with the tenant's ``api`` user: a run that asks a human,
+    its state, the answer, and nothing refused but INFO (which a client reading a task
+    tries, to tell a restarted server, and does without)."""
+    from langgraph_sdk import get_client
+
+    from loopline.testing.processes import GatewayProcess
+
+    user = acl.user_name(A, "api")
+    with GatewayProcess(bus.url(A, "api"), A) as api:
+        sdk = get_client(url=api.url, api_key=None)
+        try:
+            tid = (await sdk.threads.create())["thread_id"]
+            ask = {"messages": [{"role": "user", "content": "through the gateway"}]}
+            parts = [p async for p in sdk.runs.stream(tid, "gated", input=ask)]
+            (asked,) = parts[-2].data["__interrupt__"]
+            assert (await sdk.threads.get_state(tid))["interrupts"] == [asked]
+            approve = {"resume": {"decisions": [{"type": "approve"}]}}
+            done = await sdk.runs.wait(tid, "gated", command=approve)
+            assert done["messages"][-1]["content"] == "gateway done"
+            assert (MARKS / "gateway").exists()  # the approved call ran
+            assert (await sdk.threads.get(tid))["status"] == "idle"
+            found = {a["name"] for a in await sdk.assistants.search(limit=100)}
+            assert {"gated", "plain"} <= found, found
+        finally:
+            await sdk.http.client.aclose()
+    refused = [
+        (_text(e["object"]), _text(e["reason"]))
+        for e in bus.denied()
+        if _text(e["username"]) == user and _text(e["object"]) != "info"
+    ]
+    assert not refused, refused
 
 
 def test_a_producer_reaches_only_its_tenants_tasks_stream(bus: Bus, services: None) -> None:

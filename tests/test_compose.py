@@ -238,6 +238,7 @@ def deployment(
     env.update(
         LOOPLINE_PREFIX=prefix,
         LOOPLINE_REDIS_PORT=str(port),
+        LOOPLINE_API_PORTS=str(free_port()),  # the HTTP gateway's host port
         LOOPLINE_TOOL_MODULES=json.dumps(TOOL_MODULES),
         # a locked deployment: deployed agents only, the test's tool modules allowed (the
         # test session's own defaults, which compose would pass on, are not the point)

@@ -29,8 +29,8 @@ from loopline.agentfile import agent_from_dict
 from services.loop.handlers import handlers as loop_handlers
 from services.runner import EntryRunner
 from services.runtime import Runtime
-from services.settings import Settings
 from services.seal import Sealer
+from services.settings import Settings
 from services.tasks.issued import call_digest, call_seal
 from services.tasks.loop import Loop
 from services.tools.handlers import handlers as tools_handlers

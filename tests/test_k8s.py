@@ -51,7 +51,7 @@ def test_every_manifest_parses_and_the_kustomization_lists_them_all() -> None:
 @pytest.mark.fast
 def test_kinds(manifests: list[dict[str, Any]]) -> None:
     kinds = sorted(d["kind"] for d in manifests)
-    assert kinds.count("Deployment") == len(SERVICES)
+    assert kinds.count("Deployment") == len(SERVICES) + 1  # and the HTTP gateway
     assert kinds.count("StatefulSet") == 1
     assert {"Namespace", "ConfigMap", "Secret", "Service"} <= set(kinds)
 
@@ -61,7 +61,7 @@ def test_one_deployment_per_service_runs_loopline_serve_name(
     manifests: list[dict[str, Any]],
 ) -> None:
     deployments = by_kind(manifests, "Deployment")
-    assert set(deployments) == {f"loopline-{s}" for s in SERVICES}
+    assert set(deployments) == {f"loopline-{s}" for s in (*SERVICES, "api")}
     images = set()
     for service in SERVICES:
         deployment = deployments[f"loopline-{service}"]
@@ -128,7 +128,9 @@ def test_redis_statefulset_with_aof_a_volume_and_a_service(
     manifests: list[dict[str, Any]],
 ) -> None:
     (redis,) = by_kind(manifests, "StatefulSet").values()
-    services = by_kind(manifests, "Service")
+    services = {
+        name: s for name, s in by_kind(manifests, "Service").items() if name.startswith("redis")
+    }
     spec = redis["spec"]
     assert spec["serviceName"] in services
     assert services[spec["serviceName"]]["spec"].get("clusterIP") == "None"
@@ -146,6 +148,26 @@ def test_redis_statefulset_with_aof_a_volume_and_a_service(
         assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
         assert service["spec"]["ports"][0]["port"] == 6379
     assert container["resources"]["requests"]
+
+
+@pytest.mark.fast
+def test_the_gateway_serves_one_port_behind_a_service(manifests: list[dict[str, Any]]) -> None:
+    api = by_kind(manifests, "Deployment")["loopline-api"]
+    pod = api["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["loopline", "serve", "api"]
+    (port,) = container["ports"]
+    env = {v["name"]: v for v in container["env"]}
+    assert env["LOOPLINE_API_HOST"]["value"] == "0.0.0.0"
+    assert env["LOOPLINE_API_PORT"]["value"] == str(port["containerPort"])
+    assert env["LOOPLINE_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "loopline-secrets"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/ok"
+    service = by_kind(manifests, "Service")["loopline-api"]
+    labels = pod["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+    (exposed,) = service["spec"]["ports"]
+    assert exposed["targetPort"] == port["name"]
 
 
 def test_kustomize_builds_when_kubectl_is_here() -> None:
@@ -166,7 +188,7 @@ def test_kustomize_builds_when_kubectl_is_here() -> None:
         d["metadata"].get("namespace") == "loopline" for d in docs if d["kind"] != "Namespace"
     )
     deployments = [d for d in docs if d["kind"] == "Deployment"]
-    assert len(deployments) == len(SERVICES)
+    assert len(deployments) == len(SERVICES) + 1
     for d in deployments:
         (container,) = d["spec"]["template"]["spec"]["containers"]
         assert container["image"] == "loopline:local"

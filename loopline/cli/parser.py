@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="run every service in one process (embedded without REDIS_URL)")
     p.set_defaults(func=cmd_up)
 
-    p = sub.add_parser("serve", help="run one service")
-    p.add_argument("name", choices=SERVICES)
+    p = sub.add_parser("serve", help="run one service, or the HTTP gateway (api)")
+    p.add_argument("name", choices=(*SERVICES, "api"))
     p.set_defaults(func=cmd_serve)
 
     _task_commands(sub)
