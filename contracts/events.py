@@ -95,23 +95,49 @@ class CancelRequested(Event):
 
 
 class ApprovalRequested(Event):
-    """Loop → public ``approvals`` stream and the task's log: the task waits for a human
-    (HumanInTheLoopMiddleware). ``request`` is LangChain's HITLRequest:
-    ``{"action_requests": [...], "review_configs": [...]}``."""
+    """Loop → public ``approvals`` stream and the task's log: the task waits for an answer
+    to an ``interrupt()`` (LangGraph's, called by a hook, a tool or its ``wrap_tool_call``
+    chain). ``request`` is the interrupt's value: for HumanInTheLoopMiddleware
+    LangChain's HITLRequest (``{"action_requests": [...], "review_configs": [...]}``) or,
+    per call, its ToolApprovalRequest; anything JSON for a user's own ``interrupt()``."""
 
     type: Literal["ApprovalRequested"] = "ApprovalRequested"
     step: int
-    request: dict[str, Any]
+    request: Any
+    interrupt_id: str = ""
+    """The id to answer it by (``DecisionsSubmitted.answers``): the interrupt's own id
+    for a hook's, the tool call id for a tool call's ("" from older producers)."""
+    node: str = ""
+    """Where it waits, as LangChain names the node: ``<middleware>.<hook>`` for a hook,
+    ``tools`` for a tool call."""
+
+    @property
+    def per_call(self) -> bool:
+        """A tool call's interrupt (one per waiting call), not the loop stage's."""
+        if self.node:
+            return self.node == "tools"
+        return isinstance(self.request, dict) and self.request.get("type") == "tool_approval"
+
+    @property
+    def call_id(self) -> str:
+        """The waiting tool call's id (per-call interrupts)."""
+        if self.node == "tools" and self.interrupt_id:
+            return self.interrupt_id
+        return str(self.request.get("tool_call_id")) if isinstance(self.request, dict) else ""
 
 
 class DecisionsSubmitted(Event):
-    """Client → tasks stream: the human's decisions for a waiting task, in LangChain's
+    """Client → tasks stream: answers for a waiting task: ``answers`` by interrupt id, or
+    HumanInTheLoopMiddleware's ``decisions`` in LangChain's
     shapes (``{"type": "approve"}``, ``{"type": "edit", "edited_action": {...}}``,
     ``{"type": "reject", "message"?}``, ``{"type": "respond", "message"}``), in the order
     of the gated calls."""
 
     type: Literal["DecisionsSubmitted"] = "DecisionsSubmitted"
-    decisions: list[dict[str, Any]]
+    decisions: list[dict[str, Any]] = Field(default_factory=list)
+    answers: dict[str, Any] = Field(default_factory=dict)
+    """LangGraph's ``Command(resume={interrupt_id: value})``: the value each waiting
+    ``interrupt()`` returns, by its id (``ApprovalRequested.interrupt_id``)."""
 
 
 class ContextRequested(Event):
@@ -181,6 +207,34 @@ class ModelResponded(Event):
     """For agents with a ``response_format``: the reply's structured outcome."""
 
 
+class ModelInterrupted(Event):
+    """Model → loop: a ``wrap_model_call`` middleware called ``interrupt()``; the task
+    waits for the answer, then ``requested`` is sent again (``ModelResumed``)."""
+
+    type: Literal["ModelInterrupted"] = "ModelInterrupted"
+    step: int
+    agent_id: str
+    requested: ModelRequested
+    """The request whose model call asked."""
+    answered: list[Any] = Field(default_factory=list)
+    """The answers its earlier interrupts were given (it asked again after them)."""
+    request: Any
+    """The interrupt's value."""
+    interrupt_id: str
+    response_schema: dict[str, Any] | None = None
+
+
+class ModelResumed(Event):
+    """Loop → model: run a model call whose ``wrap_model_call`` chain asked again, its
+    ``interrupt()`` calls returning ``answers`` in order."""
+
+    type: Literal["ModelResumed"] = "ModelResumed"
+    step: int
+    agent_id: str
+    requested: ModelRequested
+    answers: list[Any]
+
+
 class ModelFailed(Event):
     """Model → loop: the model call for ``step`` failed for good."""
 
@@ -219,31 +273,39 @@ class ToolCompleted(Event):
 
 
 class ToolInterrupted(Event):
-    """Tools → loop: a call's ``wrap_tool_call`` chain asked for a human decision
-    (``HumanInTheLoopMiddleware(interrupt_mode="per_call")``); the call is parked, nothing
-    runs. ``request`` is LangChain's ToolApprovalRequest, ``response_schema`` the JSON
-    Schema of the decisions it accepts. With ``error`` set (and in the task's log) the
+    """Tools → loop: a call (the tool, or its ``wrap_tool_call`` chain, such as
+    ``HumanInTheLoopMiddleware(interrupt_mode="per_call")``) called ``interrupt()``; the
+    call is parked, nothing runs. ``request`` is the interrupt's value (LangChain's
+    ToolApprovalRequest for HITL), ``response_schema`` the JSON Schema of the answers it
+    accepts. With ``error`` set (and in the task's log) the
     ``decision`` sent for it did not fit that schema: the call waits for another one."""
 
     type: Literal["ToolInterrupted"] = "ToolInterrupted"
     step: int
     agent_id: str
     call: ToolCall
-    request: dict[str, Any]
+    request: Any
     response_schema: dict[str, Any] | None = None
     error: str | None = None
-    decision: dict[str, Any] | None = None
+    decision: Any = None
+    answered: int = Field(default=0, ge=0)
+    """How many earlier interrupts of this call were answered (it asks again on resume
+    when it calls ``interrupt()`` once more: each asks in its turn)."""
 
 
 class ToolResumed(Event):
-    """Loop → tools: run a parked call again with the human's ``decision`` (one LangChain
-    Decision: approve, edit, reject, respond), which its ``interrupt()`` now returns."""
+    """Loop → tools: run a parked call again with the answer to its interrupt
+    (``decision``: one LangChain Decision for HITL, any value for a user's own
+    ``interrupt()``), which its ``interrupt()`` now returns."""
 
     type: Literal["ToolResumed"] = "ToolResumed"
     step: int
     agent_id: str
     call: ToolCall
-    decision: dict[str, Any]
+    decision: Any
+    earlier: list[Any] = Field(default_factory=list)
+    """The answers to the call's earlier interrupts, in order: its ``interrupt()`` calls
+    return them, then ``decision``."""
 
 
 class TodosUpdated(Event):
@@ -321,6 +383,8 @@ AnyEvent = Annotated[
     | ContextRequested
     | ModelRequested
     | ModelResponded
+    | ModelInterrupted
+    | ModelResumed
     | ModelFailed
     | ToolRequested
     | ToolCompleted
@@ -344,6 +408,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ContextRequested,
     ModelRequested,
     ModelResponded,
+    ModelInterrupted,
+    ModelResumed,
     ModelFailed,
     ToolRequested,
     ToolCompleted,

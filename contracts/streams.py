@@ -217,6 +217,22 @@ class Names:
         parts = ("state", "messages", "todos", "runs", "log", "queue", "pending")
         return [self.thread_key(thread_id, p) for p in parts]
 
+    # -- the HTTP gateway's records (loopline.api): LangGraph's threads and runs by id --
+    def api_thread(self, thread_id: str) -> str:
+        """Hash: a thread as the HTTP gateway created it (``created_at``, ``metadata``),
+        before and beside the services' thread keys. Written and read by the gateway."""
+        return f"{self.prefix}:api:thread:{{{thread_id}}}"
+
+    def api_thread_runs(self, thread_id: str) -> str:
+        """Sorted set: the runs the gateway started on a thread, by creation time."""
+        return f"{self.prefix}:api:thread:{{{thread_id}}}:runs"
+
+    def api_run(self, run_id: str) -> str:
+        """Hash: a run the HTTP gateway started: its task, thread, assistant, and where in
+        the task's log and chunk stream it begins (a resume is a run of its own that
+        continues the waiting task). Written and read by the gateway."""
+        return f"{self.prefix}:api:run:{{{run_id}}}"
+
     @property
     def threads(self) -> str:
         """Sorted set: thread id scored by its last change (epoch seconds), for listing."""

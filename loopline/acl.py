@@ -17,13 +17,19 @@ inside the prefix only, so one tenant's users never read or touch another's keys
   deployed agents (which it cannot change). It cannot list keys
   (no SCAN or KEYS: those ignore key patterns), nor write any other stream or key.
 - ``subscriber``: reads the public streams (todos, edits, approvals).
+- ``api``: the HTTP gateway (``loopline serve api``) for the tenant: a producer's rights,
+  reading the agent specs, and its own records of threads and runs (``PREFIX:api:*``).
 
 Scripts are checked key by key: Redis refuses an EVALSHA whose declared KEYS the user
 may not both read and write, and every command a script runs is checked as well, so the
 state machine's scripts declare every key they touch.
 
 Passwords never appear in the output: each user gets the SHA-256 of its password
-(``#<hex>``), read from an environment variable per role.
+(``#<hex>``), read from an environment variable per role (``new_passwords`` makes a set).
+
+The ``default`` user is Redis's own: an ACL file that does not name it leaves it on with
+every right, so a deployment locks it (``locked_default``): it may only PING, which the
+health checks send, and a client that forgot its user reaches nothing.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from contracts.streams import SERVICES, Names
 
-ROLES: tuple[str, ...] = ("operator", *SERVICES, "producer", "subscriber")
+ROLES: tuple[str, ...] = ("operator", *SERVICES, "producer", "subscriber", "api")
 
 PASSWORD_ENV = "LOOPLINE_ACL_{ROLE}_PASSWORD"
 """The default template of the variable that holds a role's password."""
@@ -49,9 +56,10 @@ READ_STREAMS = ("xread", "xrange", "xrevrange", "xlen", "xinfo|stream", "exists"
 CONSUMER = (
     "xreadgroup", "xack", "xclaim", "xautoclaim", "xpending", "xgroup|create",
     "xgroup|createconsumer", "xgroup|delconsumer", "xinfo|groups", "xinfo|consumers",
-    "xinfo|stream", "xtrim", "xadd", "xrange", "xlen",
+    "xinfo|stream", "xtrim", "xadd", "xrange", "xrevrange", "xlen",
 )  # fmt: skip
-"""A consumer group's work: read, ack, reclaim, trim below what every group acked."""
+"""A consumer group's work: read, ack, reclaim, trim below what every group acked; and
+the last entry of a task's log (a thread's run that ended, ``services.tasks.threads``)."""
 
 SCRIPTS = ("eval", "evalsha", "script|load", "script|exists")
 
@@ -59,11 +67,12 @@ DATA = (
     "get", "set", "del", "exists", "expire", "ttl",
     "hset", "hsetnx", "hget", "hmget", "hgetall", "hdel", "hexists", "hkeys", "hvals",
     "hlen", "hincrby",
-    "rpush", "lrange", "llen", "lindex",
+    "rpush", "lpush", "lpop", "lrem", "lrange", "llen", "lindex", "persist",
     "sadd", "sismember",
     "zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyscore", "zcard", "zscore",
 )  # fmt: skip
-"""The data commands the services (and their scripts) run."""
+"""The data commands the services (and their scripts) run; a thread's queue of runs is a
+list (``services/tasks/lua/thread_*.lua``), and a thread's keys are kept while it lives."""
 
 PUBSUB = ("subscribe", "unsubscribe")
 """What a model service listens with (stream requests)."""
@@ -178,6 +187,16 @@ def roles(prefix: str) -> dict[str, Role]:
     found["subscriber"] = Role(
         "subscriber", read_keys=public, commands=(*CONNECTION, *READ_STREAMS)
     )
+    producer = found["producer"]
+    found["api"] = Role(
+        "api",
+        keys=(f"{prefix}:api:*",),  # the gateway's thread and run records (loopline.api)
+        # and the agent specs, whose state keys a thread's state shows (LangGraph's)
+        read_keys=(*producer.read_keys, f"{prefix}:agent:*"),
+        write_keys=producer.write_keys,
+        commands=(*producer.commands, "del", "zadd"),
+        channels=producer.channels,
+    )
     return found
 
 
@@ -240,3 +259,20 @@ def passwords_from_env(
     if missing:
         raise KeyError(", ".join(missing))
     return found
+
+
+LOCKED_DEFAULT = ("on", "nopass", "resetkeys", "resetchannels", "-@all", "+ping")
+"""The default user of a locked deployment: PING only (health checks), no key, no channel."""
+
+
+def locked_default(*, aclfile: bool) -> str:
+    """The line that locks Redis's ``default`` user, for an ACL file or ``redis-cli``."""
+    if aclfile:
+        return " ".join(["user", "default", *LOCKED_DEFAULT])
+    return " ".join(["ACL", "SETUSER", "default", "reset", *LOCKED_DEFAULT])
+
+
+def new_passwords(only: Sequence[str] = ROLES, template: str = PASSWORD_ENV) -> dict[str, str]:
+    """A fresh random password per role, keyed by the variable that holds it (what
+    ``passwords_from_env`` reads back). Hex: safe in a URL, a shell and an env file."""
+    return {template.replace("{ROLE}", role.upper()): secrets.token_hex(24) for role in only}

@@ -30,13 +30,12 @@ from contracts.messages import (
 from loopline.client import Client, TaskFailedError
 from loopline.conversation import (
     RunConfig,
-    decisions_of,
-    interrupt_of,
+    answers_of,
     is_command,
     max_model_calls,
     snapshot,
+    waiting_interrupts,
 )
-from loopline.threads import ThreadValues
 from services.errors import ConfigurationError
 from services.settings import Settings
 from services.spec import imports, local, structured, toolbox
@@ -242,8 +241,9 @@ class Agent:
 
     def _start_services(self) -> None:
         if self.embedded:
-            from loopline.embedded import ensure_services
+            from loopline.embedded import check_endpoint, ensure_services
 
+            check_endpoint(self.spec.model)  # this process is the model service
             ensure_services(self.url, self.settings)
 
     def client(self) -> Client:
@@ -287,9 +287,10 @@ class Agent:
         self, task_id: str, *, after: str = "0", answered: Sequence[str] = ()
     ) -> dict[str, Any]:
         """Wait for the task and return ``{"messages": [...], "todos": [...]}``; a task
-        waiting for a human returns with ``"__interrupt__"`` (LangChain's key) instead:
-        the HITLRequest (batched mode), or every open ToolApprovalRequest (per-call mode).
-        ``answered``: per-call decisions just sent for these calls (see ``aresume``)."""
+        waiting for an answer returns with ``"__interrupt__"`` (LangChain's key) instead:
+        the value a hook's ``interrupt()`` asked (HITL's HITLRequest in batched mode), or
+        each waiting tool call's (per-call mode: its ToolApprovalRequest). ``answered``:
+        tool calls whose answers were just sent (see ``aresume``)."""
         async with self.client() as client:
             if answered:
                 _, outcome = await client.outcome_of_decisions(task_id, answered, after=after)
@@ -299,12 +300,10 @@ class Agent:
                 raise TaskFailedError(outcome)
             if isinstance(outcome, ToolInterrupted):  # a decision the call's schema refused
                 raise ValueError(f"decision for call {outcome.call.id} refused: {outcome.error}")
-            open_calls = (
-                await client.waiting_calls(task_id)
-                if isinstance(outcome, ApprovalRequested)
-                and outcome.request.get("type") == "tool_approval"
-                else []
-            )
+            open_calls = []
+            if isinstance(outcome, ApprovalRequested) and outcome.per_call:
+                await client.step_settled(task_id)
+                open_calls = await client.waiting_calls(task_id)
             messages = await client.messages(task_id)
             todos = await client.todos(task_id)
             given, structured_json = await client.structured_response(task_id)
@@ -347,6 +346,15 @@ class Agent:
         self, task_id: str, decisions: Sequence[dict[str, Any]] | Mapping[str, Any]
     ) -> dict[str, Any]:
         return asyncio.run(self.aresume(task_id, decisions))
+
+    async def aanswer(self, task_id: str, answers: Mapping[str, Any]) -> dict[str, Any]:
+        """Answer a waiting task's interrupts by id (``Interrupt.id``: each
+        ``interrupt()`` returns its value) and wait for its next outcome."""
+        self._start_services()
+        async with self.client() as client:
+            after = await client.last_entry(task_id)
+            answered = await client.answer(task_id, answers)
+        return await self.aresult(task_id, after=after, answered=answered)
 
     async def acancel(self, task_id: str, reason: str = "cancelled by request") -> None:
         async with self.client() as client:
@@ -479,10 +487,10 @@ class Agent:
         async with self.client() as client:
             reader = client.threads()
             state = await reader.current(thread_id)
-            interrupts = await self._interrupts(client, state)
+            waits = await waiting_interrupts(client, state)
             runs = await reader.run_ids(thread_id)
         parent = runs[runs.index(state.run_id) - 1] if state.run_id in runs[1:] else ""
-        return snapshot(self.spec, state, interrupts, parent_run=parent)
+        return snapshot(self.spec, state, waits, parent_run=parent)
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
         return asyncio.run(self.aget_state(config, subgraphs=subgraphs))
@@ -505,19 +513,6 @@ class Agent:
     def get_state_history(self, config: Mapping[str, Any], **kwargs: Any) -> Iterator[Any]:
         return iter_async(self.aget_state_history(config, **kwargs))
 
-    async def _interrupts(self, client: Client, state: ThreadValues) -> list[Any]:
-        """The interrupts a waiting run of the thread asked (batched: one, by run and
-        step; per call: one per waiting call, by its tool call id)."""
-        if state.status != "running":
-            return []
-        if state.phase == "approval":
-            asked = await client.threads().batched_request(state.run_id, state.step)
-            if asked is None:
-                return []
-            return [interrupt_of(asked.request, f"{state.run_id}:{state.step}")]
-        calls = await client.waiting_calls(state.run_id)
-        return [interrupt_of(c.request, str(c.request.get("tool_call_id"))) for c in calls]
-
     async def _aresume_thread(
         self, command: Any, config: Mapping[str, Any] | None
     ) -> dict[str, Any]:
@@ -525,12 +520,11 @@ class Agent:
         thread_id = self._thread_id(config)
         async with self.client() as client:
             state = await client.threads().current(thread_id)
-            interrupts = await self._interrupts(client, state)
-        if not interrupts:
+            waits = await waiting_interrupts(client, state)
+        if not waits:
             raise ValueError(f"thread {thread_id} has no interrupt waiting for a resume")
-        waiting_ids = [str(i.id) for i in interrupts]
-        decisions = decisions_of(command.resume, waiting_ids)
-        result = await self.aresume(state.run_id, decisions)
+        answers = answers_of(command.resume, [str(w.interrupt.id) for w in waits])
+        result = await self.aanswer(state.run_id, answers)
         return await self._thread_result(result, config)
 
     async def _thread_result(

@@ -41,8 +41,10 @@ from contracts.events import (
     DecisionsSubmitted,
     Event,
     ModelFailed,
+    ModelInterrupted,
     ModelRequested,
     ModelResponded,
+    ModelResumed,
     RunDequeued,
     StepStarted,
     TaskCompleted,
@@ -86,8 +88,8 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(
         "loop",
         lambda n: n.loop,
-        (ModelResponded, ModelFailed, ToolCompleted, ToolInterrupted),
-        "model (replies, failures), tools and todos (tool results, per-call approvals)",
+        (ModelResponded, ModelInterrupted, ModelFailed, ToolCompleted, ToolInterrupted),
+        "model (replies, interrupts, failures), tools and todos (tool results, their interrupts)",
         "loop",
         "Results coming back to the loop, which applies each as one atomic transition of "
         "the task's state. Replies and tool results of agents without loop-stage hooks do "
@@ -104,9 +106,9 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(
         "model",
         lambda n: n.model,
-        (ModelRequested,),
+        (ModelRequested, ModelResumed),
         "context; loop or tools (when a result completes a step) for agents without "
-        "context editing",
+        "context editing; loop (ModelResumed: a wrap_model_call interrupt answered)",
         "model",
         "Call the model on the transcript prefix with the given edits applied.",
     ),

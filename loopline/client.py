@@ -162,10 +162,13 @@ class Client:
         name: str | None = None,
         overridable: Sequence[str] | None = None,
         max_steps: int | None = None,
+        check_here: bool = True,
     ) -> DeployedAgent:
         """Register an agent (an ``AgentSpec``, an ``Agent`` from ``create_agent``, or an
         agent file's path) under ``name`` (default: the spec's name), checked in full
-        first. An unchanged registration keeps its version; a changed one is the next.
+        first (``check_here=False``: only what needs no code; the services check the rest
+        when its tasks start, ``deployed.registration``). An unchanged registration keeps
+        its version; a changed one is the next.
         ``overridable``: what a task may override (default: ``OVERRIDABLE``). A Redis
         user that may not write the registry gets ``RegistryDenied``."""
         spec, steps = _spec_of(agent)
@@ -174,6 +177,7 @@ class Client:
             name=name,
             overridable=overridable,
             max_steps=max_steps if max_steps is not None else steps,
+            check_here=check_here,
         )
         stored, _ = await deployed.deploy(self.redis, self.names, found)
         return stored
@@ -279,7 +283,7 @@ class Client:
             wire = [dict(d) for d in decisions]
         open_calls = await self.waiting_calls(task_id)
         if open_calls:
-            open_ids = [str(r.request.get("tool_call_id")) for r in open_calls]
+            open_ids = [r.call_id for r in open_calls]
             unnamed = [d for d in wire if "tool_call_id" not in d]
             if unnamed and len(open_ids) != 1:
                 raise ValueError(
@@ -298,6 +302,19 @@ class Client:
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
         return [str(d["tool_call_id"]) for d in wire if "tool_call_id" in d]
 
+    async def answer(self, task_id: str, answers: Mapping[str, Any]) -> list[str]:
+        """Answer a task's waiting interrupts by id (``ApprovalRequested.interrupt_id``),
+        as LangGraph's ``Command(resume={interrupt_id: value})``: each ``interrupt()``
+        returns its value. Returns the ids of the tool calls answered (calls that wait
+        one by one; empty for a hook's interrupt)."""
+        if not answers:
+            raise ValueError("answer needs at least one interrupt id and its value")
+        open_calls = await self.waiting_calls(task_id)
+        by_interrupt = {r.interrupt_id: r.call_id for r in open_calls}
+        event = DecisionsSubmitted(task_id=task_id, answers=dict(answers))
+        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        return [by_interrupt[i] for i in answers if i in by_interrupt]
+
     async def waiting_calls(self, task_id: str) -> list[ApprovalRequested]:
         """The open per-call approval requests of a task (``interrupt_mode="per_call"``):
         one per gated call of the current step that has no decision yet, oldest first.
@@ -314,10 +331,36 @@ class Client:
             if isinstance(parked, ToolInterrupted):
                 found.append(
                     ApprovalRequested(
-                        task_id=task_id, step=step, request=parked.request, at=parked.at
+                        task_id=task_id,
+                        step=step,
+                        request=parked.request,
+                        at=parked.at,
+                        interrupt_id=call.interrupt_id,
+                        node="tools",
                     )
                 )
         return found
+
+    async def step_settled(self, task_id: str, timeout: float = 60.0) -> None:
+        """Wait until every call of the task's current step has its result or waits for
+        an answer to its interrupt: LangGraph returns an interrupt once its superstep's
+        other tasks ran too, with all the interrupts they raised."""
+        from services.tasks.store import waiting_calls
+
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            found: Any = await self.redis.hmget(self.names.task_state(task_id), "phase", "expected")
+            phase, expected = found
+            if (phase or b"").decode() != "tools":
+                return
+            done: Any = await self.redis.hkeys(self.names.task_results(task_id))
+            _, waits = await waiting_calls(self.redis, self.names, task_id)
+            settled = {k.decode() for k in done} | {w.call_id for w in waits}
+            if set(json.loads(expected or b"[]")) <= settled:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"task {task_id}: the step's calls did not settle")
+            await asyncio.sleep(0.02)
 
     async def outcome_of_decisions(
         self, task_id: str, call_ids: Sequence[str], *, after: str = "0"
@@ -364,7 +407,7 @@ class Client:
                 found[event.task_id] = event
         waiting = []
         for task_id, event in found.items():
-            if event.request.get("type") == "tool_approval":  # per call: every open one
+            if event.per_call:  # per call: every open one
                 waiting.extend(await self.waiting_calls(task_id))
                 continue
             open_request = await self.waiting(task_id)
@@ -506,10 +549,11 @@ class Client:
                     yield last, batch
 
     async def feed(
-        self, task_id: str, chunks_after: str, log_after: str, block_ms: int = 1000
+        self, task_id: str, chunks_after: str, log_after: str, block_ms: int | None = 1000
     ) -> tuple[list[tuple[str, ChunkBatch]], list[tuple[str, AnyEvent]]]:
         """New entries of the task's chunk stream and log, read in one command (one
-        snapshot: the chunks of a reply are all there when its ``ModelResponded`` is)."""
+        snapshot: the chunks of a reply are all there when its ``ModelResponded`` is);
+        ``block_ms=None``: what is there now, without waiting."""
         chunks_key, log_key = self.names.task_chunks(task_id), self.names.task_log(task_id)
         reply: Any = await self.redis.xread(
             {chunks_key: chunks_after, log_key: log_after}, block=block_ms

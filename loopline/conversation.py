@@ -1,5 +1,5 @@
 """LangChain's thread API on loopline's threads: ``config`` as LangGraph reads it, the
-``StateSnapshot`` of a thread, and ``Command(resume=...)`` mapped to the decisions a
+``StateSnapshot`` of a thread, and ``Command(resume=...)`` mapped to the answers a
 waiting run takes.
 
 ``config["configurable"]["thread_id"]`` makes a call a run of that thread (stored in
@@ -25,7 +25,25 @@ from services.tasks.thread_runs import untracked_keys
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
+    from loopline.client import Client
+
 HITL_NODE = "HumanInTheLoopMiddleware.after_model"
+TOOLS_NODE = "tools"
+MULTIPLE_INTERRUPTS = (
+    "When there are multiple pending interrupts, you must specify the interrupt id when "
+    "resuming. Docs: https://docs.langchain.com/oss/python/langgraph/interrupts"
+    "#handling-multiple-interrupts."
+)
+"""LangGraph's refusal of ``Command(resume=value)`` while several interrupts wait."""
+
+
+@dataclass(frozen=True)
+class WaitingInterrupt:
+    """One interrupt a run waits on: LangGraph's ``Interrupt`` and the node that asked
+    (``<middleware>.<hook>``, or ``tools`` for a tool call)."""
+
+    node: str
+    interrupt: Any
 
 
 @dataclass(frozen=True)
@@ -107,27 +125,46 @@ def interrupt_of(value: Any, interrupt_id: str) -> Any:
     return Interrupt(value=value, id=interrupt_id)
 
 
+def waiting_tasks(state: ThreadValues, waits: Sequence[WaitingInterrupt]) -> tuple[Any, ...]:
+    """``StateSnapshot.tasks`` of a run that waits, as LangGraph lists them: the hook's
+    node with its interrupt, or one ``tools`` task per tool call that waits."""
+    from langgraph.types import PregelTask
+
+    if waits[0].node != TOOLS_NODE:
+        node = waits[0].node
+        return (
+            PregelTask(
+                id=f"{state.run_id}:{state.step}",
+                name=node,
+                path=("__pregel_pull", node),
+                interrupts=tuple(w.interrupt for w in waits),
+            ),
+        )
+    return tuple(
+        PregelTask(
+            id=f"{state.run_id}:{state.step}:{i}",
+            name=TOOLS_NODE,
+            path=("__pregel_push", i, False),
+            interrupts=(w.interrupt,),
+        )
+        for i, w in enumerate(waits)
+    )
+
+
 def snapshot(
     spec: AgentSpec,
     state: ThreadValues,
-    interrupts: Sequence[Any] = (),
+    waits: Sequence[WaitingInterrupt] = (),
     *,
     parent_run: str = "",
 ) -> Any:
     """A ``langgraph.types.StateSnapshot`` of one state of the thread."""
-    from langgraph.types import PregelTask, StateSnapshot
+    from langgraph.types import StateSnapshot
 
-    if interrupts:
-        waiting_for = HITL_NODE if state.phase == "approval" else "tools"
-        tasks: tuple[Any, ...] = (
-            PregelTask(
-                id=f"{state.run_id}:{state.step}",
-                name=waiting_for,
-                path=("__pregel_pull", waiting_for),
-                interrupts=tuple(interrupts),
-            ),
-        )
-        upcoming: tuple[str, ...] = (waiting_for,)
+    interrupts = tuple(w.interrupt for w in waits)
+    if waits:
+        tasks: tuple[Any, ...] = waiting_tasks(state, waits)
+        upcoming: tuple[str, ...] = tuple(t.name for t in tasks)
     elif state.status == "running":
         upcoming = ("model",) if state.phase == "model" else ("tools",)
         tasks = ()
@@ -150,25 +187,36 @@ def snapshot(
     )
 
 
-def decisions_of(resume: Any, waiting_ids: Sequence[str]) -> Any:
-    """LangChain's resume payload as the decisions ``Agent.aresume`` takes: batched
-    (``{"decisions": [...]}``, or that keyed by its interrupt id) to the list of
-    decisions; per call (``{interrupt id: decision}``, the interrupt id being the tool
-    call id here) as it is."""
-    if isinstance(resume, Mapping) and "decisions" in resume:
-        return list(resume["decisions"])
-    if isinstance(resume, Mapping) and len(resume) == 1:
-        (only,) = resume.values()
-        if isinstance(only, Mapping) and "decisions" in only:
-            return list(only["decisions"])
-    if isinstance(resume, Mapping) and all(k in waiting_ids for k in resume):
+async def waiting_interrupts(client: Client, state: ThreadValues) -> list[WaitingInterrupt]:
+    """The interrupts a waiting run of the thread asked: a hook's (one, by its interrupt
+    id), or one per waiting tool call (by its interrupt id)."""
+    if state.status != "running":
+        return []
+    if state.phase == "approval":
+        asked = await client.threads().batched_request(state.run_id, state.step)
+        if asked is None:
+            return []
+        interrupt_id = asked.interrupt_id or f"{state.run_id}:{state.step}"
+        node = asked.node or HITL_NODE
+        return [WaitingInterrupt(node, interrupt_of(asked.request, interrupt_id))]
+    calls = await client.waiting_calls(state.run_id)
+    return [WaitingInterrupt(TOOLS_NODE, interrupt_of(c.request, c.interrupt_id)) for c in calls]
+
+
+def answers_of(resume: Any, waiting_ids: Sequence[str]) -> dict[str, Any]:
+    """LangGraph's ``Command(resume=...)`` as answers by interrupt id: a mapping whose
+    keys are all waiting interrupts' ids answers those; any other value answers the one
+    interrupt that waits (with several waiting, LangGraph refuses it: ``RuntimeError``).
+    HumanInTheLoopMiddleware's ``{"decisions": [...]}`` is such a value."""
+    if (
+        isinstance(resume, Mapping)
+        and resume
+        and all(isinstance(k, str) and k in waiting_ids for k in resume)
+    ):
         return dict(resume)
-    if isinstance(resume, Mapping) and "type" in resume:  # one decision, one call waits
-        return dict(resume)
-    raise ValueError(
-        "Command(resume=...) takes {'decisions': [...]} (HumanInTheLoopMiddleware) or "
-        f"{{interrupt_id: decision}} for the waiting interrupts ({', '.join(waiting_ids)})"
-    )
+    if len(waiting_ids) > 1:
+        raise RuntimeError(MULTIPLE_INTERRUPTS)
+    return {waiting_ids[0]: resume}
 
 
 def is_command(value: Any) -> bool:
@@ -181,8 +229,10 @@ def is_command(value: Any) -> bool:
 
 __all__ = [
     "RunConfig",
-    "decisions_of",
+    "WaitingInterrupt",
+    "answers_of",
     "is_command",
     "max_model_calls",
     "snapshot",
+    "waiting_interrupts",
 ]

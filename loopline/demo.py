@@ -28,7 +28,9 @@ _NOTES = {
 
 def lookup(query: str) -> str:
     """Look up reference notes about a Redis topic."""
-    note = _NOTES.get(query.lower(), f"No notes about {query!r}. ")
+    asked = " ".join(query.lower().split())
+    topic = next((t for t in _NOTES if t in asked), None)
+    note = _NOTES[topic] if topic else f"No notes about {query!r}. "
     return (note * 6).strip()  # long enough that old results are worth clearing
 
 

@@ -9,15 +9,23 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
+import sys
 import threading
 from concurrent.futures import Future
+from typing import NoReturn
 
+from contracts.agent import ModelSpec
 from contracts.streams import SERVICES
 from loopline.embedded_server import EmbeddedValkey
+from services.errors import ConfigurationError
 from services.settings import Settings
 from services.spec import endpoints, imports
 
 log = logging.getLogger("loopline.embedded")
+
+ABORT_WAIT_S = 3.0
+"""How long an abort waits for the cancelled handlers to unwind."""
 
 _lock = threading.Lock()
 _server: EmbeddedValkey | None = None
@@ -79,6 +87,33 @@ class ServiceThread:
         self._started.result(timeout=30)
         return self
 
+    def abort(self) -> None:
+        """Stop now, dropping the work in flight (Ctrl-C: the task goes with this
+        process): every task of the services' loop is cancelled and awaited, so none
+        fails later on an interpreter that is shutting down, and the services' logs go
+        quiet (what they would report now is only this process leaving). On a loop too
+        busy to unwind in time the thread is left to the exit (it is a daemon), rather
+        than its tasks destroyed while pending."""
+        if not self._thread.is_alive():
+            return
+        logging.getLogger("loopline").setLevel(logging.CRITICAL)
+
+        async def cancel_everything() -> None:
+            current = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not current]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=ABORT_WAIT_S)
+
+        done = asyncio.run_coroutine_threadsafe(cancel_everything(), self._loop)
+        try:
+            done.result(timeout=ABORT_WAIT_S + 1)
+        except Exception:  # too busy to unwind: the process is leaving anyway
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=ABORT_WAIT_S)
+
     def stop(self) -> None:
         if not self._thread.is_alive():
             return
@@ -91,6 +126,25 @@ class ServiceThread:
         self._thread.join(timeout=5)
 
 
+def abort_services() -> None:
+    """Stop this process's embedded services at once, dropping their work (see
+    ``ServiceThread.abort``); nothing when none runs."""
+    if _stack is not None:
+        _stack.abort()
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave at once (Ctrl-C of the command line): the services aborted, the server
+    stopped (its folder removed), the output flushed, then ``os._exit``. A tool still
+    running in a worker thread would otherwise hold the exit until it returns, since the
+    interpreter joins those threads on the way out."""
+    abort_services()
+    _stop_server()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def ensure_services(url: str, settings: Settings) -> ServiceThread:
     """Start (once per process) every service in-process against ``url``."""
     global _stack
@@ -98,6 +152,25 @@ def ensure_services(url: str, settings: Settings) -> ServiceThread:
         if _stack is None:
             _stack = ServiceThread(url, embedded_settings(settings)).start()
         return _stack
+
+
+class NoModelEndpoint(ConfigurationError):
+    """The embedded default cannot call the agent's model: ``str()`` is one line that
+    says how to get an endpoint, with or without a key."""
+
+
+def check_endpoint(model: ModelSpec) -> None:
+    """On the embedded default this process is the model service: a model it cannot
+    call fails here, before any task, rather than as the task's first step."""
+    if endpoints.endpoint_configured(model):
+        return
+    raise NoModelEndpoint(
+        f"no model endpoint configured for {model.name!r}: set OPENAI_API_KEY (and "
+        "OPENAI_BASE_URL for another OpenAI-compatible server); without a key, run "
+        "`python -m loopline.testing.scripted` and set "
+        "OPENAI_BASE_URL=http://127.0.0.1:8000/v1 (README: Try it without a key), "
+        "or run `loopline demo`"
+    )
 
 
 def trust_this_process() -> None:

@@ -349,9 +349,8 @@ def _tasks_line(tasks: dict[str, Any] | None, failing: dict[str, Any] | None) ->
     )
 
 
-def render(report: dict[str, Any]) -> str:
-    """The report as compact tables for a terminal."""
-    head = [_server_line(report["server"]), ""] if report.get("server") else []
+def service_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The services table: a header, then one row per input stream of each service."""
     rows = [["SERVICE", "CONSUMERS", "STREAM", "LENGTH", "LAG", "PENDING"]]
     for service, info in report["services"].items():
         for i, stream in enumerate(info["streams"]):
@@ -366,35 +365,51 @@ def render(report: dict[str, Any]) -> str:
                     _num(stream["pending"]),
                 ]
             )
-    lines = head + _table(rows)
+    return rows
+
+
+def consumer_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The consumers table: a header, then one row per consumer (only the header when
+    no service runs)."""
+    rows = [["CONSUMER", "SERVICE", "HOST", "PID", "UP", "IDLE", "PENDING"]]
+    for service, info in report["services"].items():
+        for c in info["consumers"]:
+            idle = None if c["idle_ms"] is None else c["idle_ms"] / 1000
+            rows.append(
+                [
+                    c["name"] + ("" if c["announced"] else " (gone?)"),
+                    service,
+                    _num(c["host"]),
+                    _num(c["pid"]),
+                    _duration(c["uptime_s"]),
+                    _duration(idle),
+                    str(c["pending"]),
+                ]
+            )
+    return rows
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """Dead letters, the entries being retried, the tasks."""
     dlq = report["dlq"]
-    lines.append("")
-    lines.append(f"dead letters: {dlq['length']} ({dlq['stream']}; see `loopline dlq list`)")
+    lines = [f"dead letters: {dlq['length']} ({dlq['stream']}; see `loopline dlq list`)"]
     lines.extend(_failing_lines(report.get("failing")))
     lines.append(_tasks_line(report["tasks"], report.get("failing")))
-    consumers = [c for info in report["services"].values() for c in info["consumers"]]
-    services_of = {
-        c["name"]: service
-        for service, info in report["services"].items()
-        for c in info["consumers"]
-    }
-    lines.append("")
-    if not consumers:
-        lines.append("no consumers: no service of this deployment is running")
-        return "\n".join(lines)
-    rows = [["CONSUMER", "SERVICE", "HOST", "PID", "UP", "IDLE", "PENDING"]]
-    for c in consumers:
-        idle = None if c["idle_ms"] is None else c["idle_ms"] / 1000
-        rows.append(
-            [
-                c["name"] + ("" if c["announced"] else " (gone?)"),
-                services_of[c["name"]],
-                _num(c["host"]),
-                _num(c["pid"]),
-                _duration(c["uptime_s"]),
-                _duration(idle),
-                str(c["pending"]),
-            ]
-        )
-    lines.extend(_table(rows))
+    return lines
+
+
+NO_CONSUMERS = "no consumers: no service of this deployment is running"
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as compact text tables (for a pipe or a file)."""
+    lines = [_server_line(report["server"]), ""] if report.get("server") else []
+    lines += _table(service_rows(report))
+    lines += ["", *summary_lines(report), ""]
+    consumers = consumer_rows(report)
+    lines += _table(consumers) if len(consumers) > 1 else [NO_CONSUMERS]
     return "\n".join(lines)
+
+
+def server_line(report: dict[str, Any]) -> str | None:
+    return _server_line(report["server"]) if report.get("server") else None

@@ -23,6 +23,7 @@ from redis.exceptions import NoPermissionError
 from contracts.agent import OVERRIDABLE, AgentSpec, DeployedAgent, parse_agent_ref
 from contracts.streams import Names
 from services.errors import ConfigurationError
+from services.spec.endpoints import endpoint_problem
 from services.spec.validation import InvalidSpec, check_deployable
 
 # KEYS[1] the registry; ARGV: name, digest, body. Returns the version (new or unchanged)
@@ -98,8 +99,13 @@ def registration(
     name: str | None = None,
     overridable: Sequence[str] | None = None,
     max_steps: int | None = None,
+    check_here: bool = True,
 ) -> DeployedAgent:
-    """The registration of a spec, checked in full (version 1 until stored)."""
+    """The registration of a spec (version 1 until stored), checked in full here, where
+    it is registered. ``check_here=False`` (a client registering an agent file it read
+    as data, ``loopline run --agent`` on a deployment) checks only what needs no code:
+    names, overrides, a model given by name; the services import and check the rest
+    where its tasks start and run, and a task that cannot run ends with the reason."""
     agent_name = name or spec.name
     try:
         parse_agent_ref(agent_name)
@@ -112,7 +118,12 @@ def registration(
             f"cannot allow overriding {', '.join(unknown)}: a task may override only "
             f"{', '.join(OVERRIDABLE)}"
         )
-    check_deployable(spec)
+    if check_here:
+        check_deployable(spec)
+    else:
+        problem = endpoint_problem(spec.model)
+        if problem:
+            raise InvalidSpec(problem)
     payload: dict[str, Any] = {
         "spec": spec.model_dump(mode="json"),
         "overridable": sorted(allowed),

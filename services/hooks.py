@@ -13,12 +13,15 @@ context editing, which the services implement natively, are not run as hooks).
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.agent import AgentSpec
+from services import interrupts
+from services.interrupts import Answers
 from services.spec.middleware import NATIVE, build
 
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
@@ -85,17 +88,31 @@ def lg_runtime(context: Any = None) -> Any:
     return Runtime(context=context, store=store.shared())
 
 
+def node_name(instance: Any, hook: str) -> str:
+    """The hook's node as LangChain's ``create_agent`` names it: ``<middleware>.<hook>``."""
+    return f"{getattr(instance, 'name', None) or type(instance).__name__}.{hook}"
+
+
 async def call_state_hook(
-    instance: Any, hook: str, state: dict[str, Any], context: Any = None
+    instance: Any,
+    hook: str,
+    state: dict[str, Any],
+    context: Any = None,
+    answers: Answers | None = None,
 ) -> dict[str, Any]:
     """One before/after hook; async variant when implemented, else the sync one in a thread
-    (LangChain runs sync hooks in async agents the same way)."""
+    (LangChain runs sync hooks in async agents the same way). It runs as a LangGraph node
+    (``services.interrupts.node``): an ``interrupt()`` in it gets its answer from
+    ``answers``, or raises ``NodeInterrupted`` when it has none."""
     base = _base()
     runtime = lg_runtime(context)
-    if getattr(type(instance), f"a{hook}", None) is not getattr(base, f"a{hook}", None):
-        result = await getattr(instance, f"a{hook}")(state, runtime)
-    else:
-        result = await asyncio.to_thread(getattr(instance, hook), state, runtime)
+    node = node_name(instance, hook)
+    answers = answers or Answers(scope="")
+    with interrupts.node(node, answers.scope, answers.of(node), runtime):
+        if getattr(type(instance), f"a{hook}", None) is not getattr(base, f"a{hook}", None):
+            result = await getattr(instance, f"a{hook}")(state, runtime)
+        else:
+            result = await asyncio.to_thread(getattr(instance, hook), state, runtime)
     if result is None:
         return {}
     if not isinstance(result, dict):
@@ -148,10 +165,15 @@ def merge_messages(current: list[Any], updates: Sequence[Any]) -> list[Any]:
 
 
 async def run_state_hooks(
-    hooks: HookSet, hook: str, messages: list[Any], extra: dict[str, Any]
+    hooks: HookSet,
+    hook: str,
+    messages: list[Any],
+    extra: dict[str, Any],
+    answers: Answers | None = None,
 ) -> StateResult:
     """Run one kind of hook over all middleware: ``before_*`` in list order, ``after_*``
-    in reverse (LangChain's order). Each sees the updates of the ones before it."""
+    in reverse (LangChain's order). Each sees the updates of the ones before it.
+    ``answers``: what the hooks' interrupts are answered with (see ``call_state_hook``)."""
     chain = hooks.with_hook(hook)
     if hook.startswith("after"):
         chain = list(reversed(chain))
@@ -160,7 +182,7 @@ async def run_state_hooks(
     changed = False
     for _, instance in chain:
         state = {"messages": state_messages, **state_extra}
-        update = await call_state_hook(instance, hook, state, hooks.context)
+        update = await _node_update(instance, hook, state, hooks.context, answers)
         if not update:
             continue
         jump = update.pop("jump_to", None)
@@ -173,6 +195,51 @@ async def run_state_hooks(
         if jump and can_jump(instance, hook, jump):
             return StateResult(without_stand_in_ids(state_messages), state_extra, jump, True)
     return StateResult(without_stand_in_ids(state_messages), state_extra, None, changed)
+
+
+async def _node_update(
+    instance: Any, hook: str, state: dict[str, Any], context: Any, answers: Answers | None
+) -> dict[str, Any]:
+    """A hook's update: called, or (resuming a step where it ran to its end before a
+    later node waited) the update it gave then, as LangGraph keeps a finished node's
+    writes. A new update is recorded in ``answers.done`` when it can be kept as JSON."""
+    node = node_name(instance, hook)
+    if answers is not None and node in answers.done:
+        return _replayed(answers.done[node])
+    update = await call_state_hook(instance, hook, state, context, answers)
+    if answers is not None:
+        recorded = _recorded(update)
+        if recorded is not None:
+            answers.done[node] = recorded
+    return update
+
+
+def _recorded(update: dict[str, Any]) -> dict[str, Any] | None:
+    """A node's update as JSON (messages as loopline's), or None when it cannot be
+    (the node then runs again on resume)."""
+    from langchain_core.messages.utils import convert_to_messages
+
+    from contracts.messages import from_langchain
+
+    try:
+        out = dict(update)
+        if "messages" in out:
+            messages = convert_to_messages(list(out["messages"]))
+            out["messages"] = [from_langchain(m).model_dump(mode="json") for m in messages]
+        return dict(json.loads(json.dumps(out)))
+    except Exception:  # a RemoveMessage, a value JSON cannot hold
+        return None
+
+
+def _replayed(recorded: dict[str, Any]) -> dict[str, Any]:
+    from contracts.messages import MESSAGE_ADAPTER, to_langchain
+
+    out = dict(recorded)
+    if "messages" in out:
+        out["messages"] = [
+            to_langchain(MESSAGE_ADAPTER.validate_python(m)) for m in out["messages"]
+        ]
+    return out
 
 
 STAND_IN_ID = "loopline-stand-in:"

@@ -15,10 +15,13 @@ from services.app import ensure_groups
 from services.editing.counting import install_offline_tiktoken_cache
 from services.runtime import Runtime
 from services.settings import Settings
+from tests.docker_engine import require_compose
 from tests.support import (
+    REPO_ROOT,
     MakeRuntime,
     RedisProvider,
     ServiceProcesses,
+    loopline_up,
     services_on,
     twin_servers,
     unique_prefix,
@@ -77,6 +80,14 @@ def redis_url() -> Iterator[str]:
     yield provider.url
     with subprocess_allowed():
         provider.stop()
+
+
+@pytest.fixture(scope="session")
+def compose_cmd() -> list[str]:
+    """The compose command of a Docker engine that answers. The tests never start an
+    engine: without one they skip, or fail when ``LOOPLINE_TEST_DOCKER=1`` asks for them
+    (``tests/docker_engine.py``)."""
+    return require_compose()
 
 
 @pytest.fixture(scope="session")
@@ -166,3 +177,19 @@ def stack(
     the second twin server; the test middleware record to the session's Redis."""
     with services_on(redis_url, servers[1], RECORD_REDIS_URL=redis_url) as procs:
         yield procs
+
+
+@pytest.fixture(scope="module")
+def up(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[dict[str, str]]:
+    """``loopline up`` under a fresh prefix, the model service calling ``scripted``; the
+    environment it runs with (a client of it may take what it needs)."""
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "LOOPLINE_PREFIX": unique_prefix(),
+        "OPENAI_BASE_URL": scripted.url,
+        "OPENAI_API_KEY": "test",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    with loopline_up(env, env["LOOPLINE_PREFIX"]):
+        yield env

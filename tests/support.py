@@ -9,13 +9,14 @@ does, and reports what Redis showed at the moment its handler returned."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,11 @@ __all__ = [
     "MakeRuntime",
     "RedisProvider",
     "ServiceProcesses",
+    "Terminal",
     "completed",
     "events_on",
     "issue_calls",
+    "loopline_up",
     "pending_on",
     "replied",
     "reply_with_calls",
@@ -59,6 +62,7 @@ __all__ = [
     "result",
     "run_cli",
     "run_entry",
+    "run_in_terminal",
     "services_on",
     "start_task",
     "twin_servers",
@@ -106,6 +110,83 @@ def restart(stack: ServiceProcesses, name: str) -> None:
         proc.wait()
         stack.procs[name][i] = stack._spawn(name, i + 100)
     stack.wait_ready(90)
+
+
+@contextlib.contextmanager
+def loopline_up(env: dict[str, str], log_name: str) -> Iterator[None]:
+    """``loopline up`` (every service in one process) as a user starts it, with ``env``
+    (its ``REDIS_URL`` and ``LOOPLINE_PREFIX`` among them), until the block ends; its
+    output goes to ``/tmp/loopline-up-LOG_NAME.log``."""
+    from loopline import lifetime
+
+    log = Path(f"/tmp/loopline-up-{log_name}.log")
+    proc = lifetime.spawn(
+        [sys.executable, "-m", "loopline", "up"],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT,
+    )
+    procs = ServiceProcesses(env["REDIS_URL"], env["LOOPLINE_PREFIX"])
+    procs.procs = {name: [proc] for name in procs.services}
+    try:
+        procs.wait_ready(120)  # a loaded machine imports slowly
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+@dataclass
+class Terminal:
+    """What a command wrote to a pseudo-terminal: its raw bytes decoded (escape
+    sequences and all), and its exit status."""
+
+    returncode: int
+    output: str
+
+
+def run_in_terminal(
+    args: Sequence[str],
+    *,
+    env: dict[str, str],
+    cwd: Path | str | None = None,
+    timeout: float = 120,
+    columns: int = 120,
+    rows: int = 40,
+) -> Terminal:
+    """Run ``args`` with a pseudo-terminal as stdin, stdout and stderr (a person at a
+    terminal of ``columns`` x ``rows``), collecting everything it draws."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    proc = subprocess.Popen(
+        list(args), env=env, cwd=cwd, stdin=child, stdout=child, stderr=child, close_fds=True
+    )
+    os.close(child)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{args} still running after {timeout} s")
+            try:
+                data = os.read(main, 65536)
+            except OSError:  # EIO: the child side is closed, everything was read
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(main)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    return Terminal(proc.returncode, b"".join(chunks).decode("utf-8", "replace"))
 
 
 def run_cli(

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,11 @@ import redis as syncredis
 
 from contracts import TodosUpdated
 from contracts.streams import DATA_FIELD, Names
-from loopline import lifetime
 from loopline.testing.scripted import (
     Reply,
-    ScriptedOpenAIServer,
     ScriptedToolCall,
 )
-from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix
+from tests.support import REPO_ROOT
 
 TODO_TURNS = [
     Reply(
@@ -51,33 +48,6 @@ system_prompt: You add numbers.
 middleware:
   - type: TodoListMiddleware
 """
-
-
-@pytest.fixture(scope="module")
-def up(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[dict[str, str]]:
-    """``loopline up``: every service in one process, as a user starts it."""
-    env = {
-        **os.environ,
-        "REDIS_URL": redis_url,
-        "LOOPLINE_PREFIX": unique_prefix(),
-        "OPENAI_BASE_URL": scripted.url,
-        "OPENAI_API_KEY": "test",
-        "PYTHONPATH": str(REPO_ROOT),
-    }
-    log = Path(f"/tmp/loopline-up-{env['LOOPLINE_PREFIX']}.log")
-    proc = lifetime.spawn(
-        [sys.executable, "-m", "loopline", "up"],
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        cwd=REPO_ROOT,
-    )
-    procs = ServiceProcesses(redis_url, env["LOOPLINE_PREFIX"])
-    procs.procs = {name: [proc] for name in procs.services}
-    procs.wait_ready(30)
-    yield env
-    proc.terminate()
-    proc.wait(timeout=15)
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -216,7 +186,7 @@ def test_schema_lists_every_event() -> None:
             {"REDIS_URL": "redis://127.0.0.1:1", "OPENAI_BASE_URL": "http://x/v1"},
             "cannot reach Redis",
         ),
-        (["run", "hi"], {"REDIS_URL": "redis://127.0.0.1:1"}, "no model endpoint configured"),
+        (["run", "hi"], {}, "no model endpoint configured"),
         (["run", "hi", "--agent", "/nonexistent.yaml"], {}, "cannot read agent file"),
         (["serve", "loop"], {}, "serve needs REDIS_URL"),
     ],

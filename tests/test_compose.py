@@ -1,11 +1,12 @@
 """The docker-compose deployment, for real: build the image (deploy/Dockerfile), start Redis
-and one container per service with the scripted model (the `demo` profile), run a task
-from the host with the CLI, then scale the tools service to three replicas and check that
-every replica takes work and nothing restarts.
+with its ACL users and one container per service, each as its own user, with the scripted
+model (the demo overlay, deploy/compose.demo.yml); the operator runs a task from the host
+with the CLI; then scale the tools service to three replicas and check that every replica
+takes work and nothing restarts.
 
-Needs a Docker engine and docker-compose (v1) or `docker compose` (v2). When no engine
-answers and this machine can start one (``../shared/docker/engine.sh`` beside the repo,
-run as root), the module starts it and stops it again at the end; otherwise it skips.
+Needs a Docker engine and docker-compose (v1) or `docker compose` (v2): it runs when one
+answers, skips saying so when none does, and fails then when asked to run
+(``LOOPLINE_TEST_DOCKER=1``; ``tests/docker_engine.py``). It never starts an engine.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -30,15 +30,20 @@ import redis
 
 from contracts.messages import HumanMessage
 from contracts.streams import GROUPS, SERVICES, Names
+from loopline import acl
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.testing.processes import free_port
+from tests.docker_engine import run as _run
+from tests.docker_engine import tail as _tail
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
-ENGINE_SH = REPO_ROOT.parent / "shared" / "docker" / "engine.sh"
+DEMO_OVERLAY = REPO_ROOT / "deploy" / "compose.demo.yml"
+ONE_SHOT = {"acl"}
+"""Services that run once and exit 0 (Redis's ACL file is written before Redis starts)."""
 
 # The scripted model's turns, the same for every task (the server picks a turn by the
 # number of assistant messages in the request): three parallel `add` calls, then
@@ -68,90 +73,7 @@ TOOL_MODULES = ["tests.tooling", "tests.compose_tools"]
 SCALED_TASKS = 12
 TOOLS_REPLICAS = 3
 
-# -- running commands ------------------------------------------------------------------------
-
-
-def _run(
-    cmd: Sequence[str],
-    *,
-    timeout: float,
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(cmd),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-
-
-def _tail(text: str, chars: int = 3000) -> str:
-    return text[-chars:].strip()
-
-
-def _docker_answers() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return _run(["docker", "info"], timeout=30).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-
-
-def _compose_command() -> list[str] | None:
-    """docker-compose (v1, what engine.sh installs) or the `docker compose` v2 plugin."""
-    for cmd in (["docker-compose"], ["docker", "compose"]):
-        if shutil.which(cmd[0]) is None:
-            continue
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            if _run([*cmd, "version"], timeout=30).returncode == 0:
-                return cmd
-    return None
-
-
-# -- fixtures ----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def compose_cmd() -> Iterator[list[str]]:
-    """A Docker engine that answers, and the compose command to drive it with. Starts the
-    engine when it can (and then stops it afterwards), else skips."""
-    started = False
-    if not _docker_answers():
-        if not ENGINE_SH.is_file():
-            pytest.skip(
-                f"no Docker engine answers (`docker info` failed) and {ENGINE_SH} is absent"
-            )
-        if os.geteuid() != 0:
-            pytest.skip(f"no Docker engine answers, and {ENGINE_SH} must run as root to start one")
-        began = time.monotonic()
-        try:
-            proc = _run(["bash", str(ENGINE_SH), "start"], timeout=1200)
-        except subprocess.TimeoutExpired:
-            _run(["bash", str(ENGINE_SH), "stop"], timeout=300)
-            pytest.skip("no Docker engine: engine.sh start did not finish in 20 minutes")
-        if proc.returncode != 0 or not _docker_answers():
-            _run(["bash", str(ENGINE_SH), "stop"], timeout=300)
-            pytest.skip(
-                f"no Docker engine can run here: engine.sh start exited {proc.returncode}: "
-                f"{_tail(proc.stderr + proc.stdout, 800)}"
-            )
-        started = True
-        print(f"\n[compose] started the Docker engine in {time.monotonic() - began:.0f} s")
-    try:
-        cmd = _compose_command()
-        if cmd is None:
-            pytest.skip("a Docker engine answers, but neither docker-compose nor `docker compose`")
-        yield cmd
-    finally:
-        if started:
-            proc = _run(["bash", str(ENGINE_SH), "stop"], timeout=300)
-            print(f"\n[compose] stopped the Docker engine (engine.sh stop: {proc.returncode})")
+# -- the deployment ---------------------------------------------------------------------------
 
 
 @dataclass
@@ -212,7 +134,12 @@ class Deployment:
         try:
             while time.monotonic() < deadline:
                 containers = self.containers()
-                exited = [c["Name"] for c in containers if c["State"]["Status"] == "exited"]
+                exited = [
+                    c["Name"]
+                    for c in containers
+                    if c["State"]["Status"] == "exited"
+                    and not (_service(c) in ONE_SHOT and c["State"]["ExitCode"] == 0)
+                ]
                 if exited:
                     raise AssertionError(f"containers exited: {exited}\n{self.describe()}")
                 running = [c for c in containers if c["State"]["Running"]]
@@ -271,6 +198,8 @@ def _consumers(client: redis.Redis, stream: str, group: str) -> list[dict[str, A
 def deployment(
     compose_cmd: list[str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
+    """A compose project of its own (name, Redis port, prefix, passwords), its services
+    each under its own ACL user, and the operator's URL for the test."""
     project = f"loopline-test-{uuid.uuid4().hex[:8]}"
     prefix = f"compose{uuid.uuid4().hex[:8]}"
     port = free_port()
@@ -304,10 +233,17 @@ def deployment(
         )
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
+    passwords = acl.new_passwords()  # as `loopline acl --new-passwords > .env` writes them
+    env.update(passwords)
     env.update(
         LOOPLINE_PREFIX=prefix,
         LOOPLINE_REDIS_PORT=str(port),
+        LOOPLINE_API_PORTS=str(free_port()),  # the HTTP gateway's host port
         LOOPLINE_TOOL_MODULES=json.dumps(TOOL_MODULES),
+        # a locked deployment: deployed agents only, the test's tool modules allowed (the
+        # test session's own defaults, which compose would pass on, are not the point)
+        LOOPLINE_ALLOW_INLINE_AGENTS="false",
+        LOOPLINE_ALLOWED_MODULES="tests",
         OPENAI_BASE_URL="http://scripted:8000/v1",
         OPENAI_API_KEY="unused",
     )
@@ -318,11 +254,12 @@ def deployment(
         "-f",
         str(COMPOSE_FILE),
         "-f",
+        str(DEMO_OVERLAY),
+        "-f",
         str(override),
-        "--profile",
-        "demo",
     ]
-    dep = Deployment(base, env, project, prefix, f"redis://127.0.0.1:{port}/0")
+    operator = f"{acl.user_name(prefix, 'operator')}:{passwords['LOOPLINE_ACL_OPERATOR_PASSWORD']}"
+    dep = Deployment(base, env, project, prefix, f"redis://{operator}@127.0.0.1:{port}/0")
     try:
         began = time.monotonic()
         dep.compose("build", timeout=1200)
@@ -409,6 +346,33 @@ def test_a_task_runs_from_the_host_on_the_compose_deployment(
     print(f"[compose] host-side `loopline run --json`: task {result['task_id']} completed")
 
 
+def test_redis_admits_only_the_acl_users_and_each_service_is_its_own(
+    deployment: Deployment,
+) -> None:
+    names = Names(deployment.prefix)
+    port = deployment.redis_url.rsplit(":", 1)[1].split("/")[0]
+    anonymous = redis.Redis(port=int(port))
+    producer = redis.Redis.from_url(
+        deployment.redis_url.replace(
+            f"{deployment.prefix}-operator:{deployment.env['LOOPLINE_ACL_OPERATOR_PASSWORD']}",
+            f"{deployment.prefix}-producer:{deployment.env['LOOPLINE_ACL_PRODUCER_PASSWORD']}",
+        )
+    )
+    try:
+        assert anonymous.ping()  # the health check's one right
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            anonymous.xlen(names.tasks)
+        assert producer.exists(names.deployed) == 1  # the agent the first test deployed
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            producer.xadd(names.model, {"data": "{}"})
+    finally:
+        anonymous.close()
+        producer.close()
+    for service in SERVICES:
+        logs = deployment.compose("logs", "--no-color", service)
+        assert f"serving {service} on redis://{deployment.prefix}-{service}:***@redis:6379" in logs
+
+
 def test_three_tools_replicas_share_the_work_and_nothing_restarts(
     deployment: Deployment,
 ) -> None:
@@ -420,11 +384,17 @@ def test_three_tools_replicas_share_the_work_and_nothing_restarts(
 
         spec, _ = agent_from_dict(AGENT)
 
+        async def deployed() -> str:  # the operator's path: tasks then name the agent
+            async with Client(deployment.redis_url, deployment.prefix) as operator:
+                return (await operator.deploy(spec, name="compose-scaled")).ref
+
+        agent = asyncio.run(deployed())
+
         async def run_all() -> list[list[dict[str, Any]]]:
             async with Client(deployment.redis_url, deployment.prefix) as client:
 
                 async def one(i: int) -> list[dict[str, Any]]:
-                    task_id = await client.submit(spec, [HumanMessage(content=f"task {i}")])
+                    task_id = await client.submit(agent, [HumanMessage(content=f"task {i}")])
                     done = await client.wait(task_id)
                     assert done.answer == ANSWER
                     return [m.model_dump(mode="json") for m in await client.messages(task_id)]
@@ -469,7 +439,11 @@ def test_three_tools_replicas_share_the_work_and_nothing_restarts(
 
         containers = deployment.containers()
         restarts = {c["Name"]: int(c["RestartCount"]) for c in containers}
-        not_running = [c["Name"] for c in containers if not c["State"]["Running"]]
+        not_running = [
+            c["Name"]
+            for c in containers
+            if not c["State"]["Running"] and _service(c) not in ONE_SHOT
+        ]
         assert not not_running, f"not running: {not_running}"
         assert all(n == 0 for n in restarts.values()), f"restarts: {restarts}"
 

@@ -340,6 +340,80 @@ async def test_a_gated_call_waits_for_a_human_with_nothing_pending_then_runs_edi
     assert await loop.nothing_pending()
 
 
+async def test_a_before_model_interrupt_waits_and_its_answers_come_back_in_order(
+    loop: LoopService, rt: Runtime
+) -> None:
+    """LangGraph's ``interrupt()`` in a custom before_model hook, called twice: the step
+    waits with nothing pending; each answer, by the interrupt's id, runs the hook again
+    from its start, its first ``interrupt()`` returning the first answer; the second
+    answer lets the step call the model with what the hook added."""
+    spec = agent_from_dict(
+        {
+            "model": "gpt-4o-mini",
+            "tools": ["tests.tooling:add"],
+            "middleware": [{"type": "tests.interrupt_tooling:AskBeforeModel"}],
+        }
+    )[0]
+    started = await loop.send(submitted("ask", spec))
+    assert started.acked_by_handler  # once the log says it waits, nothing is pending
+    (first,) = await requests_of(rt, "ask", ApprovalRequested, rt.names.approvals)
+    assert first.request == {"ask": "topic?", "prompt": "add things"}
+    assert first.node == "AskBeforeModel.before_model" and first.interrupt_id
+    assert await requests_of(rt, "ask", ModelRequested, rt.names.model) == []
+
+    await loop.send(DecisionsSubmitted(task_id="ask", answers={"not-this-one": "x"}))
+    (letter,) = await events_on(rt.redis, rt.names.dlq, DeadLettered)
+    assert "interrupt 'not-this-one' is not waiting" in letter.error
+
+    await loop.send(DecisionsSubmitted(task_id="ask", answers={first.interrupt_id: "mountains"}))
+    second = (await requests_of(rt, "ask", ApprovalRequested, rt.names.approvals))[-1]
+    assert second.request == "tone?" and second.interrupt_id != first.interrupt_id
+    assert await requests_of(rt, "ask", ModelRequested, rt.names.model) == []
+    # the first interrupt was answered: an answer to it again is refused
+    await loop.send(DecisionsSubmitted(task_id="ask", answers={first.interrupt_id: "sea"}))
+    assert len(await events_on(rt.redis, rt.names.dlq, DeadLettered)) == 2
+
+    await loop.send(DecisionsSubmitted(task_id="ask", answers={second.interrupt_id: "calm"}))
+    (request,) = await requests_of(rt, "ask", ModelRequested, rt.names.model)
+    assert (request.step, request.transcript_len) == (1, 2)
+    transcript = await rt.transcript("ask", 2)
+    assert transcript[-1].text() == "topic: mountains; tone: calm"
+    assert await loop.status("ask") == "running" and await loop.nothing_pending()
+
+
+async def test_on_resume_only_the_node_that_waits_runs_again(
+    loop: LoopService, rt: Runtime
+) -> None:
+    """Two before_model hooks, the second asking twice: as LangGraph keeps a finished
+    node's writes, the first (with a side effect) runs once, and its update stays."""
+    from tests import interrupt_tooling
+
+    spec = agent_from_dict(
+        {
+            "model": "gpt-4o-mini",
+            "tools": ["tests.tooling:add"],
+            "middleware": [
+                {"type": "tests.interrupt_tooling:CountedBeforeModel"},
+                {"type": "tests.interrupt_tooling:AskBeforeModel"},
+            ],
+        }
+    )[0]
+    interrupt_tooling.CALLS.clear()
+    await loop.send(submitted("once", spec))
+    for answer in ("mountains", "calm"):
+        asked = (await requests_of(rt, "once", ApprovalRequested, rt.names.approvals))[-1]
+        assert asked.node == "AskBeforeModel.before_model"
+        await loop.send(DecisionsSubmitted(task_id="once", answers={asked.interrupt_id: answer}))
+    assert interrupt_tooling.CALLS == ["add things"]
+    (request,) = await requests_of(rt, "once", ModelRequested, rt.names.model)
+    transcript = await rt.transcript("once", request.transcript_len)
+    assert [m.text() for m in transcript] == [
+        "add things",
+        "(counted)",
+        "topic: mountains; tone: calm",
+    ]
+
+
 async def test_decisions_for_a_task_that_is_not_waiting_are_refused(loop: LoopService) -> None:
     await loop.send(submitted("busy"))
     await loop.send(DecisionsSubmitted(task_id="busy", decisions=[{"type": "approve"}]))

@@ -313,18 +313,72 @@ async def test_asking_a_human_waits_in_the_approval_phase_until_the_reply_is_rec
     pending = dump_event(ModelResponded(task_id=TASK, step=1, agent_id=AGENT, message=ai))
     asked = ApprovalRequested(task_id=TASK, step=1, request={"action_requests": []})
     ask = AskHuman(
-        step=1, cause=Cause.approval(1), pending=pending, approval_event=dump_event(asked)
+        step=1,
+        cause=Cause.approval(1),
+        pending=pending,
+        approval_event=dump_event(asked),
+        node="HumanInTheLoopMiddleware.after_model",
+        interrupt_id="i0",
+        at="after",
+        resume={},
     )
     state = await store.apply(TASK, ask)
     assert state.applied and state.phase == Phase.APPROVAL and state.cause == Cause.approval(1)
-    assert await store.pending_reply(TASK) == (Phase.APPROVAL, pending)
+    waiting = await store.waiting(TASK)
+    assert (waiting.phase, waiting.pending, waiting.interrupt_id) == (Phase.APPROVAL, pending, "i0")
+    assert waiting.node == "HumanInTheLoopMiddleware.after_model"
     assert (await seen(rt.redis, rt.names)).log[-1] == "ApprovalRequested"
     assert not (await store.apply(TASK, ask)).applied
+    # before_model hooks cannot be applied while an after_model hook waits
+    assert not (await store.apply(TASK, hooks())).applied
 
-    # the human decided: the reply is recorded from the approval phase
+    # answered, the same node asks again: it waits for its next interrupt in its place
+    again = AskHuman(
+        step=1,
+        cause=Cause.approval(1),
+        pending=pending,
+        approval_event=dump_event(asked),
+        node="HumanInTheLoopMiddleware.after_model",
+        interrupt_id="i1",
+        at="after",
+        resume={"HumanInTheLoopMiddleware.after_model": ["first"]},
+        answered="i0",
+    )
+    assert (await store.apply(TASK, again)).applied
+    assert not (await store.apply(TASK, again)).applied  # i0 was answered once
+    waiting = await store.waiting(TASK)
+    assert waiting.interrupt_id == "i1"
+    assert waiting.resume == {"HumanInTheLoopMiddleware.after_model": ["first"]}
+
+    # answered: the reply is recorded from the approval phase
     state = await store.apply(TASK, reply(ai))
     assert state.applied and state.phase == Phase.TOOLS
-    assert (await store.pending_reply(TASK))[1] is None
+    waiting = await store.waiting(TASK)
+    assert (waiting.pending, waiting.interrupt_id, waiting.resume) == (None, "", {})
+
+
+async def test_a_before_model_hook_waits_and_its_answer_applies_the_hooks(
+    store: TaskStore, rt: Runtime
+) -> None:
+    await store.apply(TASK, start())
+    started = dump_event(StepStarted(task_id=TASK, step=1))
+    asked = ApprovalRequested(task_id=TASK, step=1, request="go?", node="Gate.before_model")
+    ask = AskHuman(
+        step=1,
+        cause=Cause.approval(1),
+        pending=started,
+        approval_event=dump_event(asked),
+        node="Gate.before_model",
+        interrupt_id="i0",
+        at="before",
+        resume={},
+    )
+    assert (await store.apply(TASK, ask)).applied
+    ai = ai_with_calls("c0")
+    assert not (await store.apply(TASK, reply(ai))).applied  # no reply before the model call
+    state = await store.apply(TASK, hooks())
+    assert state.applied and state.phase == Phase.MODEL and state.hooks_step == 1
+    assert (await store.waiting(TASK)).pending is None
 
 
 def interrupted(call_id: str) -> ToolInterrupted:
@@ -337,7 +391,7 @@ def interrupted(call_id: str) -> ToolInterrupted:
     )
 
 
-def park(call_id: str, refused: str = "") -> ParkCall:
+def park(call_id: str, refused: str = "", answered: int = 0) -> ParkCall:
     asked = ApprovalRequested(task_id=TASK, step=1, request={"name": "add"})
     return ParkCall(
         step=1,
@@ -345,6 +399,7 @@ def park(call_id: str, refused: str = "") -> ParkCall:
         interrupted_event=dump_event(interrupted(call_id)),
         approval_event=dump_event(asked),
         refused_decision=refused,
+        answered=answered,
     )
 
 
@@ -375,6 +430,41 @@ async def test_a_gated_call_parks_once_and_takes_one_decision(
 
     await store.apply(TASK, tool_result("gated"))
     assert await store.decide_call(TASK, decide) == ("done", "")
+
+
+async def test_a_call_that_interrupts_again_waits_with_its_earlier_answers(
+    store: TaskStore, rt: Runtime
+) -> None:
+    """A tool whose ``interrupt()`` is answered and that calls it once more: the second
+    interrupt waits in its place, with an id of its own, and the first answer is kept
+    for the call's next run (its first ``interrupt()`` returns it again)."""
+    await store.apply(TASK, start())
+    await store.apply(TASK, reply(ai_with_calls("asks")))
+    assert (await store.apply(TASK, park("asks"))).applied
+    # a second interrupt before the first was answered is a redelivery: nothing changes
+    assert not (await store.apply(TASK, park("asks", answered=1))).applied
+    first = '"mountains"'
+    assert await store.decide_call(TASK, DecideCall(step=1, call_id="asks", decision=first)) == (
+        "decided",
+        first,
+    )
+    asked_before = len((await seen(rt.redis, rt.names)).log)
+    assert (await store.apply(TASK, park("asks", answered=1))).applied  # it asks again
+    assert not (await store.apply(TASK, park("asks", answered=1))).applied  # once
+    assert not (await store.apply(TASK, park("asks"))).applied  # the first one is answered
+    assert (await seen(rt.redis, rt.names)).log[asked_before:] == ["ApprovalRequested"]
+    _, (waiting,) = await waiting_calls(rt.redis, rt.names, TASK)
+    assert (waiting.decision, waiting.earlier, waiting.interrupt_id) == (
+        None,
+        ["mountains"],
+        "asks#1",
+    )
+    second = '{"tone":"calm"}'
+    decide = DecideCall(step=1, call_id="asks", decision=second)
+    assert await store.decide_call(TASK, decide) == ("decided", second)
+    assert (await store.apply(TASK, park("asks", answered=2))).applied
+    _, (waiting,) = await waiting_calls(rt.redis, rt.names, TASK)
+    assert waiting.earlier == ["mountains", {"tone": "calm"}]
 
 
 # -- endings -------------------------------------------------------------------------------

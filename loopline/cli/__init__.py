@@ -5,10 +5,13 @@ do; a traceback means a bug in loopline.
 - ``agents``: ``deploy``, ``agents`` (the operator's registered agents);
 - ``tasks``: ``run``, ``submit``, ``watch``, ``cancel``, ``demo``;
 - ``approvals``: ``approvals``, ``decide``;
-- ``operations``: ``status``, ``stats``, ``dlq``, ``schema``, ``asyncapi``;
+- ``operations``: ``status``, ``stats``, ``doctor``, ``dlq``, ``schema``, ``asyncapi``;
 - ``serving``: ``up``, ``serve``;
 - ``security``: ``acl``;
-- ``render``: how events, results, statistics and dead letters are shown;
+- ``render``: one line per event (tool calls shortened by structure), results, dead
+  letters;
+- ``live``: a running task as a live view in a terminal, or as plain lines;
+- ``tables``: tables drawn in a terminal, aligned text in a pipe;
 - ``common``: the one-line user error, settings, reaching Redis.
 """
 

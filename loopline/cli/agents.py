@@ -70,7 +70,8 @@ def cmd_agents(args: argparse.Namespace) -> int:
                 return 0
             removed = await client.remove_agent(args.ref)
             name = args.ref.partition("@")[0]
-            print("removed " + ", ".join(f"{name}@{v}" for v in removed))
+            refs = [f"{name}@{v}" for v in removed]
+            print(json.dumps({"removed": refs}) if args.json else "removed " + ", ".join(refs))
             return 0
 
     return asyncio.run(main())

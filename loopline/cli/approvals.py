@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from contracts.events import ApprovalRequested, TaskCompleted, TaskFailed, ToolInterrupted
 from loopline.cli.common import UsageError, check_redis, deployment
-from loopline.cli.render import describe
+from loopline.cli.render import describe, is_hitl
 
 if TYPE_CHECKING:
     from loopline.client import Client
@@ -81,7 +81,7 @@ def _call_decisions(
         if not isinstance(parsed, dict | list):
             raise UsageError("--decisions must be {call id: decision} or a list of decisions")
         return parsed
-    ids = [str(r.request.get("tool_call_id")) for r in open_calls]
+    ids = [r.call_id for r in open_calls]
     target = args.call
     if target is None:
         if len(ids) != 1:
@@ -108,7 +108,14 @@ def cmd_decide(args: argparse.Namespace) -> int:
             request = await client.waiting(args.task_id)
             if request is None:
                 raise UsageError(f"task {args.task_id} is not waiting for a decision")
-            if request.request.get("type") == "tool_approval":
+            if not is_hitl(request.request):
+                raise UsageError(
+                    f"task {args.task_id} waits at {request.node or 'a hook'} for an answer "
+                    f"to its own interrupt {request.interrupt_id}, not for a "
+                    "HumanInTheLoopMiddleware decision: answer it with "
+                    "invoke(Command(resume=...)) or Client.answer"
+                )
+            if request.per_call:
                 return await _decide_calls(client, args)
             return await _decide_turn(client, args, request)
 
@@ -129,7 +136,7 @@ async def _decide_turn(client: Client, args: argparse.Namespace, request: Approv
     after = await client.last_entry(args.task_id)
     await client.decide(args.task_id, decisions)
     _, outcome = await client.outcome(args.task_id, after=after)
-    _print_outcome(outcome)
+    _print_outcome(outcome, args.json)
     return 0 if not isinstance(outcome, TaskFailed) else 1
 
 
@@ -143,13 +150,16 @@ async def _decide_calls(client: Client, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     _, outcome = await client.outcome_of_decisions(args.task_id, answered, after=after)
-    _print_outcome(outcome)
+    _print_outcome(outcome, args.json)
     return 1 if isinstance(outcome, TaskFailed | ToolInterrupted) else 0
 
 
 def _print_outcome(
-    outcome: TaskCompleted | TaskFailed | ApprovalRequested | ToolInterrupted,
+    outcome: TaskCompleted | TaskFailed | ApprovalRequested | ToolInterrupted, as_json: bool
 ) -> None:
+    if as_json:
+        print(json.dumps(outcome.model_dump(mode="json")))
+        return
     print(describe(outcome))
     if isinstance(outcome, TaskCompleted):
         print(outcome.answer)

@@ -45,7 +45,14 @@ async def check_redis(url: str, wait_s: float = 0.0) -> None:
     delay = 0.2
     while True:
         # no retries of its own: this loop retries, and logs each attempt
-        client = async_client(url, socket_connect_timeout=3, retry=None)
+        try:
+            client = async_client(url, socket_connect_timeout=3, retry=None)
+        except ValueError as exc:  # not a URL redis-py can read: no point retrying
+            raise UsageError(
+                f"REDIS_URL {redact_url(url)!r} is not a Redis URL ({exc}); give "
+                "redis://HOST:PORT[/DB] (rediss:// with TLS, redis+cluster:// for a "
+                "cluster), or unset it to use the embedded server"
+            ) from exc
         try:
             await client.ping()
             return
@@ -80,13 +87,23 @@ def deployment() -> tuple[str, str]:
 
 
 def load_agent(path: str | None) -> tuple[AgentSpec, int | None]:
-    """The agent file's spec and step limit, else the default agent on ``LOOPLINE_MODEL``."""
+    """The agent file's spec and step limit, else the default agent on ``LOOPLINE_MODEL``.
+    On the embedded default this process runs the agent: its tools are imported and its
+    middleware built here. With ``REDIS_URL`` the file is read as data: the deployment's
+    services import and check what they run (this client needs neither the tools nor a
+    model endpoint)."""
     from loopline.agentfile import agent_from_dict, load_agent_file
 
-    if not settings().redis_url:  # the embedded default: this process runs what it names
+    here = not settings().redis_url
+    if here:  # the embedded default: this process runs what it names
         from loopline.embedded import trust_this_process
 
         trust_this_process()
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            # tools beside the agent file import as with `python -m`: the console
+            # script's own folder is on the path, the user's is not
+            sys.path.insert(0, os.getcwd())
     if path:
-        return load_agent_file(path)
-    return agent_from_dict({"model": os.environ.get("LOOPLINE_MODEL", "gpt-4o-mini")})
+        return load_agent_file(path, import_code=here)
+    model = os.environ.get("LOOPLINE_MODEL", "gpt-4o-mini")
+    return agent_from_dict({"model": model}, import_code=here)

@@ -11,24 +11,56 @@ from contracts.events import MULTITASK_STRATEGIES
 from contracts.streams import SERVICES
 from loopline.cli.agents import cmd_agents, cmd_deploy
 from loopline.cli.approvals import cmd_approvals, cmd_decide
-from loopline.cli.operations import cmd_asyncapi, cmd_dlq, cmd_schema, cmd_stats, cmd_status
+from loopline.cli.operations import (
+    cmd_asyncapi,
+    cmd_dlq,
+    cmd_doctor,
+    cmd_schema,
+    cmd_stats,
+    cmd_status,
+)
 from loopline.cli.security import add_parser as add_acl_parser
 from loopline.cli.serving import cmd_serve, cmd_up
 from loopline.cli.tasks import cmd_cancel, cmd_demo, cmd_run, cmd_submit, cmd_watch
 from loopline.cli.threads import cmd_threads
 
+NO_KEY_HELP = """\
+without an API key:
+  loopline demo                           a scripted scenario, nothing to set up
+  python -m loopline.testing.scripted --script script.json --port 8000
+                                          a scripted OpenAI-compatible server: it
+                                          answers every conversation from the script,
+                                          a JSON list of turns
+                                          [{"content": "...", "tool_calls":
+                                            [{"name": "add", "args": {"a": 1}}]}, ...]
+                                          (the n-th turn for a request that already
+                                          holds n assistant messages; --help for more)
+  export OPENAI_BASE_URL=http://127.0.0.1:8000/v1
+  loopline run "what is 20 + 22?" --agent adder.yaml
+                                          your agent (and create_agent in Python)
+                                          against it; see the README's
+                                          "Try it without a key"
+
+with a key: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible
+server). With REDIS_URL, commands act on that deployment: its services call the model
+and import the tools, so the client needs neither.
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="loopline", description="LLM agents as an event-driven pipeline on Redis Streams"
+        prog="loopline",
+        description="LLM agents as an event-driven pipeline on Redis Streams",
+        epilog=NO_KEY_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("up", help="run every service in one process (embedded without REDIS_URL)")
     p.set_defaults(func=cmd_up)
 
-    p = sub.add_parser("serve", help="run one service")
-    p.add_argument("name", choices=SERVICES)
+    p = sub.add_parser("serve", help="run one service, or the HTTP gateway (api)")
+    p.add_argument("name", choices=(*SERVICES, "api"))
     p.set_defaults(func=cmd_serve)
 
     _task_commands(sub)
@@ -57,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--call", metavar="ID", help="per-call mode: the waiting call to answer (its tool call id)"
     )
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     p.set_defaults(func=cmd_decide)
 
     p = sub.add_parser("dlq", help="dead letters: list, show, replay or drop")
@@ -68,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="a scripted scenario end to end, no API key needed")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--plain", action="store_true", help="plain lines instead of the live view")
     p.set_defaults(func=cmd_demo)
 
     sub.add_parser("schema", help="JSON Schema of every event").set_defaults(func=cmd_schema)
@@ -80,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-tasks", action="store_true", help="skip counting tasks (a SCAN of every key)"
     )
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser(
+        "doctor",
+        help="check the deployment: Redis, the services, the deployed agents, the model "
+        "endpoints; say what to fix",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_doctor)
 
     add_acl_parser(sub)
 
@@ -121,7 +163,13 @@ def _task_commands(sub: Any) -> None:
         ("run", cmd_run, "submit a task, show progress, print the answer"),
         ("submit", cmd_submit, "submit a task and print its id"),
     ):
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=NO_KEY_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         p.add_argument("prompt")
         p.add_argument("--agent", metavar="FILE", help="agent file (YAML or JSON)")
         p.add_argument(
@@ -137,8 +185,18 @@ def _task_commands(sub: Any) -> None:
             default="reject",
             help="when the thread has a run going (default: reject this one)",
         )
+        p.add_argument("--json", action="store_true", help="print one JSON object")
         if name == "run":
-            p.add_argument("--json", action="store_true", help="print one JSON object")
+            p.add_argument(
+                "--plain",
+                action="store_true",
+                help="plain lines instead of the live view (the default when not a terminal)",
+            )
+            p.add_argument(
+                "--cancel-on-interrupt",
+                action="store_true",
+                help="on Ctrl-C, cancel the task (by default it runs on in the deployment)",
+            )
         p.set_defaults(func=func)
 
     p = sub.add_parser("watch", help="follow the todos or edits stream, or one task's log")
@@ -147,11 +205,13 @@ def _task_commands(sub: Any) -> None:
     p.add_argument("--from-start", action="store_true")
     p.add_argument("--no-follow", action="store_true", help="print what is there and exit")
     p.add_argument("--json", action="store_true", help="JSON lines")
+    p.add_argument("--plain", action="store_true", help="plain lines instead of the live view")
     p.set_defaults(func=cmd_watch)
 
     p = sub.add_parser("cancel", help="stop a running task")
     p.add_argument("task_id")
     p.add_argument("--reason", default="cancelled from the command line")
+    p.add_argument("--json", action="store_true", help="print how the task ended as JSON")
     p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("threads", help="conversations: list them, show one, remove one")

@@ -24,6 +24,68 @@ from contracts.messages import Message
 
 TODO_MARKS = {"completed": "[x]", "in_progress": "[~]", "pending": "[ ]"}
 
+VALUE_ROOM = 40
+"""Characters one argument value may take in a progress line before it is summarised."""
+ARGS_ROOM = 100
+"""Characters a call's arguments may take; the arguments past it are counted, not shown."""
+
+
+def call_summary(name: str, args: Any) -> str:
+    """A tool call as one short line, shortened by structure, never cut mid-value: a todo
+    list as its counts, long strings with an ellipsis inside their quotes, long lists and
+    objects as their sizes, arguments past the room counted."""
+    if not isinstance(args, dict):
+        return f"{name}({short_value(args)})"
+    todos = args.get("todos") if name == "write_todos" else None
+    if isinstance(todos, list):
+        return f"{name}({todo_counts(todos)})"
+    shown: list[str] = []
+    used = 0
+    for i, (key, value) in enumerate(args.items()):
+        part = f"{key}={short_value(value)}"
+        if shown and used + len(part) > ARGS_ROOM:
+            shown.append(f"+{len(args) - i} more")
+            break
+        shown.append(part)
+        used += len(part) + 2
+    return f"{name}({', '.join(shown)})"
+
+
+def short_value(value: Any, room: int = VALUE_ROOM) -> str:
+    """One argument's value as JSON when it fits in ``room``, else summarised whole."""
+    text = json.dumps(value, ensure_ascii=False)
+    if len(text) <= room:
+        return text
+    if isinstance(value, str):
+        return json.dumps(value[: room - 3] + "…", ensure_ascii=False)
+    if isinstance(value, list):
+        return f"[{_count(len(value), 'item')}]"
+    if isinstance(value, dict):
+        return "{" + _count(len(value), "key") + "}"
+    return text  # a number or a constant: short by nature
+
+
+def todo_counts(todos: list[Any]) -> str:
+    """``3 todos: 1 done, 1 in progress, 1 pending`` (the statuses present)."""
+    names = {"completed": "done", "in_progress": "in progress", "pending": "pending"}
+    counts = {status: 0 for status in names}
+    for todo in todos:
+        status = todo.get("status") if isinstance(todo, dict) else None
+        if status in counts:
+            counts[status] += 1
+    parts = [f"{n} {names[status]}" for status, n in counts.items() if n]
+    return _count(len(todos), "todo") + (": " + ", ".join(parts) if parts else "")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def clip(text: str, room: int = 80) -> str:
+    """Prose on one line, an ellipsis where it was cut."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= room else flat[: room - 1] + "…"
+
 
 def describe(event: AnyEvent) -> str | None:
     """One human line per event of a task's log."""
@@ -32,12 +94,12 @@ def describe(event: AnyEvent) -> str | None:
     if isinstance(event, StepStarted):
         return f"step {event.step}: calling the model"
     if isinstance(event, ModelResponded):
-        calls = ", ".join(f"{c.name}({json.dumps(c.args)[:60]})" for c in event.message.tool_calls)
+        calls = ", ".join(call_summary(c.name, c.args) for c in event.message.tool_calls)
         return f"step {event.step}: model asked for {calls}" if calls else None
     if isinstance(event, ToolCompleted):
-        text = event.message.text().replace("\n", " ")
         mark = "error" if event.message.status == "error" else "ok"
-        return f"step {event.step}:   {event.message.tool_call_id} {mark}: {text[:80]}"
+        text = clip(event.message.text())
+        return f"step {event.step}:   {event.message.tool_call_id} {mark}: {text}"
     if isinstance(event, TodosUpdated):
         items = "  ".join(f"{TODO_MARKS[t.status]} {t.content}" for t in event.todos)
         return f"step {event.step}: todos {items}"
@@ -58,18 +120,28 @@ def describe(event: AnyEvent) -> str | None:
 
 
 def _approval(event: ApprovalRequested) -> str:
+    if not is_hitl(event.request):  # a user's own interrupt(): its value
+        where = f" at {event.node}" if event.node else ""
+        return (
+            f"step {event.step}: WAITING{where} for an answer to interrupt "
+            f"{event.interrupt_id}: {json.dumps(event.request)[:80]}"
+        )
     if event.request.get("type") == "tool_approval":
         req = event.request  # per-call mode: one ToolApprovalRequest
-        args = json.dumps(req.get("args"))[:60]
-        return (
-            f"step {event.step}: WAITING for approval of call {req.get('tool_call_id')}: "
-            f"{req.get('name')}({args})"
-        )
+        call = call_summary(str(req.get("name")), req.get("args"))
+        return f"step {event.step}: WAITING for approval of call {req.get('tool_call_id')}: {call}"
     actions = ", ".join(
-        f"{a.get('name')}({json.dumps(a.get('args'))[:60]})"
+        call_summary(str(a.get("name")), a.get("args"))
         for a in event.request.get("action_requests", [])
     )
     return f"step {event.step}: WAITING for approval of {actions}"
+
+
+def is_hitl(request: Any) -> bool:
+    """HumanInTheLoopMiddleware's request: a HITLRequest or a ToolApprovalRequest."""
+    return isinstance(request, dict) and (
+        request.get("type") == "tool_approval" or "action_requests" in request
+    )
 
 
 def json_line(entry_id: str, event: AnyEvent | DeadLettered) -> str:
@@ -103,21 +175,6 @@ def run_result(
     return json.dumps(result)
 
 
-def stats_lines(stats: dict[str, dict[str, Any]]) -> list[str]:
-    """``loopline stats``: each agent's counts, then its stage latencies."""
-    lines: list[str] = []
-    for name, row in stats.items():
-        lines.append(f"agent {name}")
-        for key, value in row.items():
-            if key != "latency_ms":
-                lines.append(f"  {key:14} {value}")
-        for stage, p in dict(row["latency_ms"]).items():
-            lines.append(
-                f"  latency {stage:6} p50 {p['p50']} ms  p90 {p['p90']} ms  p99 {p['p99']} ms"
-            )
-    return lines
-
-
 def dead_letter_line(entry_id: str, letter: DeadLettered) -> str:
     """``loopline dlq list``: one dead letter, its error cut short."""
-    return f"{entry_id}  {letter.stream}  x{letter.deliveries}  {letter.error[:90]}"
+    return f"{entry_id}  {letter.stream}  x{letter.deliveries}  {clip(letter.error, 90)}"

@@ -68,4 +68,24 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.name == "api":
+        return _serve_api()
     return _serve([args.name], allow_embedded=False)
+
+
+def _serve_api() -> int:
+    """The HTTP gateway (``loopline.api``) for the deployment at ``REDIS_URL``."""
+    from loopline.api.server import serve
+    from services.secrets import install_redacting_logs, redact_url
+
+    install_redacting_logs("%(asctime)s %(levelname)s %(name)s %(message)s")
+    current = settings()
+    if not current.redis_url:
+        raise UsageError(
+            "serve api needs REDIS_URL (the deployment whose runs it serves); "
+            "`loopline up` runs the services on an embedded server"
+        )
+    asyncio.run(check_redis(current.redis_url, current.redis_wait_s))
+    print(f"gateway for {redact_url(current.redis_url)} (prefix {current.prefix!r})", flush=True)
+    serve(current.redis_url, current)
+    return 0

@@ -168,6 +168,89 @@ class ServiceProcesses:
         self.stop()
 
 
+class GatewayProcess:
+    """``loopline serve api`` as its own process for the deployment of ``redis_url`` and
+    ``prefix``, on a free port of 127.0.0.1; ``env``: more environment (API keys...).
+    ``url`` is its base URL once it answers ``/ok``."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        prefix: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **HARNESS_DEFAULTS,
+            **os.environ,
+            "REDIS_URL": redis_url,
+            "LOOPLINE_PREFIX": prefix,
+            "LOOPLINE_API_HOST": "127.0.0.1",
+            "LOOPLINE_API_PORT": str(self.port),
+            "PYTHONPATH": python_path(SOURCE_ROOT),
+            **(env or {}),
+        }
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: Path | None = None
+
+    def start(self, timeout: float = 60.0) -> GatewayProcess:
+        fd, name = tempfile.mkstemp(suffix=".log", prefix="loopline-api-")
+        os.close(fd)
+        self._log = lifetime.remove_when_gone(name)
+        with self._log.open("wb") as out:
+            self._proc = lifetime.spawn(
+                [sys.executable, "-m", "loopline", "serve", "api"],
+                env=self.env,
+                cwd=SOURCE_ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited: {self.output()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"the gateway did not start: {self.output()}")
+
+    def output(self) -> str:
+        return self._log.read_text(errors="replace")[-3000:] if self._log else ""
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the gateway dies with its streams open, as a crashed replica does."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._log is not None:
+            lifetime.remove_now(self._log)
+            self._log = None
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 class ScriptedServerProcess:
     """``python -m loopline.testing.scripted`` as its own process, replaying ``turns``
     (the JSON script format of ``contracts.replies``): a model endpoint over real HTTP that

@@ -1,5 +1,6 @@
 """A redis-server of a test's own, to start, kill and restart: persistent (an append-only
-file) or not, with a password or not. Bound to the test's life (``loopline.lifetime``)."""
+file) or not, with a password or not, over TLS or not. Bound to the test's life
+(``loopline.lifetime``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis as syncredis
@@ -15,7 +17,38 @@ from loopline import lifetime
 from loopline.testing.processes import free_port
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A throwaway certificate authority and a server certificate it signed (for
+    127.0.0.1 and localhost), as PEM files."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def make(cls, directory: Path) -> TlsFiles:
+        """New files in ``directory``, made with the ``openssl`` command (one day valid)."""
+        files = cls(directory / "ca.crt", directory / "server.crt", directory / "server.key")
+        ca_key, request = directory / "ca.key", directory / "server.csr"
+        extensions = directory / "server.ext"
+        extensions.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        new_key = ["-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        for command in (
+            ["req", "-x509", *new_key, "-keyout", ca_key, "-out", files.ca,
+             "-subj", "/CN=loopline test CA"],
+            ["req", *new_key[:3], "-keyout", files.key, "-out", request, "-subj", "/CN=localhost"],
+            ["x509", "-req", "-in", request, "-CA", files.ca, "-CAkey", ca_key,
+             "-CAcreateserial", "-out", files.cert, "-days", "1", "-extfile", extensions],
+        ):  # fmt: skip
+            subprocess.run(["openssl", *map(str, command)], check=True, capture_output=True)
+        return files
+
+
 class RedisServer:
+    """``tls``: serve TLS only (no plain port) with these files; ``url`` then says
+    ``rediss://`` and names the CA that clients check the server with."""
+
     def __init__(
         self,
         directory: Path,
@@ -23,21 +56,31 @@ class RedisServer:
         persistent: bool = True,
         password: str | None = None,
         extra: tuple[str, ...] = (),
+        tls: TlsFiles | None = None,
     ) -> None:
         self.directory = directory
         self.persistent = persistent
         self.password = password
         self.extra = extra
+        self.tls = tls
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
+        if self.tls is not None:
+            return f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls.ca}"
         return f"redis://{auth}127.0.0.1:{self.port}"
 
     def args(self) -> list[str]:
-        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory)]
+        if self.tls is None:
+            args = ["--port", str(self.port)]
+        else:
+            args = ["--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no"]
+            args += ["--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key)]
+            args += ["--tls-ca-cert-file", str(self.tls.ca)]
+        args += ["--bind", "127.0.0.1", "--dir", str(self.directory)]
         args += ["--save", ""]
         if self.persistent:
             args += ["--appendonly", "yes", "--appendfsync", "everysec"]

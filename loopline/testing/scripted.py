@@ -195,7 +195,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for event in events:
+        delay = self._srv.owner.chunk_delay
+        for i, event in enumerate(events):
+            if delay > 0 and i > 0:
+                time.sleep(delay)  # a model generating: each piece a moment after the last
             data = event.encode()
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
@@ -218,17 +221,20 @@ class ScriptedOpenAIServer:
         *,
         responder: Callable[[dict[str, Any]], Reply] | None = None,
         latency: float = 0.0,
+        chunk_delay: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
         model_name_echo: bool = True,
     ) -> None:
         if turns is not None and responder is not None:
             raise ValueError("pass either turns or responder, not both")
-        if latency < 0:
-            raise ValueError("latency must be >= 0")
+        if latency < 0 or chunk_delay < 0:
+            raise ValueError("latency and chunk_delay must be >= 0")
         self.turns: tuple[Reply, ...] | None = tuple(turns) if turns is not None else None
         self.responder = responder
         self.latency = latency
+        self.chunk_delay = chunk_delay
+        """Seconds between the streamed pieces of a reply (``stream: true``)."""
         self.host = host
         self.port = port
         self.model_name_echo = model_name_echo
@@ -372,11 +378,27 @@ def responder_by_prompt(
     return respond
 
 
+SCRIPT_HELP = """\
+a script is a JSON list of turns, every key optional:
+  [{"content": "text of the reply",
+    "tool_calls": [{"name": "add", "args": {"a": 20, "b": 22}, "id": "call_1"}],
+    "prompt_tokens": 42, "completion_tokens": 7},
+   ...]
+A request that already holds n assistant messages gets turn n, so every conversation
+replays the script from its start; past its end, the script's last plain answer
+repeats. Without --script: the script of `loopline demo`.
+
+point a client at it: OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 (any key, or none)
+"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server in the foreground until SIGINT/SIGTERM (for docker compose)."""
     parser = argparse.ArgumentParser(
         prog="python -m loopline.testing.scripted",
-        description="Scripted OpenAI-compatible chat-completions server.",
+        description="Scripted OpenAI-compatible chat-completions server (streaming too).",
+        epilog=SCRIPT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -384,6 +406,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--script", type=Path, help="JSON list of turns; default: the demo's script"
     )
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
+    parser.add_argument(
+        "--chunk-delay",
+        type=float,
+        default=0.0,
+        help="seconds between the pieces of a streamed reply (to watch it stream)",
+    )
     args = parser.parse_args(None if argv is None else list(argv))
 
     if args.script is not None:
@@ -400,7 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
 
-    server = ScriptedOpenAIServer(turns, latency=args.latency, host=args.host, port=args.port)
+    server = ScriptedOpenAIServer(
+        turns, latency=args.latency, chunk_delay=args.chunk_delay, host=args.host, port=args.port
+    )
     with server:
         print(
             f"scripted OpenAI server listening on {args.host}:{server.port} "

@@ -7,13 +7,13 @@ from contracts.events import (
     CancelRequested,
     DecisionsSubmitted,
     ModelFailed,
+    ModelInterrupted,
     ModelResponded,
     RunDequeued,
     TaskSubmitted,
     ToolCompleted,
     ToolInterrupted,
 )
-from services import approvals
 from services.errors import BadEvent, Refused
 from services.loop.deadlines import DeadlineSweeper
 from services.runtime import Handler, Runtime
@@ -21,7 +21,6 @@ from services.tasks.loop import Loop
 
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
-    approvals.install()
     loop = Loop(rt)
     rt.background.append(DeadlineSweeper(rt, loop.stop))
 
@@ -46,6 +45,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             await loop.model_failed(event)
         elif isinstance(event, ToolInterrupted):
             await loop.tool_interrupted(event)
+        elif isinstance(event, ModelInterrupted):
+            await loop.model_interrupted(event)
         else:
             raise BadEvent(f"{event.type} does not belong on the loop stream")
 

@@ -15,7 +15,7 @@ from contracts.agent import AgentSpec, ModelSpec
 from services.agent_view import tool_schemas
 from services.errors import ConfigurationError
 from services.spec import endpoints, structured
-from services.spec.models import local_model
+from services.spec.models import bind_tools, local_model
 
 
 def build_chat_model(spec: ModelSpec) -> BaseChatModel:
@@ -85,4 +85,4 @@ def _bind(spec: AgentSpec) -> tuple[Runnable[Any, Any], Any]:
     schemas = tool_schemas(spec)
     if spec.response_format is not None:
         return structured.bind(spec.response_format, model, schemas)
-    return (model.bind_tools(schemas, tool_choice=None) if schemas else model), None
+    return (bind_tools(model, schemas) if schemas else model), None

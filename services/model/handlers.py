@@ -9,18 +9,23 @@ from typing import Any
 from contracts.events import (
     AnyEvent,
     ModelFailed,
+    ModelInterrupted,
     ModelRequested,
     ModelResponded,
+    ModelResumed,
     StructuredOutcome,
 )
 from contracts.messages import AIMessage, Message, from_langchain
+from services import interrupts
 from services.agent_view import system_message
 from services.editing.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
-from services.hooks import hooks_for
+from services.hooks import hooks_for, lg_runtime
+from services.interrupts import NodeInterrupted
 from services.middleware import ratelimit
 from services.model import streaming
 from services.model.chat import ModelPool, prompt_of
+from services.model.failures import failure_text
 from services.model.lcview import LangChainViews
 from services.model.wrapped import ModelCaller, call_with_middleware
 from services.runtime import Handler, Runtime
@@ -54,8 +59,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         return call
 
     async def on_model_requested(event: AnyEvent) -> None:
-        if not isinstance(event, ModelRequested):
-            raise BadEvent(f"{event.type} does not belong on the model stream")
+        event, answers = requested_of(event)
         spec = await rt.agent(event.agent_id)
         transcript = await rt.transcript(
             event.task_id, event.transcript_len, event.rev, event.last_result
@@ -70,11 +74,14 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             if hooks.with_hook("wrap_model_call"):
                 extra = await hand_over.loop.store.extra(event.task_id)
                 # unedited: the chain edits at ContextEditingMiddleware's place, so the
-                # middleware outside it see what LangChain's would
+                # middleware outside it see what LangChain's would; it runs as LangGraph's
+                # model node, where an interrupt() waits for its answer
                 message: Message
-                message, outcome = await call_with_middleware(
-                    spec, hooks, list(transcript), extra, event.edits, caller=caller
-                )
+                scope = f"{event.task_id}:{event.step}"
+                with interrupts.node("model", scope, answers, lg_runtime(hooks.context)):
+                    message, outcome = await call_with_middleware(
+                        spec, hooks, list(transcript), extra, event.edits, caller=caller
+                    )
             else:
                 request = views.convert(
                     event.task_id, event.rev, transcript, view, system_message(spec)
@@ -89,6 +96,9 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 message = from_langchain(reply)
             if not isinstance(message, AIMessage):
                 raise TypeError(f"the model returned a {message.type} message")
+        except NodeInterrupted as waiting:  # the task waits for the answer (the loop parks it)
+            await rt.publish(rt.names.loop, interrupted(event, answers, waiting))
+            return
         except Exception as exc:  # any failure of the call is the task's failure, reported
             log.warning("model call failed for task %s: %r", event.task_id, exc)
             await rt.publish(
@@ -98,7 +108,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     step=event.step,
                     agent_id=event.agent_id,
                     # a provider may echo the key it was given: no secret on the bus
-                    error=scrub(f"{type(exc).__name__}: {exc}"),
+                    error=scrub(failure_text(exc)),
                 ),
             )
             return
@@ -122,3 +132,28 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             )
 
     return {rt.names.model: on_model_requested}
+
+
+def requested_of(event: AnyEvent) -> tuple[ModelRequested, list[Any]]:
+    """The model request to run, and the answers of its wrap_model_call interrupts (a
+    ``ModelResumed``: its interrupt was answered)."""
+    if isinstance(event, ModelResumed):
+        return event.requested, event.answers
+    if not isinstance(event, ModelRequested):
+        raise BadEvent(f"{event.type} does not belong on the model stream")
+    return event, []
+
+
+def interrupted(
+    event: ModelRequested, answers: list[Any], waiting: NodeInterrupted
+) -> ModelInterrupted:
+    return ModelInterrupted(
+        task_id=event.task_id,
+        step=event.step,
+        agent_id=event.agent_id,
+        requested=event,
+        answered=answers,
+        request=waiting.asked.value,
+        interrupt_id=waiting.asked.interrupt_id,
+        response_schema=waiting.asked.response_schema,
+    )

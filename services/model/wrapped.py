@@ -19,6 +19,7 @@ from services.agent_view import system_message, tool_schemas
 from services.hooks import HookSet, call_wrapped, lg_runtime
 from services.model.chat import build_chat_model
 from services.spec import structured
+from services.spec.models import bind_tools
 
 ModelCaller = Callable[[Any, Any], Awaitable[Any]]
 """How one model call is made, given the bound model and its input: ``ainvoke``, or
@@ -218,7 +219,7 @@ async def call_with_middleware(
                 requested=req.response_format,
             )
         elif req.tools:
-            bound = model.bind_tools(req.tools, tool_choice=req.tool_choice, **settings)
+            bound = bind_tools(model, req.tools, tool_choice=req.tool_choice, settings=settings)
         else:
             bound = model.bind(**settings)
         system = [req.system_message] if req.system_message is not None else []

@@ -4,7 +4,11 @@ built by the model service, on the endpoints its operator configured."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import Runnable
 
 from services.errors import ConfigurationError
 from services.spec import local
@@ -22,3 +26,20 @@ def local_model(ref: str) -> BaseChatModel:
             "model by name when services run separately"
         )
     return found
+
+
+def bind_tools(
+    model: BaseChatModel,
+    tools: Sequence[Any],
+    *,
+    tool_choice: Any = None,
+    settings: Mapping[str, Any] | None = None,
+) -> Runnable[Any, Any]:
+    """``model.bind_tools(...)``; a chat model without tool calling (LangChain's
+    ``GenericFakeChatModel`` and other fakes, whose replies are given, tool calls
+    included) is called as it is, with the settings only, so an agent on it runs
+    instead of failing with a bare ``NotImplementedError``."""
+    try:
+        return model.bind_tools(tools, tool_choice=tool_choice, **dict(settings or {}))
+    except NotImplementedError:
+        return model.bind(**dict(settings or {}))

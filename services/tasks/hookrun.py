@@ -9,6 +9,7 @@ from typing import Any
 
 from contracts.messages import AIMessage, Message, ToolMessage, from_langchain, to_langchain
 from services.hooks import HookSet, run_state_hooks
+from services.interrupts import Answers
 
 
 @dataclass
@@ -38,12 +39,18 @@ def _answer(messages: list[Any]) -> str:
 
 
 async def start_step(
-    hooks: HookSet, step: int, transcript: list[Message], extra: dict[str, Any]
+    hooks: HookSet,
+    step: int,
+    transcript: list[Message],
+    extra: dict[str, Any],
+    answers: Answers | None = None,
 ) -> StepStart:
+    """before_agent (at step 1), before_model, and after_agent when they jump to the end;
+    ``answers``: for their interrupts (``services.interrupts``)."""
     original = [to_langchain(m) for m in transcript]
     messages, state, jump, changed = original, dict(extra), None, False
     if step == 1 and hooks.with_hook("before_agent"):
-        result = await run_state_hooks(hooks, "before_agent", messages, state)
+        result = await run_state_hooks(hooks, "before_agent", messages, state, answers)
         messages, state, jump, changed = (
             result.messages,
             result.extra,
@@ -51,12 +58,12 @@ async def start_step(
             result.changed,
         )
     if jump not in ("end", "model", "tools") and hooks.with_hook("before_model"):
-        result = await run_state_hooks(hooks, "before_model", messages, state)
+        result = await run_state_hooks(hooks, "before_model", messages, state, answers)
         messages, state, jump = result.messages, result.extra, result.jump_to
         changed = changed or result.changed
     end = jump == "end"
     if end and hooks.with_hook("after_agent"):
-        result = await run_state_hooks(hooks, "after_agent", messages, state)
+        result = await run_state_hooks(hooks, "after_agent", messages, state, answers)
         messages, state = result.messages, result.extra
         changed = changed or result.changed
     if not changed and not end:
@@ -79,13 +86,18 @@ class ModelTurn:
 
 
 async def model_turn(
-    hooks: HookSet, transcript: list[Message], ai: AIMessage, extra: dict[str, Any]
+    hooks: HookSet,
+    transcript: list[Message],
+    ai: AIMessage,
+    extra: dict[str, Any],
+    answers: Answers | None = None,
 ) -> ModelTurn:
     """Run after_model hooks on the transcript with the reply appended. Tool messages they
-    add for the reply's calls answer those calls (the tools do not run them)."""
+    add for the reply's calls answer those calls (the tools do not run them). ``answers``:
+    for their interrupts (``services.interrupts``)."""
     base = [to_langchain(m) for m in transcript]
     with_ai = [*base, to_langchain(ai)]
-    result = await run_state_hooks(hooks, "after_model", with_ai, extra)
+    result = await run_state_hooks(hooks, "after_model", with_ai, extra, answers)
     messages, state = result.messages, result.extra
     end = result.jump_to == "end"
     new_ai = ai
@@ -104,7 +116,7 @@ async def model_turn(
     # answered every call, the model is called again.
     finishing = end or not new_ai.tool_calls
     if finishing and hooks.with_hook("after_agent"):
-        final = await run_state_hooks(hooks, "after_agent", messages, state)
+        final = await run_state_hooks(hooks, "after_agent", messages, state, answers)
         state = final.extra
         added.extend(from_langchain(m) for m in final.messages[len(messages) :])
     after_ai = [m for m in added if not (isinstance(m, ToolMessage) and m.tool_call_id in decided)]

@@ -25,7 +25,10 @@ from contracts.events import (
     DecisionsSubmitted,
     Event,
     ModelFailed,
+    ModelInterrupted,
+    ModelRequested,
     ModelResponded,
+    ModelResumed,
     RunDequeued,
     StepStarted,
     StructuredOutcome,
@@ -38,10 +41,11 @@ from contracts.events import (
     parse_event,
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
-from services import approvals, deployed
+from services import deployed
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent, Refused, UnknownTask
 from services.hooks import HookSet, hooks_for
+from services.interrupts import Answers, Asked, NodeInterrupted, ResumeRefused, interrupt_id
 from services.runtime import Runtime
 from services.secrets import scrub
 from services.spec.validation import InvalidSpec, check_agent
@@ -223,20 +227,45 @@ class Loop:
         await self._emit(task_id, state)
 
     async def decisions_submitted(self, event: DecisionsSubmitted) -> None:
-        phase, pending = await self.store.pending_reply(event.task_id)
-        if phase == Phase.TOOLS:  # calls that wait one by one (interrupt_mode="per_call")
+        """An answer to the interrupt a task waits on: a tool call's (tools phase; one
+        per waiting call), or a loop-stage hook's, whose node then runs again from its
+        start with ``interrupt()`` returning it (and the answers it had before)."""
+        tid = event.task_id
+        waiting = await self.store.waiting(tid)
+        if waiting.phase == Phase.TOOLS:  # calls that wait one by one
             await self.per_call.decisions(event)
             return
-        if phase != Phase.APPROVAL or pending is None:
-            raise BadEvent(f"task {event.task_id} is not waiting for a decision")
-        reply = parse_event(pending)
-        assert isinstance(reply, ModelResponded)
-        await self.model_responded(reply, event.decisions)
+        if waiting.phase != Phase.APPROVAL or waiting.pending is None:
+            raise BadEvent(f"task {tid} is not waiting for a decision")
+        node = waiting.node or HITL_NODE
+        value = _answer_for(event, waiting.interrupt_id)
+        resumed = parse_event(waiting.pending)
+        assert isinstance(resumed, ModelResponded | StepStarted | ModelRequested)
+        answers = Answers(
+            scope=_scope(tid, resumed.step),
+            by_node={**waiting.resume, node: [*waiting.resume.get(node, []), value]},
+            answered=waiting.interrupt_id,
+            done=dict(waiting.done),
+        )
+        if isinstance(resumed, ModelRequested):  # a wrap_model_call interrupt: call again
+            again = ModelResumed(
+                task_id=tid,
+                step=resumed.step,
+                agent_id=resumed.agent_id,
+                requested=resumed,
+                answers=answers.of(node),
+            )
+            await self.rt.publish(self.names.model, again)
+            return
+        if isinstance(resumed, ModelResponded):
+            await self.model_responded(resumed, answers)
+            return
+        state = await self._begin_step(tid, None, answers)
+        if state is not None:
+            await self._emit(tid, state)
 
-    async def model_responded(
-        self, event: ModelResponded, decisions: list[dict[str, Any]] | None = None
-    ) -> None:
-        """``decisions``: a human's answers to the approval this reply asked for."""
+    async def model_responded(self, event: ModelResponded, answers: Answers | None = None) -> None:
+        """``answers``: the answers to the interrupts this reply's hooks asked."""
         tid = event.task_id
         hooks = await self._hooks(tid, event.agent_id)
         if hooks is None:
@@ -247,14 +276,15 @@ class Loop:
         spec = await self.rt.agent(event.agent_id)
         turn = ModelTurn(ai, decided=after_model_results(spec, ai), end=not ai.tool_calls)
         if hooks.with_hook("after_model") or (turn.end and hooks.with_hook("after_agent")):
-            hooked = await self._after_model(event, hooks, turn, decisions)
+            answers = answers or Answers(scope=_scope(tid, event.step))
+            hooked = await self._after_model(event, hooks, turn, answers)
             if hooked is None:
                 return
             turn = hooked
         if event.structured is not None:
             turn = await self._with_structured(tid, turn, event.structured)
         fusion = None
-        if decisions is None and event.transcript_len is not None and not hooks.has_state_hooks:
+        if answers is None and event.transcript_len is not None and not hooks.has_state_hooks:
             fusion = await self._tool_calls_fusion(event, turn)
         state = self._known(await self._record_reply(event, turn, fusion), tid)
         if state.committed:
@@ -311,6 +341,21 @@ class Loop:
         )
         await self._emit(event.task_id, self._known(state, event.task_id))
 
+    async def model_interrupted(self, event: ModelInterrupted) -> None:
+        """A wrap_model_call middleware called ``interrupt()``: the task waits for the
+        answer, with the model request to send again once answered."""
+        tid, step = event.task_id, event.step
+        scope = _scope(tid, step)
+        given = len(event.answered)
+        answers = Answers(
+            scope,
+            {MODEL_NODE: event.answered},
+            answered=interrupt_id(MODEL_NODE, scope, given - 1) if given else "",
+        )
+        asked = Asked(event.request, event.interrupt_id, event.response_schema)
+        waiting = NodeInterrupted(MODEL_NODE, asked)
+        await self._wait(tid, step, waiting, dump_event(event.requested), "model", answers)
+
     async def tool_interrupted(self, event: ToolInterrupted) -> None:
         await self.per_call.interrupted(event)
 
@@ -346,8 +391,11 @@ class Loop:
 
     async def _emit(self, task_id: str, state: TaskState, ai: AIMessage | None = None) -> None:
         """Publish what the state asks for: the model request of its step, or the step's
-        tool calls that have no result yet; a task that ended leaves the deadline set."""
+        tool calls that have no result yet; a task that ended leaves the deadline set; one
+        that waits for an answer asks for nothing."""
         rt = self.rt
+        if state.running and state.phase == Phase.APPROVAL:
+            return
         if not state.running:
             rt.forget(task_id)
             await rt.redis.zrem(self.names.deadlines, task_id)
@@ -575,24 +623,20 @@ class Loop:
         return await rt.transcript(task_id, length, int(rev or 0))
 
     async def _after_model(
-        self,
-        event: ModelResponded,
-        hooks: HookSet,
-        turn: ModelTurn,
-        decisions: list[dict[str, Any]] | None,
+        self, event: ModelResponded, hooks: HookSet, turn: ModelTurn, answers: Answers
     ) -> ModelTurn | None:
         """Run after_model (and at the end after_agent) hooks; None when the task waits
-        for a human or failed."""
+        for an answer to an interrupt or failed."""
         tid = event.task_id
         transcript = await self._transcript(tid)
+        extra = await self.store.extra(tid)
         try:
-            with approvals.answering(decisions):
-                hooked = await model_turn(hooks, transcript, turn.ai, await self.store.extra(tid))
-        except approvals.Interrupted as asked:
-            await self._wait_for_human(event, asked.value)
+            hooked = await model_turn(hooks, transcript, turn.ai, extra, answers)
+        except NodeInterrupted as asked:
+            await self._wait(tid, event.step, asked, dump_event(event), "after", answers)
             return None
-        except ValueError as exc:
-            if decisions is not None:  # decisions that do not fit: reject them, keep waiting
+        except (ValueError, ResumeRefused) as exc:
+            if answers.answered:  # answers that do not fit: refuse them, keep waiting
                 raise BadEvent(f"decisions rejected: {exc}") from exc
             await self._fail_now(tid, f"{type(exc).__name__}: {exc}")
             return None
@@ -602,29 +646,56 @@ class Loop:
         hooked.decided = {**turn.decided, **hooked.decided}
         return hooked
 
-    async def _wait_for_human(self, event: ModelResponded, request: Any) -> None:
-        asked = ApprovalRequested(
-            task_id=event.task_id, step=event.step, request=approvals.as_jsonable(request)
+    async def _wait(
+        self,
+        task_id: str,
+        step: int,
+        asked: NodeInterrupted,
+        pending: bytes,
+        at: str,
+        answers: Answers,
+    ) -> None:
+        """A loop-stage hook called ``interrupt()``: the task waits for the answer, with
+        the event it resumes with (``pending``) and the answers its nodes had so far."""
+        request = ApprovalRequested(
+            task_id=task_id,
+            step=step,
+            request=asked.asked.value,
+            interrupt_id=asked.asked.interrupt_id,
+            node=asked.node,
         )
         # Fused: once the task's log says it waits, nothing of this entry is pending.
-        outputs: list[tuple[str, Event]] = [(self.names.approvals, asked)]
-        fusion = self._fusion(event.task_id, (Phase.APPROVAL,), Phase.APPROVAL, outputs, None)
+        outputs: list[tuple[str, Event]] = [(self.names.approvals, request)]
+        fusion = self._fusion(task_id, (Phase.APPROVAL,), Phase.APPROVAL, outputs, None)
         state = await self.store.apply(
-            event.task_id,
+            task_id,
             AskHuman(
-                step=event.step,
-                cause=Cause.approval(event.step),
-                pending=dump_event(event),
-                approval_event=dump_event(asked),
+                step=step,
+                cause=Cause.approval(step),
+                pending=pending,
+                approval_event=dump_event(request),
+                node=asked.node,
+                interrupt_id=asked.asked.interrupt_id,
+                at=at,
+                resume={node: list(values) for node, values in answers.by_node.items()},
+                answered=answers.answered,
+                done=answers.done or None,
             ),
             fusion,
         )
-        if not state.committed and state.cause == Cause.approval(event.step):
-            await self.rt.publish(self.names.approvals, asked)
+        if not state.committed and state.cause == Cause.approval(step):
+            await self.rt.publish(self.names.approvals, request)
 
-    async def _begin_step(self, task_id: str, state: TaskState) -> TaskState | None:
-        """A step is about to call the model: run before_agent/before_model hooks once."""
-        if not state.running or state.phase != Phase.MODEL or state.hooks_step == state.step:
+    async def _begin_step(
+        self, task_id: str, state: TaskState | None, answers: Answers | None = None
+    ) -> TaskState | None:
+        """A step is about to call the model: run before_agent/before_model hooks once.
+        ``answers``: resuming the step's hooks (``state`` None: it waits for them)."""
+        if state is None:
+            state = await self.store.state(task_id)
+            if not state.running or state.phase != Phase.APPROVAL:
+                return None  # answered already (a redelivery), or it ended meanwhile
+        elif not state.running or state.phase != Phase.MODEL or state.hooks_step == state.step:
             return state
         hooks = await self._hooks(task_id, state.agent_id)
         if hooks is None:
@@ -636,9 +707,18 @@ class Loop:
             return state
         transcript = await self.rt.transcript(task_id, state.transcript_len, state.rev)
         extra = await self.store.extra(task_id)
+        answers = answers or Answers(scope=_scope(task_id, state.step))
         try:
-            outcome = await start_step(hooks, state.step, transcript, extra)
+            outcome = await start_step(hooks, state.step, transcript, extra, answers)
+        except NodeInterrupted as asked:
+            started = dump_event(StepStarted(task_id=task_id, step=state.step))
+            await self._wait(task_id, state.step, asked, started, "before", answers)
+            return None
+        except ResumeRefused as exc:
+            raise BadEvent(f"decisions rejected: {exc}") from exc
         except Exception as exc:  # a hook that raises (a limit with exit "error") ends it
+            if answers.answered and isinstance(exc, ValueError):
+                raise BadEvent(f"decisions rejected: {exc}") from exc
             await self._fail_now(task_id, f"{type(exc).__name__}: {exc}")
             return None
         completed = TaskCompleted(task_id=task_id, steps=state.step - 1, answer=outcome.answer)
@@ -680,6 +760,32 @@ class Loop:
         state = await self._fail_at_current_step(task_id, scrub(reason), None)
         await self._emit(task_id, state)
         return state
+
+
+MODEL_NODE = "model"
+"""LangChain's model node: where wrap_model_call middleware run."""
+HITL_NODE = "HumanInTheLoopMiddleware.after_model"
+"""The node of a wait recorded before waits named theirs (HITL's batched approval)."""
+
+
+def _scope(task_id: str, step: int) -> str:
+    """Where a step's hooks run: their interrupts' ids derive from it (and the node)."""
+    return f"{task_id}:{step}"
+
+
+def _answer_for(event: DecisionsSubmitted, interrupt_id: str) -> Any:
+    """The value the waiting interrupt gets: its answer by id, or (HumanInTheLoop-
+    Middleware's batched approval) ``{"decisions": [...]}``."""
+    if event.answers:
+        if interrupt_id not in event.answers:
+            raise BadEvent(
+                f"task {event.task_id}: interrupt {next(iter(event.answers))!r} is not "
+                f"waiting (waiting: {interrupt_id or 'none'})"
+            )
+        return event.answers[interrupt_id]
+    if not event.decisions:
+        raise BadEvent("DecisionsSubmitted needs decisions or answers")
+    return {"decisions": event.decisions}
 
 
 def _structured_response(event: ModelResponded, turn: ModelTurn) -> Any:

@@ -30,10 +30,14 @@ class Phase(StrEnum):
     MODEL = "model"
     """The step's model call is due or under way (``ModelRequested`` published)."""
     TOOLS = "tools"
-    """The step's tool calls run; their results join when all are in. A call gated by a
-    per-call approval waits here too, on its own (``wait:<step>:<call id>``)."""
+    """The step's tool calls run; their results join when all are in. A call whose tool
+    or wrap_tool_call chain called ``interrupt()`` (a per-call approval, say) waits here
+    too, on its own (``wait:<step>:<call id>``)."""
     APPROVAL = "approval"
-    """after_model hooks asked a human; the model's reply waits in ``pending``."""
+    """A hook of the loop stage (or a wrap_model_call middleware) called ``interrupt()``
+    and waits for the answer; what the task resumes with waits in ``pending`` (the
+    model's reply, the step's StepStarted, or the model request), the node and its
+    interrupt in ``wait_node`` / ``wait_id``, the answers given so far in ``resume``."""
     DONE = "done"
     """The task ended (status completed or failed)."""
 
@@ -70,7 +74,7 @@ class Cause:
 
     @staticmethod
     def approval(step: int) -> str:
-        """after_model hooks of a step asked a human."""
+        """A hook of a step called ``interrupt()`` (HITL's after_model, a user's own)."""
         return f"approval:{step}"
 
     @staticmethod

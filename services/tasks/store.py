@@ -10,7 +10,7 @@ applied already and changes nothing.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -19,6 +19,22 @@ from contracts.streams import Names
 from services.tasks.state import TaskState, pairs, text
 from services.tasks.transition import Args, Fusion, Register, Transition
 from services.tasks.transitions import ALL, FUSABLE, DecideCall, LogOnce
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A task waiting for the answer to a loop-stage hook's interrupt (``AskHuman``)."""
+
+    phase: str
+    pending: bytes | None
+    """The event it resumes with: a ModelResponded, or the step's StepStarted."""
+    node: str
+    """The node that waits ("" from older state: HumanInTheLoopMiddleware's after_model)."""
+    interrupt_id: str
+    resume: dict[str, list[Any]]
+    """The answers the step's nodes were given so far, by node."""
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The updates of the nodes that ran to their end before the waiting one."""
 
 
 class TaskStore:
@@ -53,10 +69,59 @@ class TaskStore:
         reply = await self._transitions[LogOnce].raw(task_id, LogOnce(dedupe=key, event=event))
         return int(pairs(reply)["applied"]) == 1
 
-    async def pending_reply(self, task_id: str) -> tuple[str, bytes | None]:
-        """The phase, and the model reply a task waiting for approval will resume with."""
-        phase, pending = await self.redis.hmget(self.names.task_state(task_id), "phase", "pending")
-        return text(phase or ""), pending if isinstance(pending, bytes) else None
+    async def waiting(self, task_id: str) -> Waiting:
+        """What a task waiting in the loop stage waits for (its phase, when it is not)."""
+        phase, pending, node, interrupt_id, resume, done = await self.redis.hmget(
+            self.names.task_state(task_id),
+            "phase",
+            "pending",
+            "wait_node",
+            "wait_id",
+            "resume",
+            "done_nodes",
+        )
+        return Waiting(
+            phase=text(phase or ""),
+            pending=pending if isinstance(pending, bytes) else None,
+            node=text(node or ""),
+            interrupt_id=text(interrupt_id or ""),
+            resume=dict(json.loads(resume)) if resume else {},
+            done=dict(json.loads(done)) if done else {},
+        )
+
+    async def state(self, task_id: str) -> TaskState:
+        """The task's state as it stands (read, not moved: ``applied`` is False)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(
+            self.names.task_state(task_id),
+            "status",
+            "step",
+            "phase",
+            "cause",
+            "expected",
+            "agent",
+            "rev",
+            "bm_step",
+            "thread",
+        )
+        pipe.llen(self.names.task_messages(task_id))
+        (
+            (status, step, phase, cause, expected, agent, rev, bm_step, thread),
+            length,
+        ) = await pipe.execute()
+        return TaskState(
+            applied=False,
+            status=text(status or ""),
+            step=int(text(step or "0")),
+            phase=text(phase or ""),
+            cause=text(cause or ""),
+            transcript_len=int(length),
+            expected=json.loads(text(expected or "[]")),
+            agent_id=text(agent or ""),
+            rev=int(text(rev or "0")),
+            hooks_step=int(text(bm_step or "0")),
+            thread=text(thread or ""),
+        )
 
     async def extra(self, task_id: str) -> dict[str, Any]:
         """The middleware's state fields."""
@@ -88,9 +153,23 @@ class WaitingCall:
     call_id: str
     interrupted: bytes
     decision: str | None
+    earlier: list[Any]
+    """The answers its earlier interrupts were given (a call that asked more than once)."""
+
+    @property
+    def interrupt_id(self) -> str:
+        """The id the waiting interrupt is answered by (``tool_interrupt_id``)."""
+        return tool_interrupt_id(self.call_id, len(self.earlier))
 
 
-def decision_key(decision: dict[str, Any]) -> str:
+def tool_interrupt_id(call_id: str, answered: int) -> str:
+    """A tool call's interrupt id: the call id for its first interrupt (the one
+    HumanInTheLoopMiddleware's per-call approval asks), ``<call id>#<n>`` for the one it
+    asks after ``n`` answers, so an answer meant for an earlier one never answers it."""
+    return call_id if answered == 0 else f"{call_id}#{answered}"
+
+
+def decision_key(decision: Any) -> str:
     """A decision as stored and compared (the same decision gives the same text)."""
     return json.dumps(decision, sort_keys=True, separators=(",", ":"))
 
@@ -115,6 +194,7 @@ async def waiting_calls(
             continue
         decided = fields.get(f"decided:{step}:{call_id}")
         raw = value if isinstance(value, bytes) else str(value).encode()
-        found.append(WaitingCall(call_id, raw, None if decided is None else text(decided)))
+        earlier = json.loads(text(fields.get(f"answers:{step}:{call_id}", b"[]")))
+        found.append(WaitingCall(call_id, raw, None if decided is None else text(decided), earlier))
     found.sort(key=lambda w: json.loads(w.interrupted).get("at", 0))
     return step, found

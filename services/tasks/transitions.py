@@ -16,7 +16,7 @@ and at most once per cause (``state.Cause``)::
 
       MODEL ──ApplyHooks──▶ MODEL                     before_model hooks, once per step
       MODEL ──ApplyHooks (jump to end)──▶ DONE        completed
-      MODEL ──AskHuman──▶ APPROVAL                    after_model hooks asked a human
+      MODEL ──AskHuman──▶ APPROVAL                    after_model hooks called interrupt()
       MODEL | APPROVAL ──RecordReply──▶ TOOLS         the reply has calls to run
       MODEL | APPROVAL ──RecordReply──▶ DONE          no calls: completed
       TOOLS ──RecordResult──▶ TOOLS                   one call's result, more to come
@@ -24,8 +24,11 @@ and at most once per cause (``state.Cause``)::
       TOOLS ──RecordResult──▶ DONE                    ... at the step limit: failed
       TOOLS ──RecordResult──▶ DONE                    ... after a structured response
                                                       (RecordReply's end_after): completed
-      TOOLS ──ParkCall──▶ TOOLS                       a per-call approval: the call waits
-      TOOLS ──DecideCall──▶ TOOLS                     its decision, accepted once
+      MODEL ──AskHuman──▶ APPROVAL                    before_model hooks called interrupt()
+      APPROVAL ──AskHuman──▶ APPROVAL                 answered, the node asks again
+      APPROVAL ──ApplyHooks──▶ MODEL                  answered: the before hooks ran
+      TOOLS ──ParkCall──▶ TOOLS                       a call's interrupt: the call waits
+      TOOLS ──DecideCall──▶ TOOLS                     its answer, accepted once
       any   ──FailTask──▶ DONE                        failed: cancel, deadline, model
                                                       failure, a hook that raised
       any   ──RefuseTask──▶ DONE                      failed: a stage dead-lettered one
@@ -43,6 +46,7 @@ and at most once per cause (``state.Cause``)::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from services.tasks.transition import Args
 
@@ -158,14 +162,27 @@ class ApplyHooks(Args):
 
 @dataclass(frozen=True, slots=True)
 class AskHuman(Args):
-    """after_model hooks asked for a decision: model -> approval."""
+    """A hook of the loop stage called ``interrupt()``: model -> approval; or, answered,
+    the same node asks again: approval -> approval (``answered``)."""
 
     LUA = "interrupt"
     step: int
     cause: str
     pending: bytes
-    """The ModelResponded the task resumes with once decisions arrive."""
+    """The event the task resumes with once answered: the ModelResponded (after_model,
+    after_agent) or the step's StepStarted (before_agent, before_model)."""
     approval_event: bytes
+    node: str
+    """The node that waits (``<middleware>.<hook>``)."""
+    interrupt_id: str
+    at: str
+    """``"before"`` (the step's before hooks wait) or ``"after"`` (the reply's hooks)."""
+    resume: dict[str, list[Any]]
+    """The answers the step's nodes were given so far, by node."""
+    answered: str = ""
+    """The interrupt id this resume answered ("" when the node asks for the first time)."""
+    done: dict[str, dict[str, Any]] | None = None
+    """The updates of the step's nodes that ran to their end before the waiting one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +211,7 @@ class RefuseTask(Args):
 
 @dataclass(frozen=True, slots=True)
 class ParkCall(Args):
-    """A per-call approval: a gated call of the tools phase waits (the phase stays)."""
+    """A tool call's interrupt: the call of the tools phase waits (the phase stays)."""
 
     LUA = "call_parked"
     step: int
@@ -202,7 +219,10 @@ class ParkCall(Args):
     interrupted_event: bytes
     approval_event: bytes
     refused_decision: str
-    """The decision the call's schema refused ("" when it asks for the first time)."""
+    """The decision the call's schema refused ("" when it asks)."""
+    answered: int = 0
+    """How many of the call's interrupts were answered before this one: one more than
+    the waiting one's, with its answer accepted, is the call asking again."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,12 @@ redelivery re-publishes it instead of running the tool again). A tool declared i
 and run without ``wrap_tool_call`` middleware takes no lease: running it again is
 harmless by its declaration.
 
-A call whose ``wrap_tool_call`` chain asks a human (``HumanInTheLoopMiddleware`` with
-``interrupt_mode="per_call"``) is parked: its record says ``waiting``, nothing is pending
-and no thread waits. The loop sends ``ToolResumed`` with the decision; the chain runs
-again from the start and LangChain's own code acts on the decision.
+A call whose tool or ``wrap_tool_call`` chain calls ``interrupt()`` (a user's own, or
+``HumanInTheLoopMiddleware`` with ``interrupt_mode="per_call"``) is parked: its record
+says ``waiting``, nothing is pending and no thread waits. The loop sends ``ToolResumed``
+with the answer; the call runs again from the start as a LangGraph node
+(``services.interrupts``), its ``interrupt()`` calls returning the answers in order, and
+LangChain's own code acts on them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +32,9 @@ from redis.exceptions import RedisError
 
 from contracts.events import ToolRequested, ToolResumed
 from contracts.messages import Message, ToolCall, ToolMessage
-from services import approvals
+from services import interrupts
+from services.hooks import lg_runtime
+from services.interrupts import NodeInterrupted, ResumeRefused
 from services.runtime import Runtime
 from services.spec import toolbox
 from services.tasks.issued import Admission, IssuedCalls
@@ -45,13 +49,15 @@ class StillRunning(Exception):
 
 @dataclass(frozen=True)
 class Parked:
-    """A call waiting for a human decision (what its interrupt asked, and why it asks
-    again when a decision did not fit)."""
+    """A call waiting for the answer to its interrupt (what it asked, and why it asks
+    again when an answer did not fit)."""
 
-    request: dict[str, Any]
+    request: Any
     response_schema: dict[str, Any] | None = None
     error: str | None = None
-    decision: dict[str, Any] | None = None
+    decision: Any = None
+    answered: int = 0
+    """How many of the call's interrupts were answered before this one."""
 
 
 Outcome = ToolMessage | Parked
@@ -68,6 +74,12 @@ class Job:
     call: ToolCall
     wrappers: list[Any]
     limit: Limit
+    step: int = 0
+
+    @property
+    def scope(self) -> str:
+        """Where the call runs as a node: its interrupts' ids derive from it."""
+        return f"{self.task_id}:{self.step}:{self.call.id}"
 
 
 # KEYS: the task's calls hash. ARGV: call id, running marker. Takes a parked call for its
@@ -136,41 +148,43 @@ class ToolCalls:
                 await self.issued.admit(event) is Admission.LATE
             ):
                 return None
-            result = await run_tool(job.tool, call, limit=job.limit)
-            return await self._record_done(calls_key, result)
+            outcome = await self._run_chain(job, (), None)
+            if isinstance(outcome, Parked):
+                return await self._park(calls_key, call.id, outcome)
+            return await self._record_done(calls_key, outcome)
         # The check and the lease in one script: the round trip the lease took anyway.
         admission = await self.issued.admit(event, lease=self._first_marker(job))
         if admission is Admission.LATE:
             return None
         if admission is Admission.ISSUED:
-            return await self._run_leased(job, None)
+            return await self._run_leased(job, ())
         found: Any = await self.rt.redis.hget(calls_key, call.id)
         record = json.loads(found) if found else {}
         if record.get("state") == "waiting":
             # Parked for a human: tell the loop again (it asks only once).
             return await self._parked_request(calls_key, call.id)
-        return await self._run_unless_known(job, record, None)
+        return await self._run_unless_known(job, record, ())
 
     async def resume(self, job: Job, event: ToolResumed) -> Outcome | None:
-        """Run a parked call with its decision, once: the delivery that takes the parked
+        """Run a parked call with its answer, once: the delivery that takes the parked
         record runs it; a duplicate waits for it or re-publishes its result. Only for a
-        call of the task's state with an accepted decision (``Refused`` otherwise). None:
+        call of the task's state with an accepted answer (``Refused`` otherwise). None:
         the task ended or moved on, nothing to answer."""
         if await self.issued.admit(event) is Admission.LATE:
             return None
-        decision = event.decision
+        answers = [*event.earlier, event.decision]
         calls_key = self.rt.names.task_calls(job.task_id)
         taken, found = await self._take_parked(
             keys=[calls_key], args=[job.call.id, self._first_marker(job)]
         )
         if int(taken) == 1:
-            return await self._run_leased(job, decision)
+            return await self._run_leased(job, answers)
         if not found:
             return None
         record = json.loads(found)
         if record.get("state") == "waiting":  # not reachable: the script took it
             raise StillRunning(f"tool call {job.call.id} could not be taken")
-        return await self._run_unless_known(job, record, decision)
+        return await self._run_unless_known(job, record, answers)
 
     # -- leases ------------------------------------------------------------------------
 
@@ -221,7 +235,7 @@ class ToolCalls:
             log.warning("renewing the lease of tool call %s failed", lease.call_id)
 
     async def _run_unless_known(
-        self, job: Job, record: dict[str, Any], decision: dict[str, Any] | None
+        self, job: Job, record: dict[str, Any], answers: Sequence[Any]
     ) -> Outcome:
         """A delivery that did not take the call: its recorded outcome, a retry later while
         a live worker runs it, or (its lease ran out: the worker died mid-run) a run again
@@ -238,26 +252,47 @@ class ToolCalls:
         if not toolbox.is_idempotent(job.tool) and record.get("started", True):
             return await self._record_done(calls_key, unknown_outcome(call))
         await self.rt.redis.hset(calls_key, call.id, self._first_marker(job))
-        return await self._run_leased(job, decision)
+        return await self._run_leased(job, answers)
 
-    async def _run_leased(self, job: Job, decision: dict[str, Any] | None) -> Outcome:
+    async def _run_leased(self, job: Job, answers: Sequence[Any]) -> Outcome:
         """Run a call whose lease this worker holds; record its outcome."""
         calls_key = self.rt.names.task_calls(job.task_id)
         lease = Lease(calls_key, job.call.id, False if job.wrappers else None)
         renew = asyncio.create_task(self._keep_lease(lease))
         try:
-            outcome = await self._run_chain(job, decision, lease)
+            outcome = await self._run_chain(job, answers, lease)
         finally:
             await self._release(lease, renew)
         if isinstance(outcome, Parked):  # after the lease stopped: nothing overwrites it
             return await self._park(calls_key, job.call.id, outcome)
         return await self._record_done(calls_key, outcome)
 
-    async def _run_chain(self, job: Job, decision: dict[str, Any] | None, lease: Lease) -> Outcome:
-        """The tool, inside its wrap_tool_call middleware when it has any."""
+    async def _run_chain(self, job: Job, answers: Sequence[Any], lease: Lease | None) -> Outcome:
+        """The tool, inside its wrap_tool_call middleware when it has any, as a LangGraph
+        node: an ``interrupt()`` in either parks the call (``Parked``) or gets its answer
+        from ``answers``, in order."""
+        try:
+            with interrupts.node("tools", job.scope, answers, lg_runtime()):
+                return await self._run_tool(job, lease)
+        except NodeInterrupted as waiting:
+            asked = waiting.asked
+            return Parked(asked.value, asked.response_schema, answered=len(answers))
+        except ResumeRefused as refused:
+            calls_key = self.rt.names.task_calls(job.task_id)
+            asked_before = await self._parked_request(calls_key, job.call.id)
+            return Parked(
+                asked_before.request,
+                asked_before.response_schema,
+                error=f"the decision does not fit this call: {refused}",
+                decision=answers[-1],
+                answered=len(answers) - 1,
+            )
+
+    async def _run_tool(self, job: Job, lease: Lease | None) -> ToolMessage:
         call = job.call
         if not job.wrappers:
             return await run_tool(job.tool, call, limit=job.limit)
+        assert lease is not None  # a wrapped call always runs under its lease
 
         async def tool_starts() -> None:
             """Past the middleware: from now on a dead worker's call may have had effects."""
@@ -266,27 +301,15 @@ class ToolCalls:
                 await self.rt.redis.hset(lease.calls_key, call.id, self._marker(True))
 
         extra, messages = await self._agent_state(job.task_id)
-        try:
-            return await run_wrapped(
-                job.wrappers,
-                job.tool,
-                call,
-                extra,
-                decision,
-                messages,
-                before_tool=tool_starts,
-                limit=job.limit,
-            )
-        except approvals.Interrupted as asked:
-            return Parked(approvals.as_jsonable(asked.value), asked.response_schema)
-        except approvals.DecisionRefused as refused_decision:
-            asked_before = await self._parked_request(lease.calls_key, call.id)
-            return Parked(
-                asked_before.request,
-                asked_before.response_schema,
-                error=f"the decision does not fit this call: {refused_decision}",
-                decision=decision,
-            )
+        return await run_wrapped(
+            job.wrappers,
+            job.tool,
+            call,
+            extra,
+            messages,
+            before_tool=tool_starts,
+            limit=job.limit,
+        )
 
     async def _agent_state(self, task_id: str) -> tuple[dict[str, Any], list[Message]]:
         """The middleware fields and the transcript at tool time (up to the AI message
@@ -303,7 +326,11 @@ class ToolCalls:
 
     async def _park(self, calls_key: str, call_id: str, parked: Parked) -> Parked:
         """Wait for a human with nothing held: only the record says the call waits."""
-        kept = {"request": parked.request, "response_schema": parked.response_schema}
+        kept = {
+            "request": parked.request,
+            "response_schema": parked.response_schema,
+            "answered": parked.answered,
+        }
         mapping: dict[Any, Any] = {
             parked_field(call_id): json.dumps(kept),
             call_id: json.dumps({"state": "waiting"}),
@@ -314,7 +341,9 @@ class ToolCalls:
     async def _parked_request(self, calls_key: str, call_id: str) -> Parked:
         found: Any = await self.rt.redis.hget(calls_key, parked_field(call_id))
         kept = json.loads(found) if found else {}
-        return Parked(kept.get("request") or {}, kept.get("response_schema"))
+        return Parked(
+            kept.get("request"), kept.get("response_schema"), answered=kept.get("answered", 0)
+        )
 
     async def _record_done(self, calls_key: str, message: ToolMessage) -> ToolMessage:
         """Recorded with the entry's ack and the result's publication (one script), so a

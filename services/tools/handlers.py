@@ -14,7 +14,6 @@ from langchain_core.tools import BaseTool
 
 from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, ToolCompleted, ToolInterrupted, ToolRequested, ToolResumed
-from services import approvals
 from services.agent_view import middleware_tools
 from services.errors import (
     BadEvent,
@@ -126,6 +125,7 @@ class ToolsService:
             event.call,
             wrappers,
             limit=lambda: self.limits.limit(event.task_id, timeout_s),
+            step=event.step,
         )
         if isinstance(event, ToolResumed):
             return await self.calls.resume(job, event)
@@ -143,6 +143,7 @@ class ToolsService:
                 response_schema=parked.response_schema,
                 error=parked.error,
                 decision=parked.decision,
+                answered=parked.answered,
             ),
         )
 
@@ -166,7 +167,6 @@ class ToolsService:
 
 
 def handlers(rt: Runtime) -> dict[str, Handler]:
-    approvals.install()  # per-call human approvals interrupt in this consumer
     for module in rt.settings.tool_modules:  # import errors show at start, not mid-task
         __import__(module)
     service = ToolsService(rt)

@@ -10,6 +10,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from pydantic import ValidationError
 
 from contracts.messages import Message, ToolCall, ToolMessage, from_langchain
@@ -132,7 +133,11 @@ async def run_tool(
     try:
         async with limit():
             result = await tool.ainvoke(payload)
+    except GraphBubbleUp:
+        raise  # the tool's interrupt(): the call waits for an answer (services.interrupts)
     except ValidationError as exc:
+        if is_invalid_resume(exc):
+            raise  # an answer that does not fit the interrupt's schema, not bad arguments
         content = TOOL_INVOCATION_ERROR_TEMPLATE.format(
             tool_name=call.name, tool_kwargs=call.args, error=_validation_text(exc)
         )
@@ -194,7 +199,6 @@ async def run_wrapped(
     tool: BaseTool,
     call: ToolCall,
     extra: dict[str, Any],
-    decision: dict[str, Any] | None = None,
     messages: Sequence[Message] = (),
     before_tool: Callable[[], Awaitable[None]] | None = None,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
@@ -205,16 +209,16 @@ async def run_wrapped(
     message with the calls (the step's other results are not in it yet, as in LangChain,
     where a step's calls run in parallel), plus the task's middleware fields.
 
-    A per-call human approval inside the chain raises ``approvals.Interrupted`` (no
-    ``decision`` yet: the caller parks the call) or gets ``decision`` from ``interrupt()``;
-    a decision that does not fit raises ``approvals.DecisionRefused``. ``before_tool``
-    is awaited when the chain reaches the tool itself."""
+    An ``interrupt()`` in the chain or the tool (a per-call human approval, say) passes
+    through, as does an answer that does not fit it: the caller runs the chain as a node
+    (``services.interrupts.node``), which parks the call or gives the answers.
+    ``before_tool`` is awaited when the chain reaches the tool itself."""
     from langchain_core.messages import ToolMessage as LcToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
     from contracts.messages import to_langchain
-    from services import approvals
     from services.hooks import call_wrapped
+    from services.interrupts import is_waiting
 
     request = ToolCallRequest(
         tool_call={"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"},
@@ -237,11 +241,10 @@ async def run_wrapped(
         return to_langchain(answer)
 
     try:
-        with approvals.answering_call(decision):
-            result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r)
-    except (approvals.Interrupted, approvals.DecisionRefused):
-        raise  # not the call's outcome: it waits for a (valid) human decision
+        result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r)
     except Exception as exc:  # what no wrapper handled: an error answer, as without them
+        if is_waiting(exc):
+            raise  # not the call's outcome: it waits for a (valid) answer
         return failure_message(call, exc)
     if not isinstance(result, LcToolMessage):
         return ToolMessage(

@@ -3,11 +3,13 @@
 -- reply joins the transcript; without calls to wait for the task completes, else it
 -- moves to the tools phase (results decided by after_model hooks are in already, and
 -- when they are all the results, the next step starts).
-local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase')
+local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'wait_at')
 if s[1] ~= 'running' or s[2] ~= arg.step then return snapshot(0) end
-if s[3] ~= 'model' and s[3] ~= 'approval' then return snapshot(0) end
+-- waiting: only for the answer to an after_model hook's interrupt (before the model
+-- call, no reply of this step can be there yet)
+if s[3] ~= 'model' and not (s[3] == 'approval' and s[4] ~= 'before') then return snapshot(0) end
 local step = tonumber(arg.step)
-redis.call('HDEL', KEYS[1], 'pending')
+redis.call('HDEL', KEYS[1], 'pending', 'wait_node', 'wait_id', 'wait_at', 'resume', 'done_nodes')
 redis.call('RPUSH', KEYS[2], arg.ai_message)
 for _, msg in ipairs(cjson.decode(arg.after_ai)) do redis.call('RPUSH', KEYS[2], msg) end
 if arg.extra ~= '' then redis.call('HSET', KEYS[1], 'extra', arg.extra) end

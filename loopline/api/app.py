@@ -1,0 +1,145 @@
+"""The gateway's Starlette app: LangGraph's Agent Server routes, health and readiness,
+and LangGraph's status codes for errors (422 bad input, 404 unknown, 409 busy)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+import redis.asyncio as aioredis
+from redis.exceptions import NoPermissionError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from loopline.api import assistant_routes, run_routes, thread_routes
+from loopline.api.gateway import Gateway, gateway_of
+from loopline.api.runs import Busy
+from loopline.api.settings import Tenancy
+from loopline.api.tenant import NotFound
+from loopline.api.wire import BadRequest
+from services.settings import Settings
+
+
+async def ok(request: Request) -> Response:
+    """Liveness: the process answers."""
+    return JSONResponse({"ok": True})
+
+
+async def ready(request: Request) -> Response:
+    """Readiness: the bus answers (an orchestrator sends no traffic before)."""
+    try:
+        await gateway_of(request).default().redis.ping()
+    except (aioredis.RedisError, OSError) as exc:
+        return JSONResponse({"ok": False, "error": type(exc).__name__}, status_code=503)
+    return JSONResponse({"ok": True})
+
+
+async def info(request: Request) -> Response:
+    try:
+        found = version("loopline")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree
+        found = "unknown"
+    return JSONResponse({"version": found, "flags": {"assistants": True, "crons": False}})
+
+
+def _detail(status: int, message: str) -> Response:
+    return JSONResponse({"detail": message}, status_code=status)
+
+
+async def _bad_request(request: Request, exc: Exception) -> Response:
+    return _detail(422, str(exc))
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return _detail(404, str(exc).strip("'\""))
+
+
+async def _busy(request: Request, exc: Exception) -> Response:
+    return _detail(409, str(exc))
+
+
+async def _denied(request: Request, exc: Exception) -> Response:
+    """The gateway's Redis user may not do this (``loopline acl --role api``: a producer's
+    rights and the gateway's records; removing a thread is the operator's)."""
+    return _detail(403, f"not allowed for the gateway's Redis user: {exc}")
+
+
+async def _http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return _detail(exc.status_code, str(exc.detail))
+
+
+ROUTES = [
+    Route("/ok", ok),
+    Route("/health", ok),
+    Route("/ready", ready),
+    Route("/info", info),
+    Route("/assistants/search", assistant_routes.search, methods=["POST"]),
+    Route("/assistants/{assistant_id}", assistant_routes.get),
+    Route("/assistants/{assistant_id}/schemas", assistant_routes.schemas),
+    Route("/threads", thread_routes.create, methods=["POST"]),
+    Route("/threads/{thread_id}", thread_routes.get),
+    Route("/threads/{thread_id}", thread_routes.delete, methods=["DELETE"]),
+    Route("/threads/{thread_id}/state", thread_routes.state),
+    Route("/threads/{thread_id}/history", thread_routes.history, methods=["POST"]),
+    Route("/threads/{thread_id}/runs", run_routes.create, methods=["POST"]),
+    Route("/threads/{thread_id}/runs", run_routes.listing),
+    Route("/threads/{thread_id}/runs/stream", run_routes.stream, methods=["POST"]),
+    Route("/threads/{thread_id}/runs/wait", run_routes.wait, methods=["POST"]),
+    Route("/threads/{thread_id}/runs/{run_id}", run_routes.get),
+    Route("/threads/{thread_id}/runs/{run_id}/join", run_routes.join),
+    Route("/threads/{thread_id}/runs/{run_id}/stream", run_routes.join_stream),
+    Route("/threads/{thread_id}/runs/{run_id}/cancel", run_routes.cancel, methods=["POST"]),
+    Route("/runs/stream", run_routes.stream, methods=["POST"]),
+    Route("/runs/wait", run_routes.wait, methods=["POST"]),
+    Route("/runs/{run_id}/join", run_routes.join),
+    Route("/runs/{run_id}/stream", run_routes.join_stream),
+]
+
+
+def create_app(
+    url: str,
+    tenancy: Tenancy,
+    settings: Settings | None = None,
+    *,
+    cors_origins: Sequence[str] = (),
+) -> Starlette:
+    """The gateway for the bus at ``url``: ``tenancy`` says who may call and as which
+    tenant (``settings.parse_keys``); ``cors_origins``: the web origins whose pages may
+    call it from a browser."""
+    gateway = Gateway(url, tenancy, settings or Settings())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await gateway.close()
+
+    middleware = [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["Content-Location", "Location"],  # the SDKs read the run id
+        )
+    ]
+    app = Starlette(
+        routes=ROUTES,
+        lifespan=lifespan,
+        middleware=middleware if cors_origins else None,
+        exception_handlers={
+            BadRequest: _bad_request,
+            NotFound: _not_found,
+            Busy: _busy,
+            NoPermissionError: _denied,
+            HTTPException: _http,
+        },
+    )
+    app.state.gateway = gateway
+    return app

@@ -1,0 +1,236 @@
+"""A run's stream items, each with its position, so a client that reconnects with the
+last id it saw gets every later item once: no gap, no duplicate.
+
+The items are the stream-mode layer's (``loopline.stream_modes.ModeTranslator``), made
+from two append-only streams of the task: its log and its chunk stream. Each item comes
+from one entry of one of them (a chunk from its batch, the rest from the log event that
+made it), and the items of one entry come in a fixed order, so an item's position is
+(source, entry id, index within the entry). An event id carries the last position seen
+in both sources (``Cursor``); a reconnect replays the run's entries from its start
+through a fresh translator, which rebuilds the same items, and skips every item at or
+before the cursor of its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from contracts.chunks import ChunkBatch
+from contracts.events import (
+    AnyEvent,
+    ApprovalRequested,
+    ModelResponded,
+    TaskFailed,
+    parse_event,
+)
+from contracts.messages import to_langchain
+from loopline.api.records import RunRecord
+from loopline.api.tenant import Tenant
+from loopline.client import LostTaskWatch, TaskFailedError
+from loopline.stream_modes import Item, ModeTranslator
+
+Position = tuple[int, int, int]
+"""(entry milliseconds, entry sequence, index of the item within the entry)."""
+START: Position = (0, 0, -1)
+
+
+def entry_position(entry_id: str, index: int) -> Position:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms or 0), int(seq or 0), index
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The last item a client saw from the task's log and from its chunk stream."""
+
+    log: Position = START
+    chunks: Position = START
+
+    def encode(self) -> str:
+        return f"{_pos(self.log)}|{_pos(self.chunks)}"
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        """A ``Last-Event-ID``; ``ValueError`` when it is not one of this gateway's."""
+        log, sep, chunks = text.partition("|")
+        if not sep:
+            raise ValueError(f"not a stream position: {text!r}")
+        return cls(_unpos(log), _unpos(chunks))
+
+    def seen(self, source: str, position: Position) -> bool:
+        return position <= (self.log if source == "log" else self.chunks)
+
+    def after(self, source: str, position: Position) -> Cursor:
+        return replace(self, **{source: position})
+
+
+def _pos(p: Position) -> str:
+    return f"{p[0]}-{p[1]}.{p[2]}"
+
+
+def _unpos(text: str) -> Position:
+    entry, _, index = text.rpartition(".")
+    ms, _, seq = entry.partition("-")
+    return int(ms), int(seq), int(index)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The task failed: the stream says so (unless it was stopped) and ends."""
+
+    event: TaskFailed
+
+
+Positioned = tuple[str, Position, Item | Failed]
+
+
+class PositionedTranslator(ModeTranslator):
+    """``ModeTranslator`` whose items say where they come from, and whose interrupts
+    are LangGraph's (``__interrupt__`` with ``value`` and ``id``, in ``updates`` and in
+    ``values``)."""
+
+    def __init__(self, task_id: str, modes: Sequence[str], *, resume: bool = False) -> None:
+        super().__init__(task_id, modes, [])
+        self._entry_of: dict[int, str] = {}
+        self._resume = resume
+        """A resume begins with the reply the human was asked about in its state; the
+        log shows that reply (as decided) once more: it replaces the one there."""
+
+    def take_positioned(
+        self, batches: list[tuple[str, ChunkBatch]], events: list[tuple[str, AnyEvent]]
+    ) -> list[Positioned]:
+        for entry_id, batch in batches:
+            self._entry_of[id(batch)] = entry_id
+            self.pending.append(batch)
+        out: list[Positioned] = []
+        made: dict[str, int] = {}  # items made per entry (one entry may bring two events)
+        for entry_id, event in events:
+            if isinstance(event, ModelResponded):
+                out.extend(self._positioned_chunks(event.step))
+            first = made.get(entry_id, 0)
+            try:
+                items = self._event(event)
+            except TaskFailedError as exc:
+                self.done = True
+                out.append(("log", entry_position(entry_id, first), Failed(exc.event)))
+                return out
+            made[entry_id] = first + len(items)
+            out.extend(
+                ("log", entry_position(entry_id, first + k), item) for k, item in enumerate(items)
+            )
+        out.extend(self._positioned_chunks(self.started))
+        return out
+
+    def _positioned_chunks(self, up_to: int) -> list[Positioned]:
+        ready = [b for b in self.pending if b.step <= up_to]
+        items = self._chunks(up_to)
+        entries = [self._entry_of.pop(id(b)) for b in ready]
+        places = [
+            entry_position(entry, n)
+            for entry, batch in zip(entries, ready, strict=True)
+            for n in range(len(batch.chunks))
+        ]
+        if not items:
+            return []
+        return [("chunks", p, item) for p, item in zip(places, items, strict=True)]
+
+    def _event(self, event: AnyEvent) -> list[Item]:
+        if isinstance(event, ModelResponded) and self._resume:
+            self._resume = False
+            if self.state and self.state[-1].type == "ai":
+                self.state.pop()
+            self.streamed.add(event.step)  # its tokens streamed before the interrupt
+        if not isinstance(event, ApprovalRequested):
+            return super()._event(event)
+        self.done = True  # LangGraph's run ends at an interrupt
+        asked = [{"value": event.request, "id": f"{self.task_id}:{event.step}"}]
+        out: list[Item] = []
+        if "updates" in self.modes:
+            out.append(("updates", {"__interrupt__": asked}))
+        if "values" in self.modes:
+            out.append(("values", {"messages": list(self.state), "__interrupt__": asked}))
+        return out
+
+
+async def base_messages(tenant: Tenant, record: RunRecord) -> list[BaseMessage]:
+    """The state's messages when the run begins: a resume's from its record; a new run's
+    are the thread's transcript through the run's inputs (read once the task started)."""
+    state = await tenant.threads.of_run(record.thread_id, record.task_id)
+    messages = state.messages
+    if record.is_resume:
+        cut = record.base_len
+    else:
+        ids = [m.id for m in messages]
+        last = record.input_ids[-1] if record.input_ids else None
+        cut = ids.index(last) + 1 if last in ids else len(messages)
+    return [to_langchain(m) for m in messages[:cut]]
+
+
+async def run_items(
+    tenant: Tenant, record: RunRecord, modes: Sequence[str], *, block_ms: int = 1000
+) -> AsyncIterator[Positioned]:
+    """Every item of the run from its start, positioned, until it ends, fails or stops
+    at an interrupt."""
+    translator = PositionedTranslator(record.task_id, modes, resume=record.is_resume)
+    watch = LostTaskWatch(tenant.client, record.task_id)
+    await watch.begin()
+    chunks_after, log_after = record.chunks_after, record.log_after
+    started = False
+    while not translator.done:
+        batches, events = await tenant.client.feed(
+            record.task_id, chunks_after, log_after, block_ms
+        )
+        if batches:
+            chunks_after = batches[-1][0]
+        if events:
+            log_after = events[-1][0]
+            watch.seen = True
+        elif not batches and (lost := await watch.lost()) is not None:
+            # Redis lost the task: no entry of its log will come; placed after them all
+            yield "log", entry_position(log_after, 1 << 30), Failed(lost)
+            return
+        if not started and (events or record.is_resume):
+            started = True
+            translator.state = await base_messages(tenant, record)
+            for k, item in enumerate(translator.begin()):
+                yield "log", entry_position(record.log_after, k), item
+        events = await _with_asked_replies(tenant, record.task_id, events)
+        for positioned in translator.take_positioned(batches, events):
+            yield positioned
+
+
+async def _with_asked_replies(
+    tenant: Tenant, task_id: str, events: list[tuple[str, AnyEvent]]
+) -> list[tuple[str, AnyEvent]]:
+    """Each ``ApprovalRequested`` preceded by the reply it asks about, as LangGraph's
+    stream shows the model's update before the interrupt (loopline logs the reply once
+    the human decided: until then it waits in the task's state)."""
+    out: list[tuple[str, AnyEvent]] = []
+    for entry_id, event in events:
+        if isinstance(event, ApprovalRequested):
+            reply = await asked_reply(tenant, task_id, event.step)
+            if reply is not None:
+                out.append((entry_id, reply))
+        out.append((entry_id, event))
+    return out
+
+
+async def asked_reply(tenant: Tenant, task_id: str, step: int) -> ModelResponded | None:
+    """The reply of ``step`` a human is (or was) asked about: waiting in the task's
+    state, or, once decided, in its log."""
+    raw: Any = await tenant.redis.hget(tenant.names.task_state(task_id), "pending")
+    if raw:
+        found = parse_event(raw)
+        if isinstance(found, ModelResponded) and found.step == step:
+            return found
+    async for _, event in tenant.client.events(task_id, follow=False):
+        if isinstance(event, ModelResponded) and event.step == step:
+            return event
+    return None
+
+
+__all__ = ["Cursor", "Failed", "run_items"]

@@ -1,0 +1,131 @@
+"""What the gateway keeps beside the services' keys: a record per thread it created and
+per run it started (``Names.api_thread``, ``Names.api_run``), so LangGraph's ids resolve
+to loopline's tasks. Both expire with the deployment's retention, refreshed by each run.
+
+A run is a task, or, for a ``command.resume``, the rest of a waiting task: LangGraph
+answers an interrupt with a new run on the thread, loopline with decisions to the task
+that waits. Such a run records where in the task's log and chunk stream it begins and how
+many messages the thread had then.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from contracts.streams import Names
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class ThreadRecord:
+    thread_id: str
+    created_at: float = field(default_factory=time.time)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    task_id: str
+    thread_id: str
+    """"" for a stateless run (a task of no thread)."""
+    assistant_id: str
+    created_at: float = field(default_factory=time.time)
+    multitask_strategy: str = "reject"
+    stream_mode: list[str] = field(default_factory=lambda: ["values"])
+    metadata: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """What the client sent (input, command, config, context), shown back in ``kwargs``."""
+    log_after: str = "0"
+    """The task's log entry after which this run begins ("0": the task's start)."""
+    chunks_after: str = "0"
+    base_len: int = -1
+    """Messages of the state this run begins from (a resume); -1: the thread's messages
+    through this run's inputs, known once the task starts."""
+    input_ids: list[str] = field(default_factory=list)
+    ended: str = ""
+    """The status of a run that stopped at an interrupt which a later run answered: the
+    task goes on, this run does not."""
+
+    @property
+    def is_resume(self) -> bool:
+        return self.base_len >= 0
+
+
+_JSON_FIELDS = {"stream_mode", "metadata", "kwargs", "input_ids"}
+
+
+class Records:
+    """One tenant's thread and run records."""
+
+    def __init__(self, redis: aioredis.Redis, names: Names, retention_s: int) -> None:
+        self.redis = redis
+        self.names = names
+        self.retention_s = retention_s
+
+    async def save_thread(self, record: ThreadRecord) -> None:
+        key = self.names.api_thread(record.thread_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(
+                key,
+                mapping={"created_at": record.created_at, "metadata": json.dumps(record.metadata)},
+            )
+            pipe.expire(key, self.retention_s)
+            await pipe.execute()
+
+    async def thread(self, thread_id: str) -> ThreadRecord | None:
+        found: Any = await self.redis.hgetall(self.names.api_thread(thread_id))
+        if not found:
+            return None
+        fields = {_text(k): _text(v) for k, v in found.items()}
+        return ThreadRecord(
+            thread_id=thread_id,
+            created_at=float(fields.get("created_at") or 0),
+            metadata=dict(json.loads(fields.get("metadata") or "{}")),
+        )
+
+    async def touch_thread(self, thread_id: str) -> None:
+        await self.redis.expire(self.names.api_thread(thread_id), self.retention_s)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        key, runs = self.names.api_thread(thread_id), self.names.api_thread_runs(thread_id)
+        return int(await self.redis.delete(key, runs)) >= 1
+
+    async def save_run(self, record: RunRecord) -> None:
+        key = self.names.api_run(record.run_id)
+        mapping: dict[Any, Any] = {
+            k: json.dumps(v) if k in _JSON_FIELDS else v for k, v in asdict(record).items()
+        }
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping=mapping)
+            pipe.expire(key, self.retention_s)
+            if record.thread_id:
+                runs = self.names.api_thread_runs(record.thread_id)
+                pipe.zadd(runs, {record.run_id: record.created_at})
+                pipe.expire(runs, self.retention_s)
+            await pipe.execute()
+
+    async def run_ids(self, thread_id: str, offset: int, limit: int) -> list[str]:
+        """The thread's runs, newest first."""
+        key = self.names.api_thread_runs(thread_id)
+        found: Any = await self.redis.zrevrange(key, offset, offset + limit - 1)
+        return [_text(run_id) for run_id in found]
+
+    async def run(self, run_id: str) -> RunRecord | None:
+        found: Any = await self.redis.hgetall(self.names.api_run(run_id))
+        if not found:
+            return None
+        fields: dict[str, Any] = {_text(k): _text(v) for k, v in found.items()}
+        for name in _JSON_FIELDS:
+            fields[name] = json.loads(fields[name])
+        fields["created_at"] = float(fields["created_at"])
+        fields["base_len"] = int(fields["base_len"])
+        return RunRecord(**fields)

@@ -1,0 +1,161 @@
+"""``/threads/{id}/runs...`` and the stateless ``/runs/stream`` and ``/runs/wait``:
+start a run (in the background, streaming, or waiting for its end), read it, join it,
+follow its stream (``Last-Event-ID`` resumes it), cancel it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from loopline.api.events import Cursor
+from loopline.api.gateway import body_of, tenant_of
+from loopline.api.records import RunRecord
+from loopline.api.runs import (
+    RunRequest,
+    cancel_run,
+    run_record,
+    run_status,
+    start_run,
+    thread_exists,
+    wait_for,
+)
+from loopline.api.sse import run_frames
+from loopline.api.tenant import NotFound, Tenant
+from loopline.api.wire import BadRequest, iso
+
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def _path(record: RunRecord) -> str:
+    """Where the run lives (``Content-Location``; the SDK reads the run id from it)."""
+    if record.thread_id:
+        return f"/threads/{record.thread_id}/runs/{record.run_id}"
+    return f"/runs/{record.run_id}"
+
+
+async def run_json(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
+    status = await run_status(tenant, record)
+    return {
+        "run_id": record.run_id,
+        "thread_id": record.thread_id or None,
+        "assistant_id": record.assistant_id,
+        "created_at": iso(record.created_at),
+        "updated_at": iso(record.created_at),
+        "status": status,
+        "metadata": record.metadata,
+        "kwargs": record.kwargs,
+        "multitask_strategy": record.multitask_strategy,
+    }
+
+
+async def _started(request: Request) -> tuple[Tenant, RunRecord, RunRequest]:
+    tenant = await tenant_of(request)
+    run = RunRequest.parse(await body_of(request))
+    record = await start_run(tenant, request.path_params.get("thread_id"), run)
+    return tenant, record, run
+
+
+async def create(request: Request) -> Response:
+    """``POST /threads/{id}/runs``: a background run."""
+    tenant, record, _ = await _started(request)
+    return JSONResponse(await run_json(tenant, record), headers={"Content-Location": _path(record)})
+
+
+async def stream(request: Request) -> Response:
+    """``POST .../runs/stream``: start a run and stream it."""
+    tenant, record, run = await _started(request)
+    return _sse(tenant, record, run.stream_mode, None)
+
+
+async def wait(request: Request) -> Response:
+    """``POST .../runs/wait``: start a run and answer with its final values."""
+    tenant, record, _ = await _started(request)
+    values = await wait_for(tenant, record)
+    headers = {"Content-Location": _path(record), "Location": f"{_path(record)}/join"}
+    return JSONResponse(values, headers=headers)
+
+
+async def get(request: Request) -> Response:
+    tenant, record = await _record(request)
+    return JSONResponse(await run_json(tenant, record))
+
+
+async def listing(request: Request) -> Response:
+    """``GET /threads/{id}/runs``: the runs the gateway started on the thread, newest
+    first (``limit``, ``offset``, ``status``); runs rolled back are gone."""
+    tenant = await tenant_of(request)
+    thread_id = request.path_params["thread_id"]
+    if not await thread_exists(tenant, thread_id):
+        raise NotFound(f"Thread {thread_id} not found")
+    query = request.query_params
+    limit, offset = int(query.get("limit") or 10), int(query.get("offset") or 0)
+    found = []
+    for run_id in await tenant.records.run_ids(thread_id, offset, limit):
+        record = await tenant.records.run(run_id)
+        if record is None:
+            continue
+        try:
+            shown = await run_json(tenant, record)
+        except NotFound:
+            continue
+        if query.get("status") in (None, "", shown["status"]):
+            found.append(shown)
+    return JSONResponse(found)
+
+
+async def join(request: Request) -> Response:
+    """``GET .../runs/{run_id}/join``: wait for the run; its final values."""
+    tenant, record = await _record(request)
+    await run_status(tenant, record)  # 404 for a run rolled back
+    return JSONResponse(await wait_for(tenant, record), headers={"Content-Location": _path(record)})
+
+
+async def join_stream(request: Request) -> Response:
+    """``GET .../runs/{run_id}/stream``: the run's stream from its start, or after the
+    ``Last-Event-ID`` a reconnecting client sends."""
+    tenant, record = await _record(request)
+    await run_status(tenant, record)
+    asked = request.query_params.getlist("stream_mode")
+    modes = [m for m in asked if m] or record.stream_mode
+    return _sse(tenant, record, modes, request.headers.get("last-event-id") or None)
+
+
+async def cancel(request: Request) -> Response:
+    """``POST .../runs/{run_id}/cancel`` (``action=rollback`` stops it as ``interrupt``
+    does: loopline undoes a run only for a newer run's ``rollback``)."""
+    tenant, record = await _record(request)
+    await cancel_run(tenant, record)
+    if request.query_params.get("wait") in ("1", "true"):
+        await wait_for(tenant, record)
+        return JSONResponse(await run_json(tenant, record))
+    return Response(status_code=202)
+
+
+async def _record(request: Request) -> tuple[Tenant, RunRecord]:
+    tenant = await tenant_of(request)
+    record = await run_record(
+        tenant, request.path_params.get("thread_id"), request.path_params["run_id"]
+    )
+    return tenant, record
+
+
+def _sse(
+    tenant: Tenant, record: RunRecord, modes: list[str], last_event_id: str | None
+) -> Response:
+    if last_event_id:
+        try:
+            Cursor.decode(last_event_id)
+        except ValueError as exc:
+            raise BadRequest(f"Last-Event-ID {last_event_id!r} is not a stream position") from exc
+    headers = {
+        **SSE_HEADERS,
+        "Location": f"{_path(record)}/stream",
+        "Content-Location": _path(record),
+    }
+    return StreamingResponse(
+        run_frames(tenant, record, modes, last_event_id),
+        media_type="text/event-stream",
+        headers=headers,
+    )

@@ -1,0 +1,354 @@
+"""Runs as LangGraph's server has them, on loopline's tasks: a run body parsed, a run
+started (a task submitted, or decisions for a waiting task), its status, its outcome
+awaited, and a cancel.
+
+Statuses map as LangGraph shows them: a run waiting for its thread is ``pending``; a task
+that runs is ``running``; one that ended or stopped at an interrupt (a human is asked) is
+``success``; cancelled or stopped by a newer run (``multitask_strategy="interrupt"``)
+``interrupted``; failed ``error``; a run rolled back (``rollback``) is gone (404).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts.events import MULTITASK_STRATEGIES, ApprovalRequested, TaskCompleted, TaskFailed
+from contracts.messages import Message, to_langchain
+from loopline.api.records import RunRecord, ThreadRecord
+from loopline.api.tenant import NotFound, Tenant
+from loopline.api.wire import BadRequest, input_messages, interrupt_json, jsonable
+from loopline.conversation import (
+    RunConfig,
+    answers_of,
+    max_model_calls,
+    snapshot_values,
+    waiting_interrupts,
+)
+from loopline.stream_modes import STREAM_MODES
+from loopline.threads import ThreadValues
+from services.tasks.state import text
+
+STOPPED_CAUSES = ("cancel", "superseded")
+"""A failed task's causes that LangGraph calls ``interrupted`` rather than ``error``."""
+
+TAGGED_MODES = ("messages-tuple",)
+"""LangGraph's server names for loopline's stream modes (``messages-tuple`` is the
+``messages`` mode's ``(chunk, metadata)`` pairs; ``messages`` is its older shape)."""
+
+
+class Busy(Exception):
+    """The thread has a run going and the new one asked ``reject`` (409)."""
+
+    DETAIL = (
+        "Thread is already running a task. Wait for it to finish or choose a different "
+        "multitask strategy."
+    )
+
+
+@dataclass
+class RunRequest:
+    """A run body as ``langgraph_sdk`` sends it (the fields loopline acts on)."""
+
+    assistant_id: str
+    input: Any = None
+    command: dict[str, Any] | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] | None = None
+    stream_mode: list[str] = field(default_factory=lambda: ["values"])
+    multitask_strategy: str = "reject"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    if_not_exists: str = "reject"
+
+    @classmethod
+    def parse(cls, body: Any) -> RunRequest:
+        if not isinstance(body, Mapping):
+            raise BadRequest("the request body must be a JSON object")
+        assistant = body.get("assistant_id")
+        if not isinstance(assistant, str) or not assistant:
+            raise BadRequest("assistant_id is required")
+        strategy = body.get("multitask_strategy") or "reject"
+        if strategy not in MULTITASK_STRATEGIES:
+            raise BadRequest(f"multitask_strategy must be one of {', '.join(MULTITASK_STRATEGIES)}")
+        mode = body.get("stream_mode") or ["values"]
+        modes = [mode] if isinstance(mode, str) else list(mode)
+        command = body.get("command")
+        if body.get("input") is not None and command:
+            raise BadRequest("give input or command, not both")
+        return cls(
+            assistant_id=assistant,
+            input=body.get("input"),
+            command=dict(command) if isinstance(command, Mapping) else None,
+            config=dict(body.get("config") or {}),
+            context=dict(body["context"]) if body.get("context") else None,
+            stream_mode=modes,
+            multitask_strategy=strategy,
+            metadata=dict(body.get("metadata") or {}),
+            if_not_exists=str(body.get("if_not_exists") or "reject"),
+        )
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "input": self.input,
+            "command": self.command,
+            "config": self.config,
+            "context": self.context or {},
+            "stream_mode": self.stream_mode,
+        }
+
+
+def loopline_modes(requested: list[str]) -> list[str]:
+    """The stream-mode layer's modes behind the modes a client asked for; modes it does
+    not produce (``debug``, ``events``, ...) give nothing."""
+    found: list[str] = []
+    for mode in requested:
+        name = "messages" if mode in TAGGED_MODES else mode
+        if name in STREAM_MODES and name not in found:
+            found.append(name)
+    return found
+
+
+async def thread_exists(tenant: Tenant, thread_id: str) -> bool:
+    if await tenant.records.thread(thread_id) is not None:
+        return True
+    return await tenant.threads.info(thread_id) is not None
+
+
+async def thread_busy(tenant: Tenant, thread_id: str) -> bool:
+    """Whether the thread has a run that has not ended (a run that ended but whose end is
+    not yet written back does not count: the loop records it when the next run comes)."""
+    info = await tenant.threads.info(thread_id)
+    if info is None:
+        return False
+    if not info.active:
+        return any(status == "queued" for status in info.runs.values())
+    return await tenant.client.status(info.active) in (None, "running")
+
+
+async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) -> RunRecord:
+    """Start a run of the thread (None: a stateless run) and record it."""
+    try:
+        agent = await tenant.assistant(request.assistant_id)
+    except NotFound as exc:  # in a run body, LangGraph's server calls it invalid input
+        raise BadRequest(f"Invalid assistant: {exc}") from exc
+    if thread_id is not None:
+        await _thread_for_run(tenant, thread_id, request)
+    if request.command is not None:
+        if thread_id is None or "resume" not in request.command:
+            raise BadRequest("command takes resume, on a thread's run")
+        return await _resume(tenant, thread_id, request)
+    if request.input is None:
+        raise BadRequest("a run needs input (or command.resume)")
+    run_id = uuid.uuid4().hex
+    messages = _with_ids(run_id, input_messages(request.input))
+    busy_matters = thread_id is not None and request.multitask_strategy == "reject"
+    if busy_matters and await thread_busy(tenant, str(thread_id)):
+        raise Busy(Busy.DETAIL)
+    try:
+        config = RunConfig.of(request.config)
+    except ValueError as exc:
+        raise BadRequest(f"config: {exc}") from exc
+    max_steps = (
+        max_model_calls(agent.spec, config.recursion_limit) if config.recursion_limit else None
+    )
+    await tenant.client.stream_replies(run_id)  # any stream of it may ask for tokens
+    try:
+        await tenant.client.submit(
+            agent.ref,
+            messages,
+            task_id=run_id,
+            max_steps=max_steps,
+            overrides={"context": request.context} if request.context else None,
+            thread_id=thread_id,
+            multitask_strategy=request.multitask_strategy,
+            run_name=config.run_name,
+            tags=config.tags,
+            metadata={**config.metadata, **request.metadata},
+        )
+    except ValueError as exc:  # over the event size limit
+        raise BadRequest(str(exc)) from exc
+    record = RunRecord(
+        run_id=run_id,
+        task_id=run_id,
+        thread_id=thread_id or "",
+        assistant_id=request.assistant_id,
+        multitask_strategy=request.multitask_strategy,
+        stream_mode=request.stream_mode,
+        metadata=request.metadata,
+        kwargs=jsonable(request.kwargs),
+        input_ids=[str(m.id) for m in messages],
+    )
+    await tenant.records.save_run(record)
+    return record
+
+
+def _with_ids(run_id: str, messages: list[Message]) -> list[Message]:
+    """Input messages with ids (the loop's own scheme), so a run's stream knows where
+    its inputs end in the thread's transcript."""
+    return [
+        m if m.id else m.model_copy(update={"id": f"{run_id}:in:{i}"})
+        for i, m in enumerate(messages)
+    ]
+
+
+async def _thread_for_run(tenant: Tenant, thread_id: str, request: RunRequest) -> None:
+    if await thread_exists(tenant, thread_id):
+        await tenant.records.touch_thread(thread_id)
+        return
+    if request.if_not_exists != "create":
+        raise NotFound(f"Thread {thread_id} not found")
+    await tenant.records.save_thread(ThreadRecord(thread_id=thread_id))
+
+
+async def _resume(tenant: Tenant, thread_id: str, request: RunRequest) -> RunRecord:
+    """``command.resume``: the thread's waiting run gets the decisions; the new run is
+    the rest of that task."""
+    assert request.command is not None
+    state = await tenant.threads.current(thread_id)
+    waits = await waiting_interrupts(tenant.client, state)
+    if not waits:
+        raise BadRequest(f"thread {thread_id} has no interrupt waiting for a resume")
+    try:
+        answers = answers_of(request.command["resume"], [str(w.interrupt.id) for w in waits])
+    except (ValueError, RuntimeError) as exc:
+        raise BadRequest(str(exc)) from exc
+    task_id = state.run_id
+    log_after = await tenant.client.last_entry(task_id)
+    chunks: Any = await tenant.redis.xrevrange(tenant.names.task_chunks(task_id), count=1)
+    record = RunRecord(
+        run_id=uuid.uuid4().hex,
+        task_id=task_id,
+        thread_id=thread_id,
+        assistant_id=request.assistant_id,
+        multitask_strategy=request.multitask_strategy,
+        stream_mode=request.stream_mode,
+        metadata=request.metadata,
+        kwargs=jsonable(request.kwargs),
+        log_after=log_after,
+        chunks_after=chunks[0][0].decode() if chunks else "0",
+        base_len=len(state.messages),
+    )
+    await _end_answered_runs(tenant, thread_id, task_id)
+    await tenant.records.save_run(record)
+    await tenant.client.stream_replies(task_id)
+    try:
+        await tenant.client.answer(task_id, answers)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from exc
+    return record
+
+
+async def _end_answered_runs(tenant: Tenant, thread_id: str, task_id: str) -> None:
+    """The runs of the task that stopped at the interrupt now answered stay ``success``
+    (the task they ran goes on in the new run)."""
+    for run_id in await tenant.records.run_ids(thread_id, 0, 100):
+        earlier = await tenant.records.run(run_id)
+        if earlier is not None and earlier.task_id == task_id and not earlier.ended:
+            earlier.ended = "success"
+            await tenant.records.save_run(earlier)
+
+
+async def run_record(tenant: Tenant, thread_id: str | None, run_id: str) -> RunRecord:
+    record = await tenant.records.run(run_id)
+    if record is None or (thread_id is not None and record.thread_id != thread_id):
+        raise NotFound(f"Run {run_id} not found")
+    return record
+
+
+async def run_status(tenant: Tenant, record: RunRecord) -> str:
+    """The run's LangGraph status (``NotFound`` for a run rolled back)."""
+    if record.ended:
+        return record.ended
+    if record.thread_id:
+        runs = (await tenant.threads.info(record.thread_id)) or None
+        on_thread = runs.runs.get(record.task_id, "") if runs else ""
+        if on_thread == "rolled_back":
+            raise NotFound(f"Run {record.run_id} not found (rolled back)")
+        if on_thread == "rejected":
+            return "error"
+        if on_thread == "queued":
+            return "pending"
+    found: Any = await tenant.redis.hmget(
+        tenant.names.task_state(record.task_id), "status", "phase", "cause", "stop"
+    )
+    status, phase, cause, stop = (text(v or "") for v in found)
+    if status == "completed":
+        return "success"
+    if status == "failed":
+        return "interrupted" if _stopped(cause, stop) else "error"
+    if status == "running" and await _stopped_at_interrupt(tenant, record, phase):
+        return "success"
+    return "running" if status else "pending"
+
+
+async def _stopped_at_interrupt(tenant: Tenant, record: RunRecord, phase: str) -> bool:
+    """The task waits for a human, asked after this run began (a run that answered the
+    previous interrupt is running until the task moves on)."""
+    if phase != "approval" and not await tenant.client.waiting_calls(record.task_id):
+        return False
+    last = await tenant.client.last_entry(record.task_id)
+    return _entry_key(last) > _entry_key(record.log_after)
+
+
+def _entry_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms or 0), int(seq or 0)
+
+
+async def wait_for(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
+    """Wait until the run ends (or stops at an interrupt) and return what LangGraph's
+    ``/wait`` and ``/join`` return: the state's values (with ``__interrupt__`` when a
+    human is asked), or ``{"__error__": ...}`` for a run that failed."""
+    _, outcome = await tenant.client.outcome(record.task_id, after=record.log_after)
+    if isinstance(outcome, TaskFailed) and not await was_stopped(tenant, record.task_id):
+        return {"__error__": {"error": "TaskFailed", "message": outcome.reason}}
+    return await final_values(tenant, record, outcome)
+
+
+async def was_stopped(tenant: Tenant, task_id: str) -> bool:
+    """The task was cancelled or stopped by a newer run of its thread (LangGraph's
+    ``interrupted``), rather than failed."""
+    found: Any = await tenant.redis.hmget(tenant.names.task_state(task_id), "cause", "stop")
+    return _stopped(*(text(v or "") for v in found))
+
+
+def _stopped(cause: str, stop: str) -> bool:
+    """Cancelled, stopped at once by a newer run, or stopped by one at a step boundary
+    (the state keeps the stop it was asked for; ``lua/stop_run.lua``)."""
+    return cause in STOPPED_CAUSES or bool(stop)
+
+
+async def final_values(
+    tenant: Tenant,
+    record: RunRecord,
+    outcome: TaskCompleted | TaskFailed | ApprovalRequested | None = None,
+) -> dict[str, Any]:
+    state = await tenant.threads.of_run(record.thread_id, record.task_id)
+    values = await state_values(tenant, state)
+    if isinstance(outcome, ApprovalRequested):
+        waits = await waiting_interrupts(tenant.client, state)
+        values["__interrupt__"] = [
+            interrupt_json(w.interrupt.value, str(w.interrupt.id)) for w in waits
+        ]
+    return values
+
+
+async def state_values(tenant: Tenant, state: ThreadValues) -> dict[str, Any]:
+    """A state's values as LangGraph's API shows them (messages as JSON)."""
+    spec = await tenant.spec_of_task(state.run_id) if state.run_id else None
+    if spec is None:
+        values: dict[str, Any] = {"messages": [to_langchain(m) for m in state.messages]}
+        if state.todos is not None:
+            values["todos"] = state.todos
+    else:
+        values = snapshot_values(spec, state)
+    return dict(jsonable(values))
+
+
+async def cancel_run(tenant: Tenant, record: RunRecord) -> None:
+    await tenant.client.cancel(
+        record.task_id, "cancelled by request", thread_id=record.thread_id or None
+    )

@@ -1,0 +1,105 @@
+"""A run's stream as LangGraph's server sends it, in Server-Sent Events frames
+(``event: <name>``, ``data: <json>``, ``id: <position>``), as ``langgraph_sdk`` reads
+them: ``metadata`` (``run_id``) first, then the items of the modes asked for
+(``values``, ``updates``, ``messages`` for ``messages-tuple``; ``messages/metadata``,
+``messages/partial``, ``messages/complete`` for ``messages``; and whatever else the
+stream-mode layer yields, e.g. ``custom``), ``error`` if the run failed, ``end``.
+
+Every item's frames carry its position (``events.Cursor``) as their id; a client that
+reconnects with ``Last-Event-ID`` gets every later item once and no second ``metadata``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
+
+from loopline.api.events import Cursor, Failed, run_items
+from loopline.api.records import RunRecord
+from loopline.api.runs import loopline_modes, was_stopped
+from loopline.api.tenant import Tenant
+from loopline.api.wire import dumps
+from loopline.stream_modes import Item
+
+Frame = tuple[str, Any]
+
+
+def frame(event: str, data: Any, event_id: str | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: {event}\ndata: {dumps(data)}\n\n".encode()
+
+
+class FrameWriter:
+    """The frames of one item. Stateful (``messages/partial`` carries the reply so far),
+    so it sees every item of the run, also those a reconnect skips."""
+
+    def __init__(self, record: RunRecord, requested: list[str]) -> None:
+        self.requested = set(requested)
+        self.run_fields = {
+            "thread_id": record.thread_id or None,
+            "run_id": record.run_id,
+            "assistant_id": record.assistant_id,
+            "graph_id": record.assistant_id.partition("@")[0],
+        }
+        self.described: set[str] = set()
+        self.partial: dict[str, AIMessageChunk] = {}
+
+    def frames(self, item: Item) -> list[Frame]:
+        mode, data = item
+        if mode == "messages":
+            message, metadata = data
+            meta = {**metadata, **self.run_fields}
+            out: list[Frame] = []
+            if "messages-tuple" in self.requested:
+                out.append(("messages", [message, meta]))
+            if "messages" in self.requested:
+                out.extend(self._messages_as_partials(message, meta))
+            return out
+        return [(mode, data)] if mode in self.requested else []
+
+    def _messages_as_partials(self, message: BaseMessage, meta: dict[str, Any]) -> list[Frame]:
+        """LangGraph's older ``messages`` shape: a message's metadata once, then the
+        reply so far on every chunk, or the whole message once (a tool's)."""
+        key = str(message.id)
+        out: list[Frame] = []
+        if key not in self.described:
+            self.described.add(key)
+            out.append(("messages/metadata", {key: {"metadata": meta}}))
+        if isinstance(message, AIMessageChunk):
+            if meta.get("loopline_reset"):  # a retried model call: what came before is void
+                self.partial.pop(key, None)
+            so_far = self.partial.get(key)
+            so_far = message if so_far is None else so_far + message
+            self.partial[key] = so_far
+            out.append(("messages/partial", [message_chunk_to_message(so_far)]))
+        else:
+            out.append(("messages/complete", [message]))
+        return out
+
+
+async def run_frames(
+    tenant: Tenant, record: RunRecord, requested: list[str], last_event_id: str | None
+) -> AsyncIterator[bytes]:
+    """The run's SSE frames from its start, or after ``last_event_id``."""
+    cursor = Cursor.decode(last_event_id) if last_event_id else Cursor()
+    if not last_event_id:
+        yield frame("metadata", {"run_id": record.run_id, "attempt": 1})
+    writer = FrameWriter(record, requested)
+    async for source, position, item in run_items(tenant, record, loopline_modes(requested)):
+        frames = [] if isinstance(item, Failed) else writer.frames(item)
+        if cursor.seen(source, position):
+            continue
+        cursor = cursor.after(source, position)
+        if isinstance(item, Failed):
+            if not await was_stopped(tenant, record.task_id):
+                yield frame("error", _error(item), cursor.encode())
+            continue
+        for event, data in frames:
+            yield frame(event, data, cursor.encode())
+    yield frame("end", None)
+
+
+def _error(failed: Failed) -> dict[str, str]:
+    return {"error": "TaskFailed", "message": failed.event.reason}

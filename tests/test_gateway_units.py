@@ -1,0 +1,136 @@
+"""The HTTP gateway's pure parts, in this process: API keys and who may call, stream
+positions (what a reconnect resumes from), run bodies, and the frames of LangGraph's
+older ``messages`` stream mode."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessageChunk, ToolMessage
+
+from loopline.api.events import Cursor, entry_position
+from loopline.api.records import RunRecord
+from loopline.api.runs import RunRequest, loopline_modes
+from loopline.api.server import tenancy_of
+from loopline.api.settings import ApiSettings, BadKeys, Tenancy, parse_keys
+from loopline.api.sse import FrameWriter, frame
+from loopline.api.wire import BadRequest, input_messages
+from services.errors import ConfigurationError
+from services.settings import Settings
+
+pytestmark = pytest.mark.fast
+
+
+def test_keys_map_to_prefixes_and_malformed_ones_are_refused() -> None:
+    assert parse_keys(" k1=acme, k2=acme ,k3=beta.eu,") == {
+        "k1": "acme",
+        "k2": "acme",
+        "k3": "beta.eu",
+    }
+    assert parse_keys("") == {}
+    for bad in ("secretkey", "=acme", "secretkey=", "secretkey=ac:me", "secretkey=a*"):
+        with pytest.raises(BadKeys) as refused:
+            parse_keys(bad)
+        assert "secretkey" not in str(refused.value)  # the error never shows a key
+
+
+def test_without_keys_only_local_clients_reach_the_default_prefix() -> None:
+    open_locally = Tenancy(keys={}, default_prefix="loopline")
+    assert open_locally.prefix_for(None, "127.0.0.1") == "loopline"
+    assert open_locally.prefix_for(None, "::1") == "loopline"
+    assert open_locally.prefix_for("anything", "10.0.0.7") is None
+    keyed = Tenancy(keys={"k1": "acme"}, default_prefix="loopline")
+    assert keyed.prefix_for("k1", "10.0.0.7") == "acme"
+    assert keyed.prefix_for(None, "127.0.0.1") is None
+    assert keyed.prefix_for("k2", "127.0.0.1") is None
+
+
+def test_a_gateway_without_keys_listens_on_this_machine_only() -> None:
+    settings = Settings(prefix="loopline")
+    with pytest.raises(ConfigurationError, match="LOOPLINE_API_KEYS"):
+        tenancy_of(ApiSettings(host="0.0.0.0", keys=""), settings)
+    assert tenancy_of(ApiSettings(host="0.0.0.0", keys="k=acme"), settings).keys == {"k": "acme"}
+    assert tenancy_of(ApiSettings(host="127.0.0.1"), settings).open_locally
+    with pytest.raises(ConfigurationError, match="KEY=PREFIX"):
+        tenancy_of(ApiSettings(host="127.0.0.1", keys="nokey"), settings)
+
+
+def test_a_cursor_names_what_was_seen_in_both_streams() -> None:
+    cursor = Cursor().after("log", entry_position("1700000000000-3", 2))
+    cursor = cursor.after("chunks", entry_position("1700000000001-0", 5))
+    again = Cursor.decode(cursor.encode())
+    assert again == cursor
+    assert again.seen("log", entry_position("1700000000000-3", 2))
+    assert again.seen("log", entry_position("1699999999999-9", 40))
+    assert not again.seen("log", entry_position("1700000000000-3", 3))
+    assert not again.seen("log", entry_position("1700000000000-4", 0))
+    assert again.seen("chunks", entry_position("1700000000001-0", 0))
+    assert not again.seen("chunks", entry_position("1700000000002-0", 0))
+    assert not Cursor().seen("log", entry_position("0-0", 0))  # a run's first values
+    with pytest.raises(ValueError):
+        Cursor.decode("12-0")
+
+
+def test_run_bodies_are_checked() -> None:
+    run = RunRequest.parse(
+        {"assistant_id": "agent", "input": {"messages": "hi"}, "stream_mode": "updates"}
+    )
+    assert run.stream_mode == ["updates"] and run.multitask_strategy == "reject"
+    for bad in (
+        [],
+        {"input": {}},
+        {"assistant_id": "a", "multitask_strategy": "later"},
+        {"assistant_id": "a", "input": {"messages": "x"}, "command": {"resume": 1}},
+    ):
+        with pytest.raises(BadRequest):
+            RunRequest.parse(bad)
+    with pytest.raises(BadRequest):
+        input_messages({"messages": []})
+    (human,) = input_messages({"messages": [{"role": "user", "content": "hi"}]})
+    assert human.type == "human" and human.content == "hi"
+
+
+def test_modes_map_to_the_stream_mode_layer() -> None:
+    assert loopline_modes(["messages-tuple", "values", "debug", "messages"]) == [
+        "messages",
+        "values",
+    ]
+
+
+def test_the_older_messages_mode_sends_the_reply_so_far() -> None:
+    record = RunRecord(run_id="r1", task_id="r1", thread_id="t1", assistant_id="agent@2")
+    writer = FrameWriter(record, ["messages"])
+    meta = {"langgraph_node": "model"}
+    first = writer.frames(("messages", (AIMessageChunk(content="Hel", id="m1"), meta)))
+    second = writer.frames(("messages", (AIMessageChunk(content="lo", id="m1"), meta)))
+    assert [e for e, _ in first] == ["messages/metadata", "messages/partial"]
+    assert first[0][1]["m1"]["metadata"]["graph_id"] == "agent"
+    assert [e for e, _ in second] == ["messages/partial"]
+    assert second[0][1][0].content == "Hello" and second[0][1][0].type == "ai"
+    tool = ToolMessage(content="5", tool_call_id="c1", id="m2")
+    assert [e for e, _ in writer.frames(("messages", (tool, meta)))] == [
+        "messages/metadata",
+        "messages/complete",
+    ]
+    assert writer.frames(("updates", {"model": {}})) == []  # not asked for
+    assert frame("end", None) == b"event: end\ndata: null\n\n"
+    assert frame("values", {"a": 1}, "1-0.0|0-0.-1").startswith(b"id: 1-0.0|0-0.-1\n")
+
+
+def test_browser_pages_of_the_configured_origins_only() -> None:
+    from starlette.testclient import TestClient
+
+    from loopline.api.app import create_app
+
+    tenancy = Tenancy(keys={"k": "acme"}, default_prefix="loopline")
+    preflight = {"Origin": "https://ui.example.com", "Access-Control-Request-Method": "POST"}
+    allowed = create_app("redis://127.0.0.1:1", tenancy, cors_origins=["https://ui.example.com"])
+    with TestClient(allowed) as client:
+        answer = client.options("/threads", headers=preflight)
+        assert answer.headers["access-control-allow-origin"] == "https://ui.example.com"
+        other = client.options("/threads", headers={**preflight, "Origin": "https://evil.test"})
+        assert "access-control-allow-origin" not in other.headers
+    with TestClient(create_app("redis://127.0.0.1:1", tenancy)) as client:
+        answer = client.options("/threads", headers=preflight)
+        assert "access-control-allow-origin" not in answer.headers
+        assert client.get("/ok").json() == {"ok": True}
+        assert client.get("/threads/t1", headers={"x-api-key": "wrong"}).status_code == 401

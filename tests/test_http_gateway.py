@@ -1,0 +1,504 @@
+"""The HTTP gateway (``loopline serve api``) through the real ``langgraph_sdk`` client:
+assistants, threads, runs streamed token by token, waited for, joined, cancelled,
+answered after an interrupt, resumed after a disconnect, a busy thread under each
+multitask strategy, stateless runs, API keys and health. Every service and the gateway
+run as their own processes; the model is the scripted OpenAI-compatible server over HTTP.
+
+What LangGraph's own server (``langgraph dev``, langgraph-api 0.16.7 in memory) answers
+to the same calls is in the README (HTTP API); the statuses asserted here are those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
+
+from loopline import create_agent
+from loopline.client import Client
+from loopline.testing.processes import GatewayProcess
+from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
+from services.settings import Settings
+from tests import tooling
+from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix
+
+ANSWER = "Hello there, this answer arrives in small pieces, token by token."
+
+SCRIPTS: dict[str, list[Reply]] = {
+    "hello": [Reply(content=ANSWER)],
+    "gated": [
+        Reply(tool_calls=(ScriptedToolCall("add", {"a": 2, "b": 3}),)),
+        Reply(content="2 + 3 is 5."),
+    ],
+    "slow": [
+        Reply(tool_calls=(ScriptedToolCall("hang", {"seconds": 2.0}),)),
+        Reply(content="Slept well, and this reply streams in many small pieces too."),
+    ],
+}
+
+
+def respond(body: dict[str, Any]) -> Reply:
+    """The script of the run's own prompt (the last user message: a thread's earlier
+    runs come before it), its turn counted from there."""
+    messages = body["messages"]
+    last_user = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+    prompt = str(messages[last_user]["content"])
+    turn = sum(1 for m in messages[last_user:] if m.get("role") == "assistant")
+    script = SCRIPTS.get(prompt, [Reply(content=f"answer to {prompt}")])
+    return script[min(turn, len(script) - 1)]
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(responder=respond) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def deployment(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[ServiceProcesses]:
+    """The services these agents use (loop, model, tools), each as a process, with the
+    agents ``agent`` and ``gated`` deployed."""
+    env = {"OPENAI_BASE_URL": scripted.url, "OPENAI_API_KEY": "test"}
+    services = ("loop", "model", "tools")
+    with ServiceProcesses(redis_url, unique_prefix(), env=env, services=services) as procs:
+        asyncio.run(_deploy(procs))
+        yield procs
+
+
+async def _deploy(procs: ServiceProcesses) -> None:
+    settings = Settings(prefix=procs.prefix)
+    plain = create_agent(
+        "gpt-4o-mini",
+        tools=[tooling.add, tooling.hang],
+        redis_url=procs.redis_url,
+        settings=settings,
+    )
+    gated = create_agent(
+        "gpt-4o-mini",
+        tools=[tooling.add, tooling.hang],
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"add": True})],
+        redis_url=procs.redis_url,
+        settings=settings,
+    )
+    async with Client(procs.redis_url, procs.prefix) as client:
+        await client.deploy(plain, name="agent")
+        await client.deploy(gated, name="gated")
+
+
+@pytest.fixture(scope="module")
+def gateway(deployment: ServiceProcesses) -> Iterator[GatewayProcess]:
+    """``loopline serve api`` with no keys: the deployment's prefix, local clients."""
+    with GatewayProcess(deployment.redis_url, deployment.prefix) as api:
+        yield api
+
+
+@pytest.fixture
+async def sdk(gateway: GatewayProcess) -> AsyncIterator[Any]:
+    client = get_client(url=gateway.url, api_key=None)
+    yield client
+    await client.http.client.aclose()
+
+
+def hello(text: str = "hello") -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+async def collect(parts: AsyncIterator[Any]) -> list[Any]:
+    return [part async for part in parts]
+
+
+# -- assistants, health --------------------------------------------------------------
+
+
+async def test_assistants_are_the_deployed_agents(sdk: Any) -> None:
+    found = await sdk.assistants.search()
+    assert sorted(a["assistant_id"] for a in found) == ["agent", "gated"]
+    one = await sdk.assistants.get("gated")
+    assert one["graph_id"] == "gated" and one["version"] == 1
+    assert one["metadata"]["loopline_ref"] == "gated@1"
+    assert await sdk.assistants.search(graph_id="agent", limit=5) == [
+        await sdk.assistants.get("agent")
+    ]
+    schemas = await sdk.assistants.get_schemas("agent")
+    assert schemas["input_schema"]["required"] == ["messages"]
+    with pytest.raises(NotFoundError):
+        await sdk.assistants.get("nobody")
+
+
+def test_a_gateway_without_keys_refuses_to_listen_beyond_this_machine(
+    deployment: ServiceProcesses,
+) -> None:
+    env = {
+        **os.environ,
+        "REDIS_URL": deployment.redis_url,
+        "LOOPLINE_PREFIX": deployment.prefix,
+        "LOOPLINE_API_HOST": "0.0.0.0",
+        "LOOPLINE_API_KEYS": "",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    refused = subprocess.run(
+        [sys.executable, "-m", "loopline", "serve", "api"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0
+    assert "LOOPLINE_API_KEYS" in refused.stderr and "Traceback" not in refused.stderr
+
+
+async def test_health_and_readiness(gateway: GatewayProcess) -> None:
+    async with httpx.AsyncClient(base_url=gateway.url) as http:
+        assert (await http.get("/ok")).json() == {"ok": True}
+        assert (await http.get("/health")).status_code == 200
+        assert (await http.get("/ready")).json() == {"ok": True}
+
+
+# -- threads and runs ----------------------------------------------------------------
+
+
+async def test_a_run_streams_token_by_token(sdk: Any) -> None:
+    thread = await sdk.threads.create(metadata={"user": "u7"})
+    assert thread["status"] == "idle" and thread["metadata"] == {"user": "u7"}
+    created: list[Any] = []
+    parts = await collect(
+        sdk.runs.stream(
+            thread["thread_id"],
+            "agent",
+            input=hello(),
+            stream_mode=["messages-tuple", "values"],
+            on_run_created=created.append,
+        )
+    )
+    events = [p.event for p in parts]
+    assert events[0] == "metadata" and events[-1] == "end"
+    run_id = parts[0].data["run_id"]
+    assert created and created[0]["run_id"] == run_id
+    assert created[0]["thread_id"] == thread["thread_id"]
+    tokens = [p.data for p in parts if p.event == "messages"]
+    assert len(tokens) > 3  # the reply in pieces, as the model generated it
+    chunk, metadata = tokens[1]
+    assert chunk["type"] == "AIMessageChunk"
+    assert metadata["langgraph_node"] == "model" and metadata["run_id"] == run_id
+    assert "".join(c["content"] for c, _ in tokens) == ANSWER
+    values = [p.data for p in parts if p.event == "values"]
+    assert [m["type"] for m in values[0]["messages"]] == ["human"]
+    assert [m["content"] for m in values[-1]["messages"]] == ["hello", ANSWER]
+    assert all(p.id for p in parts if p.event not in ("metadata", "end"))
+    run = await sdk.runs.get(thread["thread_id"], run_id)
+    assert run["status"] == "success" and run["assistant_id"] == "agent"
+    again = await sdk.threads.get(thread["thread_id"])
+    assert again["status"] == "idle"
+    assert [m["content"] for m in again["values"]["messages"]] == ["hello", ANSWER]
+
+
+async def test_wait_and_join_give_the_final_values(sdk: Any) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    values = await sdk.runs.wait(tid, "agent", input=hello())
+    assert [m["type"] for m in values["messages"]] == ["human", "ai"]
+    assert values["messages"][-1]["content"] == ANSWER
+    run = await sdk.runs.create(tid, "agent", input=hello("hello again"))
+    assert run["status"] in ("pending", "running") and run["thread_id"] == tid
+    joined = await sdk.runs.join(tid, run["run_id"])
+    assert [m["content"] for m in joined["messages"]][-2:] == [
+        "hello again",
+        "answer to hello again",
+    ]
+    assert len(joined["messages"]) == 4  # the thread goes on: both runs' messages
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "success"
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, uuid.uuid4().hex)
+    with pytest.raises(NotFoundError):
+        await sdk.runs.create(str(uuid.uuid4()), "agent", input=hello())
+    with pytest.raises(UnprocessableEntityError):  # as LangGraph's server answers
+        await sdk.runs.create(tid, "nobody", input=hello())
+    await sdk.threads.delete(tid)
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get(tid)
+
+
+async def test_cancel_stops_a_running_run(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    run = await sdk.runs.create(tid, "agent", input=hello("slow"))
+    await _until_status(sdk, tid, run["run_id"], "running")
+    await sdk.runs.cancel(tid, run["run_id"])
+    await sdk.runs.join(tid, run["run_id"])
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def _until_status(sdk: Any, tid: str, run_id: str, status: str) -> None:
+    for _ in range(200):
+        if (await sdk.runs.get(tid, run_id))["status"] == status:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} never became {status}")
+
+
+async def test_an_interrupt_is_answered_with_command_resume(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    parts = await collect(
+        sdk.runs.stream(tid, "gated", input=hello("gated"), stream_mode=["values", "updates"])
+    )
+    last_values = [p.data for p in parts if p.event == "values"][-1]
+    (asked,) = last_values["__interrupt__"]
+    assert asked["value"]["action_requests"][0]["name"] == "add"
+    assert [p.data for p in parts if p.event == "updates"][-1] == {"__interrupt__": [asked]}
+    assert parts[-1].event == "end"
+    run_id = parts[0].data["run_id"]
+    assert (await sdk.runs.get(tid, run_id))["status"] == "success"  # as LangGraph's
+    thread = await sdk.threads.get(tid)
+    assert thread["status"] == "interrupted"
+    state = await sdk.threads.get_state(tid)
+    assert state["next"] == ["HumanInTheLoopMiddleware.after_model"]
+    assert state["interrupts"] == [asked]
+    assert state["tasks"][0]["interrupts"] == [asked]
+    assert [m["type"] for m in state["values"]["messages"]] == ["human", "ai"]
+
+    done = await sdk.runs.wait(
+        tid, "gated", command={"resume": {"decisions": [{"type": "approve"}]}}
+    )
+    assert [m["type"] for m in done["messages"]] == ["human", "ai", "tool", "ai"]
+    assert done["messages"][-1]["content"] == "2 + 3 is 5."
+    after = await sdk.threads.get_state(tid)
+    assert after["next"] == [] and after["interrupts"] == []
+    runs = await sdk.runs.list(tid)
+    assert [r["status"] for r in runs] == ["success", "success"]  # the first stays ended
+    assert runs[1]["run_id"] == run_id
+    history = await sdk.threads.get_history(tid)
+    assert history[0]["values"]["messages"][-1]["content"] == "2 + 3 is 5."
+
+
+async def test_a_resumed_run_streams_the_rest(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "gated", input=hello("gated"))
+    parts = await collect(
+        sdk.runs.stream(
+            tid,
+            "gated",
+            command={"resume": {"decisions": [{"type": "approve"}]}},
+            stream_mode=["values", "messages-tuple"],
+        )
+    )
+    values = [p.data for p in parts if p.event == "values"]
+    assert [m["type"] for m in values[0]["messages"]] == ["human", "ai"]
+    assert [m["type"] for m in values[-1]["messages"]] == ["human", "ai", "tool", "ai"]
+    tokens = [p.data[0] for p in parts if p.event == "messages"]
+    assert [t["content"] for t in tokens if t["type"] == "tool"] == ["5"]
+    assert "".join(t["content"] for t in tokens if t["type"] == "AIMessageChunk") == "2 + 3 is 5."
+
+
+async def test_a_stream_resumes_after_a_disconnect_without_gap_or_duplicate(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    modes = ["messages-tuple", "values", "updates"]
+    seen: list[Any] = []
+    stream = sdk.runs.stream(tid, "agent", input=hello("slow"), stream_mode=modes)
+    async for part in stream:
+        seen.append(part)
+        if part.event == "updates":  # the model asked for the slow tool: disconnect
+            break
+    await stream.aclose()
+    run_id = seen[0].data["run_id"]
+    assert (await sdk.runs.get(tid, run_id))["status"] == "running"  # mid-run
+    rest = await collect(
+        sdk.runs.join_stream(tid, run_id, stream_mode=modes, last_event_id=seen[-1].id)
+    )
+    assert rest[0].event != "metadata" and rest[-1].event == "end"
+    whole = await collect(sdk.runs.join_stream(tid, run_id, stream_mode=modes))
+    assert [(p.event, p.id, p.data) for p in seen + rest] == [
+        (p.event, p.id, p.data) for p in whole
+    ]
+    tokens = [p.data[0] for p in rest if p.event == "messages"]
+    assert [t["content"] for t in tokens if t["type"] == "tool"] == ["woke up"]
+    reply = "".join(t["content"] for t in tokens if t["type"] == "AIMessageChunk")
+    assert reply == SCRIPTS["slow"][1].content
+
+
+async def test_the_sdk_resumes_a_stream_on_a_restarted_gateway_by_itself(
+    deployment: ServiceProcesses,
+) -> None:
+    """A gateway killed mid-stream and another started on its port: the SDK reconnects
+    to the stream's ``Location`` with the last id it saw, and the client sees every
+    frame once (the gateway keeps no state of a stream)."""
+    first = GatewayProcess(deployment.redis_url, deployment.prefix).start()
+    second = GatewayProcess(deployment.redis_url, deployment.prefix, port=first.port)
+    sdk = get_client(url=first.url, api_key=None)
+    modes = ["messages-tuple", "values", "updates"]
+    try:
+        tid = (await sdk.threads.create())["thread_id"]
+        seen: list[Any] = []
+        async for part in sdk.runs.stream(tid, "agent", input=hello("slow"), stream_mode=modes):
+            seen.append(part)
+            if part.event == "updates" and first.alive():
+                first.kill()  # mid-run: the tool sleeps
+                second.start()
+        whole = await collect(sdk.runs.join_stream(tid, seen[0].data["run_id"], stream_mode=modes))
+        assert [(p.event, p.id, p.data) for p in seen] == [(p.event, p.id, p.data) for p in whole]
+        assert seen[-1].event == "end"
+        assert second.alive() and not first.alive()  # the end came from the second
+    finally:
+        await sdk.http.client.aclose()
+        first.stop()
+        second.stop()
+
+
+# -- a second run on a busy thread ---------------------------------------------------
+
+
+async def _busy_thread(sdk: Any) -> tuple[str, str]:
+    tid = (await sdk.threads.create())["thread_id"]
+    first = await sdk.runs.create(tid, "agent", input=hello("slow"))
+    await _until_status(sdk, tid, first["run_id"], "running")
+    return tid, first["run_id"]
+
+
+async def test_reject_answers_409_on_a_busy_thread(sdk: Any) -> None:
+    tid, first = await _busy_thread(sdk)
+    with pytest.raises(ConflictError) as refused:
+        await sdk.runs.create(tid, "agent", input=hello(), multitask_strategy="reject")
+    assert refused.value.response.json() == {
+        "detail": "Thread is already running a task. Wait for it to finish or choose a "
+        "different multitask strategy."
+    }
+    await sdk.runs.join(tid, first)
+    assert (await sdk.runs.get(tid, first))["status"] == "success"
+
+
+async def test_enqueue_runs_after_the_busy_run(sdk: Any) -> None:
+    tid, first = await _busy_thread(sdk)
+    second = await sdk.runs.create(tid, "agent", input=hello(), multitask_strategy="enqueue")
+    assert (await sdk.runs.get(tid, second["run_id"]))["status"] == "pending"
+    values = await sdk.runs.join(tid, second["run_id"])
+    assert [m["content"] for m in values["messages"]][-2:] == ["hello", ANSWER]
+    assert values["messages"][0]["content"] == "slow"  # it ran after the first
+    for run_id in (first, second["run_id"]):
+        assert (await sdk.runs.get(tid, run_id))["status"] == "success"
+    listed = await sdk.runs.list(tid)
+    assert [r["run_id"] for r in listed] == [second["run_id"], first]  # newest first
+
+
+async def test_interrupt_stops_the_busy_run(sdk: Any) -> None:
+    tid, first = await _busy_thread(sdk)
+    second = await sdk.runs.create(tid, "agent", input=hello(), multitask_strategy="interrupt")
+    values = await sdk.runs.join(tid, second["run_id"])
+    assert values["messages"][-1]["content"] == ANSWER
+    assert values["messages"][0]["content"] == "slow"  # what the first did stays
+    assert (await sdk.runs.get(tid, first))["status"] == "interrupted"
+    assert (await sdk.runs.get(tid, second["run_id"]))["status"] == "success"
+
+
+async def test_rollback_removes_the_busy_run(sdk: Any) -> None:
+    tid, first = await _busy_thread(sdk)
+    second = await sdk.runs.create(tid, "agent", input=hello(), multitask_strategy="rollback")
+    values = await sdk.runs.join(tid, second["run_id"])
+    assert [m["content"] for m in values["messages"]] == ["hello", ANSWER]  # nothing of it
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, first)
+
+
+# -- stateless runs, tenants ---------------------------------------------------------
+
+
+async def test_stateless_runs(sdk: Any) -> None:
+    values = await sdk.runs.wait(None, "agent", input=hello())
+    assert [m["content"] for m in values["messages"]] == ["hello", ANSWER]
+    parts = await collect(
+        sdk.runs.stream(None, "agent", input=hello(), stream_mode="messages-tuple")
+    )
+    assert parts[0].event == "metadata" and parts[-1].event == "end"
+    assert "".join(p.data[0]["content"] for p in parts if p.event == "messages") == ANSWER
+
+
+async def test_api_keys_map_to_tenants(deployment: ServiceProcesses) -> None:
+    other = unique_prefix()
+    async with (
+        Client(deployment.redis_url, deployment.prefix) as ours,
+        Client(deployment.redis_url, other) as theirs,
+    ):
+        await theirs.deploy((await ours.get_agent("agent")).spec, name="theirs")
+    keys = f"key-main={deployment.prefix},key-other={other}"
+    env = {"LOOPLINE_API_KEYS": keys}
+    with GatewayProcess(deployment.redis_url, deployment.prefix, env=env) as api:
+        main = get_client(url=api.url, api_key="key-main")
+        elsewhere = get_client(url=api.url, api_key="key-other")
+        nobody = get_client(url=api.url, api_key=None)
+        wrong = get_client(url=api.url, api_key="key-wrong")
+        try:
+            tid = (await main.threads.create())["thread_id"]
+            values = await main.runs.wait(tid, "agent", input=hello())
+            assert values["messages"][-1]["content"] == ANSWER
+            assert sorted(a["name"] for a in await main.assistants.search()) == ["agent", "gated"]
+            assert [a["name"] for a in await elsewhere.assistants.search()] == ["theirs"]
+            with pytest.raises(NotFoundError):
+                await elsewhere.threads.get(tid)
+            with pytest.raises(NotFoundError):
+                await elsewhere.threads.get_state(tid)
+            with pytest.raises(NotFoundError):  # its tenant has no such thread
+                await elsewhere.runs.create(tid, "theirs", input=hello())
+            for client in (nobody, wrong):
+                with pytest.raises(httpx.HTTPStatusError) as refused:
+                    await client.threads.get(tid)
+                assert refused.value.response.status_code == 401
+        finally:
+            for client in (main, elsewhere, nobody, wrong):
+                await client.http.client.aclose()
+
+
+# -- the same flow from JavaScript -------------------------------------------------
+
+
+NODE_FLOW = REPO_ROOT / "tests" / "node" / "langgraph_sdk_flow.mjs"
+
+
+@pytest.fixture(scope="module")
+def node_sdk(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with ``@langchain/langgraph-sdk`` installed from npm, and the flow."""
+    folder = tmp_path_factory.mktemp("node-sdk")
+    installed = subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "@langchain/langgraph-sdk"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    shutil.copy(NODE_FLOW, folder / NODE_FLOW.name)
+    return folder
+
+
+def test_the_javascript_sdk_runs_the_same_flow(gateway: GatewayProcess, node_sdk: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    ran = subprocess.run(
+        ["node", NODE_FLOW.name, gateway.url],
+        cwd=node_sdk,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert seen["assistants"] == ["agent", "gated"]
+    assert seen["events"][0] == "metadata" and seen["events"][-1] == "end"
+    assert seen["events"].count("messages") > 3 and seen["tokens"] == ANSWER
+    assert seen["waited"][-2:] == ["hello again", "answer to hello again"]
+    (asked,) = seen["interrupt"]
+    assert asked["value"]["action_requests"][0]["args"] == {"a": 2, "b": 3}
+    assert seen["waitingNext"] == ["HumanInTheLoopMiddleware.after_model"]
+    assert seen["waitingInterrupts"] == [asked]
+    assert seen["resumed"] == ["human", "ai", "tool", "ai"]
+    assert seen["answer"] == "2 + 3 is 5." and seen["afterNext"] == []
