@@ -52,6 +52,10 @@ class TaskSubmitted(Event):
     """Per-run changes to a deployed agent, only of the fields its registration allows
     (``DeployedAgent.overridable``: ``system_prompt``, ``max_steps``, ``context``)."""
     messages: list[Message]
+    state: dict[str, Any] = Field(default_factory=dict)
+    """The input's other state keys (``invoke({"messages": ..., "user_name": ...})``):
+    those of the agent's ``state_schema`` and its middleware's that LangChain takes as
+    input start the task's state; others are dropped, as LangGraph drops them."""
     max_steps: int | None = Field(default=None, ge=1)
     deadline_s: float | None = Field(default=None, gt=0)
     """Seconds the task may run before it fails (default: LOOPLINE_TASK_DEADLINE_S)."""

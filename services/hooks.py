@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.agent import AgentSpec
+from services.spec import schemas
 from services.spec.middleware import NATIVE, build
 
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
@@ -45,7 +46,10 @@ class HookSet:
 
     instances: list[tuple[int, Any]] = field(default_factory=list)
     context: Any = None
-    """The run's context (``AgentSpec.context``): what ``runtime.context`` gives a hook."""
+    """The run's context (``AgentSpec.context``, coerced to its ``context_schema``): what
+    ``runtime.context`` gives a hook and ``ToolRuntime.context`` a tool."""
+    state_schema: Any = None
+    """The agent's ``state_schema`` class (None: LangChain's ``AgentState``)."""
 
     def with_hook(self, hook: str) -> list[tuple[int, Any]]:
         return [(i, m) for i, m in self.instances if overrides(m, hook)]
@@ -53,6 +57,14 @@ class HookSet:
     @property
     def has_state_hooks(self) -> bool:
         return any(self.with_hook(h) for h in STATE_HOOKS)
+
+    def input_keys(self) -> frozenset[str]:
+        """The state keys besides ``messages`` an input may set (LangChain's input schema)."""
+        return schemas.state_keys(self.state_schema, (m for _, m in self.instances), "input")
+
+    def output_keys(self) -> frozenset[str]:
+        """The state keys besides ``messages`` a result gives (LangChain's output schema)."""
+        return schemas.state_keys(self.state_schema, (m for _, m in self.instances), "output")
 
 
 _cache: dict[str, HookSet] = {}
@@ -66,7 +78,8 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
     if found is None:
         found = HookSet(
             [(i, build(m)) for i, m in enumerate(spec.middleware) if m.type not in NATIVE],
-            context=spec.context,
+            context=schemas.run_context(spec),
+            state_schema=schemas.state_schema(spec),
         )
         if len(_cache) >= HOOK_SETS_CACHED:
             _cache.clear()

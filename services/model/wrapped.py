@@ -200,7 +200,7 @@ async def call_with_middleware(
         tools=[schema_tool(schema) for schema in tool_schemas(spec)],
         response_format=structured.strategy_of(rf) if rf is not None else None,
         state={"messages": messages, **extra},  # type: ignore[arg-type]
-        runtime=lg_runtime(spec.context),
+        runtime=lg_runtime(hooks.context),
     )
     outcomes: dict[int, StructuredOutcome] = {}  # by the reply they were made of
 

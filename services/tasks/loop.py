@@ -138,6 +138,7 @@ class Loop:
         step_event = dump_event(StepStarted(task_id=event.task_id, step=1))
         max_steps = max_steps or rt.settings.max_steps
         messages = [m.model_dump_json() for m in inputs]
+        given = await self._input_state(event, agent_id)
         start: StartTask | StartRun
         if claim is None:
             start = StartTask(
@@ -148,10 +149,14 @@ class Loop:
                 retention=rt.settings.retention_s,
                 messages=messages,
                 entry=current_entry_id(),
+                extra=json.dumps(given) if given else "",
             )
         else:
             assert event.thread_id is not None
             hooks = await self._hooks(event.task_id, agent_id)
+            carried = carried_extra(claim.extra, hooks or HookSet())
+            if given:  # the input's keys replace the thread's, as a LangGraph input does
+                carried = json.dumps({**(json.loads(carried) if carried else {}), **given})
             start = StartRun(
                 agent_id=agent_id,
                 max_steps=max_steps,
@@ -160,7 +165,7 @@ class Loop:
                 retention=rt.settings.retention_s,
                 messages=claim.messages + messages,
                 todos=claim.todos,
-                extra=carried_extra(claim.extra, hooks or HookSet()),
+                extra=carried,
                 thread_id=event.thread_id,
             )
         state = await self.store.apply(event.task_id, start)
@@ -175,6 +180,18 @@ class Loop:
             )
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
+
+    async def _input_state(self, event: TaskSubmitted, agent_id: str) -> dict[str, Any]:
+        """The input's state keys the agent takes (its input schema: the agent's
+        ``state_schema`` and its middleware's, less what they omit from input); others
+        are dropped, as LangGraph drops keys that are no channel of its input."""
+        if not event.state:
+            return {}
+        hooks = await self._hooks(event.task_id, agent_id)
+        if hooks is None:
+            return {}
+        taken = hooks.input_keys()
+        return {k: v for k, v in event.state.items() if k in taken}
 
     async def _agent_of(self, event: TaskSubmitted) -> tuple[AgentSpec, int | None]:
         """The spec a submitted task runs and its step limit: the deployed agent it names

@@ -62,6 +62,9 @@ class StartTask(Args):
     entry: str
     """The submission's stream entry id: only its own redeliveries find the task theirs; a
     second submission of the same task id (a new entry) is refused (``duplicate``)."""
+    extra: str = ""
+    """The input's state keys (``TaskSubmitted.state``) as the task's first state fields
+    (JSON object), or empty."""
 
 
 @dataclass(frozen=True, slots=True)

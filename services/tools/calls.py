@@ -34,7 +34,13 @@ from services import approvals
 from services.runtime import Runtime
 from services.spec import toolbox
 from services.tasks.issued import Admission, IssuedCalls
-from services.tools.logic import run_tool, run_wrapped, unknown_outcome
+from services.tools.logic import (
+    reads_state,
+    run_tool,
+    run_wrapped,
+    tool_runtime,
+    unknown_outcome,
+)
 
 log = logging.getLogger("loopline.tools")
 
@@ -60,14 +66,17 @@ Limit = Callable[[], AbstractAsyncContextManager[None]]
 
 @dataclass(frozen=True)
 class Job:
-    """One call to run: its tool, the agent's wrap_tool_call middleware around it, and
-    its time limit (``services.tools.limits``)."""
+    """One call to run: its tool, the agent's wrap_tool_call middleware around it, its
+    time limit (``services.tools.limits``), and what its ``ToolRuntime`` gives besides
+    the state: the run's context and where ``stream_writer`` writes."""
 
     task_id: str
     tool: BaseTool
     call: ToolCall
     wrappers: list[Any]
     limit: Limit
+    context: Any = None
+    writer: Callable[[Any], None] | None = None
 
 
 # KEYS: the task's calls hash. ARGV: call id, running marker. Takes a parked call for its
@@ -84,12 +93,22 @@ return {0, current}
 """
 
 
-# KEYS: the task's state hash, its messages list. A wrap_tool_call middleware's state at
-# one instant: its fields, the transcript's revision and length (one round trip).
+# KEYS: the task's state hash, its messages list. The agent's state at one instant, as
+# a wrap_tool_call middleware or a tool's runtime sees it: its fields, the transcript's
+# revision and length, the thread of a run (one round trip).
 _AGENT_STATE = """
-local s = redis.call('HMGET', KEYS[1], 'extra', 'rev')
-return {s[1] or '', s[2] or '0', redis.call('LLEN', KEYS[2])}
+local s = redis.call('HMGET', KEYS[1], 'extra', 'rev', 'thread')
+return {s[1] or '', s[2] or '0', redis.call('LLEN', KEYS[2]), s[3] or ''}
 """
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """The task's state at tool time (``ToolCalls._agent_state``)."""
+
+    extra: dict[str, Any]
+    messages: list[Message]
+    thread_id: str | None
 
 
 def parked_field(call_id: str) -> str:
@@ -133,7 +152,8 @@ class ToolCalls:
             # record also parks calls for humans.
             if await self.issued.admit(event) is Admission.LATE:
                 return None
-            result = await run_tool(job.tool, call, limit=job.limit)
+            runtime = await self._runtime(job)
+            result = await run_tool(job.tool, call, limit=job.limit, runtime=runtime)
             return await self._record_done(calls_key, result)
         # The check and the lease in one script: the round trip the lease took anyway.
         admission = await self.issued.admit(event, lease=self._first_marker(job))
@@ -254,7 +274,7 @@ class ToolCalls:
         """The tool, inside its wrap_tool_call middleware when it has any."""
         call = job.call
         if not job.wrappers:
-            return await run_tool(job.tool, call, limit=job.limit)
+            return await run_tool(job.tool, call, limit=job.limit, runtime=await self._runtime(job))
 
         async def tool_starts() -> None:
             """Past the middleware: from now on a dead worker's call may have had effects."""
@@ -262,17 +282,18 @@ class ToolCalls:
                 lease.started = True
                 await self.rt.redis.hset(lease.calls_key, call.id, self._marker(True))
 
-        extra, messages = await self._agent_state(job.task_id)
+        state = await self._agent_state(job.task_id)
         try:
             return await run_wrapped(
                 job.wrappers,
                 job.tool,
                 call,
-                extra,
+                state.extra,
                 decision,
-                messages,
+                state.messages,
                 before_tool=tool_starts,
                 limit=job.limit,
+                runtime=self._runtime_of(job, state),
             )
         except approvals.Interrupted as asked:
             return Parked(approvals.as_jsonable(asked.value), asked.response_schema)
@@ -285,16 +306,47 @@ class ToolCalls:
                 decision=decision,
             )
 
-    async def _agent_state(self, task_id: str) -> tuple[dict[str, Any], list[Message]]:
+    async def _agent_state(self, task_id: str) -> AgentState:
         """The middleware fields and the transcript at tool time (up to the AI message
         with the calls: the loop appends a step's results only once all are in). Only for
-        agents with wrap_tool_call middleware, whose state LangChain fills this way. The
-        messages come through the per-task transcript cache: only new ones are read."""
+        agents with wrap_tool_call middleware and tools that read the state, whose state
+        LangChain fills this way. The messages come through the per-task transcript
+        cache: only new ones are read."""
         rt = self.rt
         state_key, messages_key = rt.names.task_state(task_id), rt.names.task_messages(task_id)
-        raw, rev, length = await self._read_agent_state(keys=[state_key, messages_key])
+        raw, rev, length, thread = await self._read_agent_state(keys=[state_key, messages_key])
         extra = json.loads(raw) if raw else {}
-        return extra, await rt.transcript(task_id, int(length), int(rev))
+        messages = await rt.transcript(task_id, int(length), int(rev))
+        thread_id = thread.decode() if isinstance(thread, bytes) else str(thread)
+        return AgentState(extra, messages, thread_id or None)
+
+    async def _runtime(self, job: Job) -> Any:
+        """The call's ``ToolRuntime`` when its tool takes one (or an ``Injected*``
+        argument); the task's state is read only for a tool that reads it, so other
+        tools cost no round trip."""
+        if not reads_state(job.tool):
+            return self._runtime_of(job, None)
+        return self._runtime_of(job, await self._agent_state(job.task_id))
+
+    @staticmethod
+    def _runtime_of(job: Job, state: AgentState | None) -> Any:
+        """LangGraph's ``ToolRuntime`` of the call: the state as its tool node reads it
+        (``messages`` and the keys set so far), the run's context, its config."""
+        from contracts.messages import to_langchain
+
+        values: dict[str, Any] = {}
+        configurable: dict[str, Any] = {}
+        if state is not None:
+            values = {"messages": [to_langchain(m) for m in state.messages], **state.extra}
+            if state.thread_id is not None:
+                configurable["thread_id"] = state.thread_id
+        return tool_runtime(
+            job.call.id,
+            values,
+            context=job.context,
+            config={"configurable": configurable},
+            stream_writer=job.writer,
+        )
 
     # -- records -----------------------------------------------------------------------
 

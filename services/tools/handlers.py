@@ -126,6 +126,7 @@ class ToolsService:
             event.call,
             wrappers,
             limit=lambda: self.limits.limit(event.task_id, timeout_s),
+            context=hooks.context,
         )
         if isinstance(event, ToolResumed):
             return await self.calls.resume(job, event)

@@ -118,17 +118,20 @@ async def run_tool(
     *,
     raise_errors: bool = False,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
+    runtime: Any = None,
 ) -> ToolMessage:
     """Invoke the tool with the call; a raising tool answers with an error message (as
     ToolNode with ``handle_tool_errors=True``), invalid arguments with ToolNode's text.
     ``limit``: the call's time limit (``services.tools.limits``); a call past it fails
-    with ``TimeoutError``."""
+    with ``TimeoutError``. ``runtime``: the call's ``ToolRuntime`` (``tool_runtime``),
+    for a tool that takes one or an ``Injected*`` argument."""
     payload: dict[str, Any] = {
         "id": call.id,
         "name": call.name,
-        "args": {**dict(call.args), **injected_args(tool, call.id)},
+        "args": dict(call.args),
         "type": "tool_call",
     }
+    payload = with_injected(tool, payload, runtime)
     try:
         async with limit():
             result = await tool.ainvoke(payload)
@@ -147,46 +150,79 @@ async def run_tool(
     return ToolMessage(content=str(result), name=call.name, tool_call_id=call.id)
 
 
-_INJECTED: dict[int, tuple[BaseTool, Any]] = {}
-"""Per tool object: what it wants injected (read once: it costs a reflection)."""
+_INJECTED: dict[int, tuple[BaseTool, Any, Any]] = {}
+"""Per tool object: what it wants injected and LangGraph's tool node that injects it
+(read once: it costs a reflection)."""
 
 
-def _wanted(tool: BaseTool) -> Any:
+def _injection(tool: BaseTool) -> tuple[Any, Any]:
+    """(What the tool wants injected, a ``ToolNode`` of it), as LangGraph computes them;
+    (None, None) for a tool that wants nothing or whose annotations cannot be read."""
     found = _INJECTED.get(id(tool))
     if found is None or found[0] is not tool:
-        from langgraph.prebuilt.tool_node import _get_all_injected_args
+        from langgraph.prebuilt.tool_node import ToolNode, _get_all_injected_args
 
         try:
             wanted: Any = _get_all_injected_args(tool)
+            node: Any = ToolNode([tool]) if wanted.state or wanted.store or wanted.runtime else None
         except Exception:  # a tool whose annotations cannot be read takes nothing injected
+            wanted = node = None
+        if node is None:
             wanted = None
-        found = _INJECTED[id(tool)] = (tool, wanted)
-    return found[1]
+        found = _INJECTED[id(tool)] = (tool, wanted, node)
+    return found[1], found[2]
 
 
-def injected_args(tool: BaseTool, call_id: str) -> dict[str, Any]:
-    """What LangGraph's tool node injects that the service can give: ``ToolRuntime``
-    (with the deployment's store and the call's id) and an ``InjectedStore`` argument."""
-    wanted = _wanted(tool)
-    if wanted is None or not (wanted.store or wanted.runtime):
-        return {}
+def injects(tool: BaseTool) -> bool:
+    """Whether the tool takes a ``ToolRuntime``, ``InjectedState`` or ``InjectedStore``."""
+    return _injection(tool)[0] is not None
+
+
+def reads_state(tool: BaseTool) -> bool:
+    """Whether the tool reads the agent's state (``ToolRuntime`` or ``InjectedState``):
+    only then does the tools service read the task's state before the call."""
+    wanted = _injection(tool)[0]
+    return wanted is not None and bool(wanted.state or wanted.runtime)
+
+
+def tool_runtime(
+    call_id: str,
+    state: dict[str, Any],
+    *,
+    context: Any = None,
+    config: dict[str, Any] | None = None,
+    stream_writer: Callable[[Any], None] | None = None,
+) -> Any:
+    """LangGraph's ``ToolRuntime`` for one call, as its tool node makes it: the agent's
+    state at tool time, the run's context, the deployment's store, the call's id."""
+    from langchain.tools import ToolRuntime
+
     from services import store
 
-    found: dict[str, Any] = {}
-    if wanted.store:
-        found[wanted.store] = store.shared()
-    if wanted.runtime:
-        from langchain.tools import ToolRuntime
+    return ToolRuntime(
+        state=state,
+        context=context,
+        config=config or {},  # type: ignore[arg-type]
+        stream_writer=stream_writer or _no_writer,
+        tool_call_id=call_id,
+        store=store.shared(),
+    )
 
-        found[wanted.runtime] = ToolRuntime(
-            state={},
-            context=None,
-            config={},
-            stream_writer=lambda _chunk: None,
-            tool_call_id=call_id,
-            store=store.shared(),
-        )
-    return found
+
+def _no_writer(_chunk: Any) -> None:
+    """A run nobody streams: what a tool writes goes nowhere, as in LangGraph."""
+
+
+def with_injected(tool: BaseTool, payload: dict[str, Any], runtime: Any) -> dict[str, Any]:
+    """The tool call with what the tool wants injected, by LangGraph's own tool node
+    (which also drops any value the model gave for an injected argument)."""
+    wanted, node = _injection(tool)
+    if wanted is None:
+        return payload
+    if runtime is None:
+        runtime = tool_runtime(payload["id"], {})
+    injected: dict[str, Any] = node._inject_tool_args(payload, runtime, tool)
+    return injected
 
 
 async def run_wrapped(
@@ -198,6 +234,7 @@ async def run_wrapped(
     messages: Sequence[Message] = (),
     before_tool: Callable[[], Awaitable[None]] | None = None,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
+    runtime: Any = None,
 ) -> ToolMessage:
     """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
     middleware outermost, as LangChain composes it. The state a wrapper sees is
@@ -208,7 +245,8 @@ async def run_wrapped(
     A per-call human approval inside the chain raises ``approvals.Interrupted`` (no
     ``decision`` yet: the caller parks the call) or gets ``decision`` from ``interrupt()``;
     a decision that does not fit raises ``approvals.DecisionRefused``. ``before_tool``
-    is awaited when the chain reaches the tool itself."""
+    is awaited when the chain reaches the tool itself. ``runtime``: the call's
+    ``ToolRuntime`` (``request.runtime``, and what the tool gets injected)."""
     from langchain_core.messages import ToolMessage as LcToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
@@ -220,7 +258,7 @@ async def run_wrapped(
         tool_call={"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"},
         tool=tool,
         state={"messages": [to_langchain(m) for m in messages], **extra},
-        runtime=None,  # type: ignore[arg-type]
+        runtime=runtime,
     )
 
     async def execute(req: Any) -> Any:
@@ -233,6 +271,7 @@ async def run_wrapped(
             ToolCall(id=wanted["id"], name=wanted["name"], args=wanted.get("args", {})),
             raise_errors=True,
             limit=limit,
+            runtime=req.runtime,
         )
         return to_langchain(answer)
 

@@ -1,0 +1,116 @@
+"""Tools, schemas and middleware that use LangChain's agent runtime (``ToolRuntime``,
+``InjectedState``, ``InjectedToolCallId``, ``InjectedStore``, ``context_schema``,
+``state_schema``), named by import path (``tests.runtime_tools:NAME``) so the tools
+service processes import them as a user's deployment would. Each tool answers with what
+it was given, as JSON, so a parity test compares what LangChain and loopline inject."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents import AgentState
+from langchain.agents.middleware import AgentMiddleware
+from langchain.tools import InjectedState, InjectedStore, InjectedToolCallId, ToolRuntime
+from langgraph.runtime import Runtime
+
+
+@dataclass
+class Caller:
+    """The run's context (``context_schema``)."""
+
+    user_id: str
+    tier: str = "free"
+
+
+class VisitState(AgentState[Any]):
+    """The agent's own state keys (``state_schema``)."""
+
+    user_name: NotRequired[str]
+    visits: NotRequired[int]
+
+
+class NoteState(AgentState[Any]):
+    """A middleware's state keys."""
+
+    note: NotRequired[str]
+
+
+def _context_of(context: Any) -> Any:
+    if context is None:
+        return None
+    if hasattr(context, "__dict__"):
+        return {"type": type(context).__name__, **vars(context)}
+    return context
+
+
+def _messages_of(state: Any) -> list[str]:
+    return [f"{type(m).__name__}:{m.content}" for m in state.get("messages", [])]
+
+
+def whoami(topic: str, runtime: ToolRuntime[Caller, VisitState]) -> str:
+    """Tell who asks about a topic."""
+    state = runtime.state
+    seen = {
+        "topic": topic,
+        "tool_call_id": runtime.tool_call_id,
+        "context": _context_of(runtime.context),
+        "state_keys": sorted(state),
+        "messages": _messages_of(state),
+        "user_name": state.get("user_name"),
+        "has_store": runtime.store is not None,
+        "thread_id": (runtime.config.get("configurable") or {}).get("thread_id"),
+    }
+    return json.dumps(seen, sort_keys=True)
+
+
+def peek(
+    key: str,
+    state: Annotated[dict[str, Any], InjectedState],
+    call_id: Annotated[str, InjectedToolCallId],
+    visits: Annotated[int | None, InjectedState("visits")] = None,
+) -> str:
+    """Peek at one key of the conversation's state."""
+    seen = {"key": key, "value": state.get(key), "call_id": call_id, "visits": visits}
+    return json.dumps(seen, sort_keys=True)
+
+
+def remember(fact: str, store: Annotated[Any, InjectedStore()]) -> str:
+    """Remember a fact for later."""
+    store.put(("facts",), "last", {"fact": fact})
+    return f"stored {fact}"
+
+
+class NoteTaker(AgentMiddleware[NoteState, Caller]):
+    """Writes the caller's id into its state key before each model call."""
+
+    state_schema = NoteState
+
+    def before_model(self, state: NoteState, runtime: Runtime[Caller]) -> dict[str, Any] | None:
+        caller = runtime.context
+        return {"note": f"for {caller.user_id} ({caller.tier})" if caller else "nobody"}
+
+    async def abefore_model(
+        self, state: NoteState, runtime: Runtime[Caller]
+    ) -> dict[str, Any] | None:
+        return self.before_model(state, runtime)
+
+
+class CallerPrompt(AgentMiddleware[AgentState[Any], Caller]):
+    """A ``wrap_model_call`` (run by the model service) that names the caller from
+    ``request.runtime.context`` in the system prompt: the request body shows it."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(self._named(request))
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return await handler(self._named(request))
+
+    @staticmethod
+    def _named(request: Any) -> Any:
+        from langchain_core.messages import SystemMessage
+
+        caller = request.runtime.context
+        name = caller.user_id if caller is not None else "nobody"
+        return request.override(system_message=SystemMessage(f"You serve {name}."))
