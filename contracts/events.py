@@ -183,6 +183,10 @@ class ModelResponded(Event):
     the reply's conversion back."""
     structured: StructuredOutcome | None = None
     """For agents with a ``response_format``: the reply's structured outcome."""
+    update: dict[str, Any] | None = None
+    """The state keys that ``wrap_model_call`` middleware set with the reply
+    (``ExtendedModelResponse(command=Command(update=...))``), as JSON: applied with it,
+    before ``after_model`` hooks run, as LangChain's model node applies them."""
 
 
 class ModelFailed(Event):
@@ -215,6 +219,10 @@ class ToolCompleted(Event):
     step: int
     agent_id: str
     message: ToolMessage
+    update: dict[str, Any] | None = None
+    """A tool that returned ``Command(update=...)``: the state keys it sets besides its
+    message (JSON), applied to the task's state when the step's results join, in call
+    order, as LangGraph applies a step's writes."""
 
 
 class ToolInterrupted(Event):

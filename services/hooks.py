@@ -216,13 +216,21 @@ Call = Callable[[Any], Awaitable[Any]]
 
 
 async def call_wrapped(
-    instances: Sequence[Any], hook: str, request: Any, base: Call, normalize: Callable[[Any], Any]
+    instances: Sequence[Any],
+    hook: str,
+    request: Any,
+    base: Call,
+    normalize: Callable[[Any], Any],
+    entered: Callable[[], None] | None = None,
 ) -> Any:
-    """``instances[0]`` outermost; each may call its handler zero or more times."""
+    """``instances[0]`` outermost; each may call its handler zero or more times.
+    ``entered``: called each time a layer (or the base) is entered, before it runs."""
     loop = asyncio.get_running_loop()
     base_cls = _base()
 
     async def run(i: int, req: Any) -> Any:
+        if entered is not None:
+            entered()
         if i == len(instances):
             return await base(req)
         instance = instances[i]

@@ -12,8 +12,11 @@ from typing import Annotated, Any, NotRequired
 
 from langchain.agents import AgentState
 from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import ExtendedModelResponse
 from langchain.tools import InjectedState, InjectedStore, InjectedToolCallId, ToolRuntime
+from langchain_core.messages import ToolMessage
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 
 @dataclass
@@ -35,6 +38,12 @@ class NoteState(AgentState[Any]):
     """A middleware's state keys."""
 
     note: NotRequired[str]
+
+
+class CallCountState(AgentState[Any]):
+    """``CountingCalls``'s state key."""
+
+    model_calls: NotRequired[int]
 
 
 def _context_of(context: Any) -> Any:
@@ -114,3 +123,30 @@ class CallerPrompt(AgentMiddleware[AgentState[Any], Caller]):
         caller = request.runtime.context
         name = caller.user_id if caller is not None else "nobody"
         return request.override(system_message=SystemMessage(f"You serve {name}."))
+
+
+def check_in(name: str, runtime: ToolRuntime[Any, VisitState]) -> Command[Any]:
+    """Check a visitor in."""
+    visits = (runtime.state.get("visits") or 0) + 1
+    welcome = ToolMessage(f"welcome {name}, visit {visits}", tool_call_id=runtime.tool_call_id)
+    return Command(update={"visits": visits, "user_name": name, "messages": [welcome]})
+
+
+class CountingCalls(AgentMiddleware[CallCountState]):
+    """A ``wrap_model_call`` that counts model calls in its state key, by returning an
+    ``ExtendedModelResponse`` with a ``Command(update=...)``."""
+
+    state_schema = CallCountState
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return self._counted(request, handler(request))
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return self._counted(request, await handler(request))
+
+    @staticmethod
+    def _counted(request: Any, response: Any) -> Any:
+        count = (request.state.get("model_calls") or 0) + 1
+        return ExtendedModelResponse(
+            model_response=response, command=Command(update={"model_calls": count})
+        )

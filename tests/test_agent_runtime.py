@@ -33,8 +33,10 @@ from services.settings import Settings
 from tests.runtime_tools import (
     Caller,
     CallerPrompt,
+    CountingCalls,
     NoteTaker,
     VisitState,
+    check_in,
     peek,
     remember,
     whoami,
@@ -96,6 +98,21 @@ CASES = {
         ],
     ),
 }
+
+CASES["command"] = Case(
+    # a tool's Command(update=...) (its message and state keys; a call beside it in the
+    # same step still sees the state before it), and wrap_model_call's
+    # ExtendedModelResponse command counting model calls in a state key
+    "runtime command",
+    lambda: {"state_schema": VisitState, "middleware": [CountingCalls()]},
+    [
+        calls(("check_in", {"name": "Bo"}), ("peek", {"key": "visits"})),
+        calls(("peek", {"key": "model_calls"}), ("whoami", {"topic": "after"})),
+        Reply(content="bye"),
+    ],
+    state={"visits": 3},
+    tools=[check_in, peek, whoami],
+)
 
 SCRIPTS = {case.prompt: case.turns for case in CASES.values()}
 

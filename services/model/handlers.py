@@ -63,6 +63,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         view = apply_edits(transcript, event.edits) if event.edits else transcript
         started = time.perf_counter()
         outcome: StructuredOutcome | None = None
+        update: dict[str, Any] | None = None
         try:
             streamed = await requests.wanted(event.task_id)
             caller = streaming_caller(event) if streamed else None
@@ -72,7 +73,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 # unedited: the chain edits at ContextEditingMiddleware's place, so the
                 # middleware outside it see what LangChain's would
                 message: Message
-                message, outcome = await call_with_middleware(
+                message, outcome, update = await call_with_middleware(
                     spec, hooks, list(transcript), extra, event.edits, caller=caller
                 )
             else:
@@ -110,6 +111,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             transcript_len=event.transcript_len,
             model_ms=round((time.perf_counter() - started) * 1000, 3),
             structured=outcome,
+            update=update,
         )
         try:
             await hand_over.model_responded(responded, spec)

@@ -6,6 +6,7 @@ transcript unedited, and those after it the edited view, as in LangChain."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -156,15 +157,56 @@ def schema_tool(schema: dict[str, Any]) -> Any:
     )
 
 
-def _normalize(result: Any) -> Any:
-    from langchain.agents.middleware import ModelResponse
-    from langchain.agents.middleware.types import ExtendedModelResponse
+class StateCommands:
+    """The ``Command``s that ``wrap_model_call`` layers return with their response
+    (``ExtendedModelResponse``), kept as LangChain composes them: inner layers first,
+    and a layer entered again (a retry) drops what the attempt before it gave."""
 
-    if isinstance(result, ExtendedModelResponse):
-        return result.model_response
-    if isinstance(result, LcAIMessage):
-        return ModelResponse(result=[result])
-    return result
+    def __init__(self) -> None:
+        self.commands: list[Any] = []
+
+    def entered(self) -> None:
+        # whatever is recorded now came from layers that returned in an earlier attempt
+        self.commands.clear()
+
+    def normalize(self, result: Any) -> Any:
+        from langchain.agents.middleware import ModelResponse
+        from langchain.agents.middleware.types import ExtendedModelResponse
+
+        if isinstance(result, ExtendedModelResponse):
+            if result.command is not None:
+                self.commands.append(result.command)
+            return result.model_response
+        if isinstance(result, LcAIMessage):
+            return ModelResponse(result=[result])
+        return result
+
+    def update(self) -> dict[str, Any] | None:
+        """The state keys the commands set, later commands overwriting earlier ones (as
+        LangGraph applies them); LangChain's errors for what it does not support."""
+        update: dict[str, Any] = {}
+        for command in self.commands:
+            if command.goto:
+                raise NotImplementedError(
+                    "Command goto is not yet supported in wrap_model_call middleware. "
+                    "Use the jump_to state field with before_model/after_model hooks instead."
+                )
+            if command.resume:
+                raise NotImplementedError(
+                    "Command resume is not yet supported in wrap_model_call middleware."
+                )
+            if command.graph:
+                raise NotImplementedError(
+                    "Command graph is not yet supported in wrap_model_call middleware."
+                )
+            given = dict(command.update or {})
+            if given.pop("messages", None):
+                raise NotImplementedError(
+                    "loopline applies a wrap_model_call Command's state keys, not messages "
+                    "added beside the model's reply"
+                )
+            update.update(given)
+        return json.loads(json.dumps(update)) if update else None
 
 
 def _system_message(spec: AgentSpec) -> Any:
@@ -181,14 +223,15 @@ async def call_with_middleware(
     edits: Sequence[AppliedEdit] = (),
     *,
     caller: ModelCaller | None = None,
-) -> tuple[AIMessage, StructuredOutcome | None]:
+) -> tuple[AIMessage, StructuredOutcome | None, dict[str, Any] | None]:
     """``caller``: how each model call is made (default ``ainvoke``); with retry or
     fallback middleware a step makes several. ``transcript`` unedited: the chain applies
     ``edits`` (the context consumer's, for this transcript) at
     ``ContextEditingMiddleware``'s place, and the agent state holds the unedited
     messages, as LangChain's. With a ``response_format``, the reply's structured outcome
     comes too (made inside the chain, as LangChain's model node does, so middleware see
-    the structured response and may change the request's format)."""
+    the structured response and may change the request's format). Last, the state keys
+    the chain's ``ExtendedModelResponse`` commands set (None: none)."""
     from langchain.agents.middleware import ModelRequest, ModelResponse
 
     rf = spec.response_format
@@ -235,11 +278,14 @@ async def call_with_middleware(
         return ModelResponse(result=[reply, *answers], structured_response=value)
 
     chain = chain_of(spec, hooks, transcript, messages, edits)
-    response = await call_wrapped(chain, "wrap_model_call", request, call_model, _normalize)
+    commands = StateCommands()
+    response = await call_wrapped(
+        chain, "wrap_model_call", request, call_model, commands.normalize, commands.entered
+    )
     replies = [m for m in response.result if isinstance(m, LcAIMessage)]
     if not replies:
         raise TypeError("the wrap_model_call chain returned no AI message")
     last = from_langchain(replies[-1])
     if not isinstance(last, AIMessage):
         raise TypeError("the wrap_model_call chain returned no AI message")
-    return last, outcomes.get(id(replies[-1]))
+    return last, outcomes.get(id(replies[-1])), commands.update()

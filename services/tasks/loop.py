@@ -261,13 +261,10 @@ class Loop:
         ai = event.message
         if ai.id is None:
             ai = ai.model_copy(update={"id": f"{tid}:ai:{event.step}"})
-        spec = await self.rt.agent(event.agent_id)
-        turn = ModelTurn(ai, decided=after_model_results(spec, ai), end=not ai.tool_calls)
-        if hooks.with_hook("after_model") or (turn.end and hooks.with_hook("after_agent")):
-            hooked = await self._after_model(event, hooks, turn, decisions)
-            if hooked is None:
-                return
-            turn = hooked
+        found = await self._turn(event, hooks, ai, decisions)
+        if found is None:
+            return
+        turn = found
         if event.structured is not None:
             turn = await self._with_structured(tid, turn, event.structured)
         fusion = None
@@ -286,6 +283,26 @@ class Loop:
             await self._emit(tid, state, turn.ai)
         elif self._resumes(state, cause, event.step):
             await self._advance(tid, state)
+
+    async def _turn(
+        self,
+        event: ModelResponded,
+        hooks: HookSet,
+        ai: AIMessage,
+        decisions: list[dict[str, Any]] | None,
+    ) -> ModelTurn | None:
+        """The reply with what comes with it: the state update of its wrap_model_call
+        middleware, then what after_model hooks decide (None: the task waits or failed)."""
+        spec = await self.rt.agent(event.agent_id)
+        turn = ModelTurn(ai, decided=after_model_results(spec, ai), end=not ai.tool_calls)
+        if event.update:  # applied before after_model runs, as LangChain's model node does
+            turn.extra = {**await self.store.extra(event.task_id), **event.update}
+        if hooks.with_hook("after_model") or (turn.end and hooks.with_hook("after_agent")):
+            hooked = await self._after_model(event, hooks, turn, decisions)
+            if hooked is not None and hooked.extra is None:  # the hooks changed no key
+                hooked.extra = turn.extra
+            return hooked
+        return turn
 
     async def tool_completed(
         self, event: ToolCompleted, join_len: int | None = None, result_at: int | None = None
@@ -308,6 +325,7 @@ class Loop:
                 tool_event=self.rt.encode(event),  # with the size check of a publish
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
                 failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
+                update=_update_pairs(event.update),
             ),
             fusion,
         )
@@ -602,7 +620,8 @@ class Loop:
         transcript = await self._transcript(tid)
         try:
             with approvals.answering(decisions):
-                hooked = await model_turn(hooks, transcript, turn.ai, await self.store.extra(tid))
+                extra = turn.extra if turn.extra is not None else await self.store.extra(tid)
+                hooked = await model_turn(hooks, transcript, turn.ai, extra)
         except approvals.Interrupted as asked:
             await self._wait_for_human(event, asked.value)
             return None
@@ -695,6 +714,14 @@ class Loop:
         state = await self._fail_at_current_step(task_id, scrub(reason), None)
         await self._emit(task_id, state)
         return state
+
+
+def _update_pairs(update: dict[str, Any] | None) -> str:
+    """A tool's state update as ``RecordResult`` takes it: each key with its value's JSON
+    text, so the script splices values in without decoding them."""
+    if not update:
+        return ""
+    return json.dumps([part for key, value in update.items() for part in (key, json.dumps(value))])
 
 
 def _structured_response(event: ModelResponded, turn: ModelTurn) -> Any:

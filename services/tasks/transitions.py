@@ -141,6 +141,9 @@ class RecordResult(Args):
     tool_event: bytes
     step_event: bytes
     failed_event: bytes
+    update: str = ""
+    """A tool's ``Command(update=...)`` keys as ``[key, value JSON, ...]`` (JSON), or
+    empty: applied to the task's state when the step's results join, in call order."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from services.runtime import Runtime
 from services.spec import toolbox
 from services.tasks.issued import Admission, IssuedCalls
 from services.tools.logic import (
+    Answered,
     reads_state,
     run_tool,
     run_wrapped,
@@ -60,7 +61,7 @@ class Parked:
     decision: dict[str, Any] | None = None
 
 
-Outcome = ToolMessage | Parked
+Outcome = Answered | Parked
 Limit = Callable[[], AbstractAsyncContextManager[None]]
 
 
@@ -247,13 +248,13 @@ class ToolCalls:
         calls_key = self.rt.names.task_calls(job.task_id)
         call = job.call
         if record.get("state") == "done":
-            return ToolMessage.model_validate(record["message"])
+            return Answered(ToolMessage.model_validate(record["message"]), record.get("update"))
         if float(record.get("until", 0)) > time.time():
             # This duplicate stays pending and is retried (by then the result is recorded
             # and gets re-published).
             raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
         if not toolbox.is_idempotent(job.tool) and record.get("started", True):
-            return await self._record_done(calls_key, unknown_outcome(call))
+            return await self._record_done(calls_key, Answered(unknown_outcome(call)))
         await self.rt.redis.hset(calls_key, call.id, self._first_marker(job))
         return await self._run_leased(job, decision)
 
@@ -365,9 +366,14 @@ class ToolCalls:
         kept = json.loads(found) if found else {}
         return Parked(kept.get("request") or {}, kept.get("response_schema"))
 
-    async def _record_done(self, calls_key: str, message: ToolMessage) -> ToolMessage:
+    async def _record_done(self, calls_key: str, answer: Answered) -> Answered:
         """Recorded with the entry's ack and the result's publication (one script), so a
         redelivery after the commit finds it and re-publishes instead of running again."""
-        record = {"state": "done", "message": message.model_dump(mode="json")}
-        await self.rt.write(calls_key, message.tool_call_id, json.dumps(record))
-        return message
+        record: dict[str, Any] = {
+            "state": "done",
+            "message": answer.message.model_dump(mode="json"),
+        }
+        if answer.update is not None:
+            record["update"] = answer.update
+        await self.rt.write(calls_key, answer.message.tool_call_id, json.dumps(record))
+        return answer

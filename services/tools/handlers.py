@@ -30,7 +30,7 @@ from services.tasks.handover import LoopHandOver
 from services.tasks.issued import Admission
 from services.tools.calls import Job, Outcome, Parked, ToolCalls
 from services.tools.limits import CallLimits, timeout_of
-from services.tools.logic import guarded, refused, too_large
+from services.tools.logic import Answered, guarded, refused, too_large
 from services.tools.threads import ToolThreads
 
 log = logging.getLogger("loopline.tools")
@@ -116,7 +116,7 @@ class ToolsService:
         if tool is None:
             if await self.calls.issued.admit(event) is Admission.LATE:
                 return None
-            return refused(event.call, list(tools))
+            return Answered(refused(event.call, list(tools)))
         hooks = hooks_for(event.agent_id, spec)
         wrappers: list[Any] = [m for _, m in hooks.with_hook("wrap_tool_call")]
         timeout_s = timeout_of(spec, tool.name, self.rt.settings.tool_timeout_s)
@@ -147,9 +147,13 @@ class ToolsService:
             ),
         )
 
-    async def _report_done(self, event: CallEvent, spec: AgentSpec, message: Any) -> None:
+    async def _report_done(self, event: CallEvent, spec: AgentSpec, answer: Answered) -> None:
         completed = ToolCompleted(
-            task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
+            task_id=event.task_id,
+            step=event.step,
+            agent_id=event.agent_id,
+            message=answer.message,
+            update=answer.update,
         )
         try:
             if isinstance(event, ToolRequested):
@@ -162,7 +166,7 @@ class ToolsService:
             size = len(completed.model_dump_json())
             small = too_large(event.call, size, self.rt.settings.max_event_bytes)
             await self.rt.publish(
-                self.rt.names.loop, completed.model_copy(update={"message": small})
+                self.rt.names.loop, completed.model_copy(update={"message": small, "update": None})
             )
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -20,6 +22,29 @@ from services.tool_errors import (
     TOOL_INVOCATION_ERROR_TEMPLATE,
 )
 from services.tools.threads import ToolAborted
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A call's outcome: the tool message answering it and, for a tool that returned
+    ``Command(update=...)``, the state keys the update sets besides its messages (as
+    JSON), applied to the task's state when the step's results join."""
+
+    message: ToolMessage
+    update: dict[str, Any] | None = None
+
+
+COMMAND_MESSAGES_ONLY_THE_ANSWER = (
+    "Error: tool '{tool_name}' returned a Command whose update adds messages besides its "
+    "ToolMessage; loopline applies only the call's own ToolMessage and state keys."
+)
+COMMAND_NOT_JSON = (
+    "Error: tool '{tool_name}' returned a Command whose update cannot be stored as JSON: {error}"
+)
+COMMAND_GOTO = (
+    "Error: tool '{tool_name}' returned a Command with goto/graph/resume; loopline applies "
+    "a tool's Command(update=...) only."
+)
 
 
 def failure_message(call: ToolCall, exc: Exception) -> ToolMessage:
@@ -119,7 +144,7 @@ async def run_tool(
     raise_errors: bool = False,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
     runtime: Any = None,
-) -> ToolMessage:
+) -> Answered:
     """Invoke the tool with the call; a raising tool answers with an error message (as
     ToolNode with ``handle_tool_errors=True``), invalid arguments with ToolNode's text.
     ``limit``: the call's time limit (``services.tools.limits``); a call past it fails
@@ -139,15 +164,68 @@ async def run_tool(
         content = TOOL_INVOCATION_ERROR_TEMPLATE.format(
             tool_name=call.name, tool_kwargs=call.args, error=_validation_text(exc)
         )
-        return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
+        return Answered(
+            ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
+        )
     except Exception as exc:  # the tool's own failure is an answer for the model
         if raise_errors:  # inside wrap_tool_call: retry middleware must see the exception
             raise
-        return failure_message(call, exc)
+        return Answered(failure_message(call, exc))
+    return answered(tool, call, result)
+
+
+def answered(tool: BaseTool, call: ToolCall, result: Any) -> Answered:
+    """What a tool (or a ``wrap_tool_call`` chain) returned, as the call's answer: a
+    ``Command(update=...)`` checked as LangGraph's tool node checks it (the update must
+    hold the call's ToolMessage), its other keys the state update."""
+    from langgraph.types import Command
+
+    if isinstance(result, Command):
+        return _command_answer(tool, call, result)
     message = from_langchain(result) if not isinstance(result, str) else None
     if isinstance(message, ToolMessage):
-        return message
-    return ToolMessage(content=str(result), name=call.name, tool_call_id=call.id)
+        return Answered(message)
+    return Answered(ToolMessage(content=str(result), name=call.name, tool_call_id=call.id))
+
+
+def _command_answer(tool: BaseTool, call: ToolCall, command: Any) -> Answered:
+    from langchain_core.messages import ToolMessage as LcToolMessage
+
+    def error(text: str) -> Answered:
+        return Answered(
+            ToolMessage(content=text, name=call.name, tool_call_id=call.id, status="error")
+        )
+
+    if command.goto or command.graph is not None or command.resume is not None:
+        return error(COMMAND_GOTO.format(tool_name=call.name))
+    payload = {"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"}
+    node = _command_checker(tool)
+    try:  # LangGraph's own check: the update holds exactly the call's ToolMessage
+        checked = node._validate_tool_command(command, payload, "tool_calls")
+    except Exception as exc:
+        return Answered(failure_message(call, exc))
+    update = dict(checked.update or {})
+    messages = list(update.pop("messages", []))
+    own = [m for m in messages if isinstance(m, LcToolMessage) and m.tool_call_id == call.id]
+    if len(messages) != 1 or not own:
+        return error(COMMAND_MESSAGES_ONLY_THE_ANSWER.format(tool_name=call.name))
+    message = from_langchain(own[0])
+    assert isinstance(message, ToolMessage)
+    try:
+        update = json.loads(json.dumps(update))
+    except (TypeError, ValueError) as exc:
+        return error(COMMAND_NOT_JSON.format(tool_name=call.name, error=exc))
+    return Answered(message, update or None)
+
+
+def _command_checker(tool: BaseTool) -> Any:
+    """A LangGraph tool node, for its check of a returned Command."""
+    node = _injection(tool)[1]
+    if node is None:
+        from langgraph.prebuilt.tool_node import ToolNode
+
+        node = ToolNode([tool])
+    return node
 
 
 _INJECTED: dict[int, tuple[BaseTool, Any, Any]] = {}
@@ -235,7 +313,7 @@ async def run_wrapped(
     before_tool: Callable[[], Awaitable[None]] | None = None,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
     runtime: Any = None,
-) -> ToolMessage:
+) -> Answered:
     """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
     middleware outermost, as LangChain composes it. The state a wrapper sees is
     LangChain's at tool time: ``messages``, the transcript up to and including the AI
@@ -273,7 +351,12 @@ async def run_wrapped(
             limit=limit,
             runtime=req.runtime,
         )
-        return to_langchain(answer)
+        if answer.update is None:
+            return to_langchain(answer.message)
+        from langgraph.types import Command
+
+        # the wrappers see the Command the tool returned, as in LangChain
+        return Command(update={**answer.update, "messages": [to_langchain(answer.message)]})
 
     try:
         with approvals.answering_call(decision):
@@ -281,14 +364,17 @@ async def run_wrapped(
     except (approvals.Interrupted, approvals.DecisionRefused):
         raise  # not the call's outcome: it waits for a (valid) human decision
     except Exception as exc:  # what no wrapper handled: an error answer, as without them
-        return failure_message(call, exc)
-    if not isinstance(result, LcToolMessage):
-        return ToolMessage(
-            content=f"Error: wrap_tool_call returned {type(result).__name__}, not a ToolMessage",
-            name=call.name,
-            tool_call_id=call.id,
-            status="error",
+        return Answered(failure_message(call, exc))
+    from langgraph.types import Command
+
+    if not isinstance(result, LcToolMessage | Command):
+        return Answered(
+            ToolMessage(
+                content=f"Error: wrap_tool_call returned {type(result).__name__}, "
+                "not a ToolMessage or Command",
+                name=call.name,
+                tool_call_id=call.id,
+                status="error",
+            )
         )
-    converted = from_langchain(result)
-    assert isinstance(converted, ToolMessage)
-    return converted
+    return answered(tool, call, result)
