@@ -15,6 +15,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ExtendedModelResponse
 from langchain.tools import InjectedState, InjectedStore, InjectedToolCallId, ToolRuntime
 from langchain_core.messages import ToolMessage
+from langchain_core.tools import tool
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
@@ -150,3 +151,47 @@ class CountingCalls(AgentMiddleware[CallCountState]):
         return ExtendedModelResponse(
             model_response=response, command=Command(update={"model_calls": count})
         )
+
+
+@tool
+def lucky_number(seed: int) -> str:
+    """A lucky number from a seed (a tool only ``DynamicTools`` gives)."""
+    return str(seed * 7)
+
+
+def _swapped_tools(request: Any) -> Any:
+    """The model call's tools without ``remember``, with ``lucky_number``."""
+    tools = [t for t in request.tools if getattr(t, "name", None) != "remember"]
+    return request.override(tools=[*tools, lucky_number])
+
+
+class DynamicTools(AgentMiddleware):
+    """Dynamic tools: per model call, hides ``remember`` and adds ``lucky_number``, which
+    no agent defines, and runs it when the model calls it (``wrap_tool_call``)."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(_swapped_tools(request))
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return await handler(_swapped_tools(request))
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        if request.tool_call["name"] == "lucky_number":
+            return handler(request.override(tool=lucky_number))
+        return handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        if request.tool_call["name"] == "lucky_number":
+            return await handler(request.override(tool=lucky_number))
+        return await handler(request)
+
+
+class AddsUnknownTool(AgentMiddleware):
+    """Adds ``lucky_number`` to the model's tools with nothing to run it: LangChain
+    refuses the agent's model call."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(_swapped_tools(request))
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return await handler(_swapped_tools(request))

@@ -28,12 +28,15 @@ from langgraph.store.memory import InMemoryStore
 import loopline.embedded
 from contracts.replies import Reply, ScriptedToolCall
 from loopline import create_agent
+from loopline.client import TaskFailedError
 from loopline.testing.scripted import ScriptedOpenAIServer
 from services.settings import Settings
 from tests.runtime_tools import (
+    AddsUnknownTool,
     Caller,
     CallerPrompt,
     CountingCalls,
+    DynamicTools,
     NoteTaker,
     VisitState,
     check_in,
@@ -114,7 +117,23 @@ CASES["command"] = Case(
     tools=[check_in, peek, whoami],
 )
 
-SCRIPTS = {case.prompt: case.turns for case in CASES.values()}
+CASES["dynamic"] = Case(
+    # dynamic tools: middleware hide one of the agent's tools from the model and add one
+    # no agent defines, which its wrap_tool_call runs in the tools service
+    "runtime dynamic",
+    lambda: {"middleware": [DynamicTools()]},
+    [calls(("lucky_number", {"seed": 6}), ("whoami", {"topic": "luck"})), Reply(content="42")],
+)
+
+UNKNOWN = Case(
+    # a tool middleware add that nothing can run: the model call is refused
+    "runtime unknown tool",
+    lambda: {"middleware": [AddsUnknownTool()]},
+    [Reply(content="never asked")],
+)
+CASES_AND_UNKNOWN = {**CASES, "unknown": UNKNOWN}
+
+SCRIPTS = {case.prompt: case.turns for case in CASES_AND_UNKNOWN.values()}
 
 
 @pytest.fixture(scope="module")
@@ -228,19 +247,29 @@ async def test_embedded_matches_langchain(
 async def test_the_cases_show_what_they_claim(
     stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> None:
-    """Read from loopline's side of the runs above (module order): the injected
-    arguments never reach the model, the context reached every service."""
+    """Read from loopline's side: the injected arguments never reach the model, the
+    context reached every service, the dynamic tools reached the model and ran."""
     case = CASES["runtime"]
-    first = requests_for(servers[1], f"{case.prompt} deployed")[0]
+    ours = await deployed(case, stack).ainvoke(the_input(case, "claims"), context=case.context)
+    first = requests_for(servers[1], f"{case.prompt} claims")[0]
     parameters = {t["function"]["name"]: t["function"]["parameters"] for t in first["tools"]}
     assert parameters["whoami"]["properties"] == {"topic": {"type": "string"}}
     assert parameters["peek"]["properties"] == {"key": {"type": "string"}}
     assert first["messages"][0] == {"role": "system", "content": "You serve u1."}
-    ours = await deployed(case, stack).ainvoke(the_input(case, "again"), context=case.context)
     told = [m.content for m in ours["messages"] if m.type == "tool"]
     assert '"context": {"tier": "free", "type": "Caller", "user_id": "u1"}' in told[0]
     assert '"value": "for u1 (free)"' in told[3]  # the loop's hook state, read by a tool
     assert ours["user_name"] == "Ada" and ours["visits"] == 3 and "unknown_key" not in ours
+
+    dynamic = CASES["dynamic"]
+    await deployed(dynamic, stack).ainvoke(the_input(dynamic, "claims"))
+    asked = requests_for(servers[1], f"{dynamic.prompt} claims")
+    assert [t["function"]["name"] for t in asked[0]["tools"]] == ["whoami", "peek", "lucky_number"]
+    assert asked[1]["messages"][-2] == {
+        "role": "tool",
+        "content": "42",
+        "tool_call_id": "call_0_0_lucky_number",
+    }
 
 
 async def test_thread_state_keeps_the_state_keys(
@@ -267,3 +296,27 @@ async def test_thread_state_keeps_the_state_keys(
     values = (await agent.aget_state(config)).values
     assert shape(values["messages"]) == shape(lc_values["messages"])
     assert state_keys(values) == state_keys(lc_values)
+
+
+async def test_a_tool_middleware_add_that_nothing_runs_is_refused_as_langchain_refuses(
+    stack: ServiceProcesses,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    embedded: None,
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        await asyncio.to_thread(run_langchain, UNKNOWN, servers[0], "deployed")
+    assert "Unknown tools: ['lucky_number']" in str(raised.value)
+    with pytest.raises(TaskFailedError) as deployed_failed:
+        await deployed(UNKNOWN, stack).ainvoke(the_input(UNKNOWN, "deployed"))
+    agent = create_agent(
+        chat_model(servers[1]),
+        UNKNOWN.tools,
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+        **UNKNOWN.kwargs(),
+    )
+    with pytest.raises(TaskFailedError) as embedded_failed:
+        await agent.ainvoke(the_input(UNKNOWN, "embedded"))
+    for failed in (deployed_failed, embedded_failed):
+        assert str(raised.value) in str(failed.value)
+        assert "ValueError" in str(failed.value)
+    assert not requests_for(servers[1], UNKNOWN.prompt)  # the model was never called

@@ -209,6 +209,26 @@ class StateCommands:
         return json.loads(json.dumps(update)) if update else None
 
 
+def _tool_names(spec: AgentSpec) -> list[str]:
+    return [schema["function"]["name"] for schema in tool_schemas(spec)]
+
+
+def refuse_unknown_tools(tools: Sequence[Any], known: Sequence[str]) -> None:
+    """LangChain's refusal of tools that ``wrap_model_call`` middleware added to the
+    request when nothing can run them (no ``wrap_tool_call`` middleware to give them):
+    its ValueError, with its text."""
+    from langchain.agents.factory import DYNAMIC_TOOL_ERROR_TEMPLATE
+    from langchain_core.tools import BaseTool
+
+    unknown = [t.name for t in tools if isinstance(t, BaseTool) and t.name not in known]
+    if unknown:
+        raise ValueError(
+            DYNAMIC_TOOL_ERROR_TEMPLATE.format(
+                unknown_tool_names=unknown, available_tool_names=sorted(known)
+            )
+        )
+
+
 def _system_message(spec: AgentSpec) -> Any:
     if spec.system_message is not None:
         return to_langchain(spec.system_message)
@@ -247,7 +267,11 @@ async def call_with_middleware(
     )
     outcomes: dict[int, StructuredOutcome] = {}  # by the reply they were made of
 
+    known = _tool_names(spec) if not hooks.with_hook("wrap_tool_call") else None
+
     async def call_model(req: Any) -> Any:
+        if known is not None:
+            refuse_unknown_tools(req.tools, known)
         model = req.model
         settings = dict(req.model_settings)
         used = None

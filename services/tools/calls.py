@@ -72,12 +72,20 @@ class Job:
     the state: the run's context and where ``stream_writer`` writes."""
 
     task_id: str
-    tool: BaseTool
+    tool: BaseTool | None
+    """None: a tool the agent does not define, for its wrap_tool_call middleware to give
+    (dynamic tools); the chain answers it as unknown unless a wrapper does."""
     call: ToolCall
     wrappers: list[Any]
     limit: Limit
     context: Any = None
     writer: Callable[[Any], None] | None = None
+    available: tuple[str, ...] = ()
+    """The agent's tool names, for the answer to an unknown tool."""
+
+    @property
+    def idempotent(self) -> bool:
+        return self.tool is not None and toolbox.is_idempotent(self.tool)
 
 
 # KEYS: the task's calls hash. ARGV: call id, running marker. Takes a parked call for its
@@ -146,13 +154,14 @@ class ToolCalls:
         for one it did not; None for one whose task ended or moved on)."""
         calls_key = self.rt.names.task_calls(job.task_id)
         call = job.call
-        if toolbox.is_idempotent(job.tool) and not job.wrappers:
+        if job.idempotent and not job.wrappers:
             # Running it again is harmless by its declaration, so no lease: a redelivery
             # runs it again, and the transition takes one result. The check is then the
             # call's one round trip before it runs. With wrap_tool_call middleware the
             # record also parks calls for humans.
             if await self.issued.admit(event) is Admission.LATE:
                 return None
+            assert job.tool is not None  # an unknown tool comes only with wrappers
             runtime = await self._runtime(job)
             result = await run_tool(job.tool, call, limit=job.limit, runtime=runtime)
             return await self._record_done(calls_key, result)
@@ -253,7 +262,7 @@ class ToolCalls:
             # This duplicate stays pending and is retried (by then the result is recorded
             # and gets re-published).
             raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
-        if not toolbox.is_idempotent(job.tool) and record.get("started", True):
+        if not job.idempotent and record.get("started", True):
             return await self._record_done(calls_key, Answered(unknown_outcome(call)))
         await self.rt.redis.hset(calls_key, call.id, self._first_marker(job))
         return await self._run_leased(job, decision)
@@ -275,6 +284,7 @@ class ToolCalls:
         """The tool, inside its wrap_tool_call middleware when it has any."""
         call = job.call
         if not job.wrappers:
+            assert job.tool is not None  # an unknown tool comes only with wrappers
             return await run_tool(job.tool, call, limit=job.limit, runtime=await self._runtime(job))
 
         async def tool_starts() -> None:
@@ -295,6 +305,7 @@ class ToolCalls:
                 before_tool=tool_starts,
                 limit=job.limit,
                 runtime=self._runtime_of(job, state),
+                available=job.available,
             )
         except approvals.Interrupted as asked:
             return Parked(approvals.as_jsonable(asked.value), asked.response_schema)
@@ -325,7 +336,7 @@ class ToolCalls:
         """The call's ``ToolRuntime`` when its tool takes one (or an ``Injected*``
         argument); the task's state is read only for a tool that reads it, so other
         tools cost no round trip."""
-        if not reads_state(job.tool):
+        if job.tool is None or not reads_state(job.tool):
             return self._runtime_of(job, None)
         return self._runtime_of(job, await self._agent_state(job.task_id))
 

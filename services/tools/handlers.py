@@ -113,13 +113,13 @@ class ToolsService:
         except ConfigurationError as exc:  # a tool path that does not import here
             raise PermanentError(str(exc)) from exc
         tool = tools.get(event.call.name)
-        if tool is None:
+        hooks = hooks_for(event.agent_id, spec)
+        wrappers: list[Any] = [m for _, m in hooks.with_hook("wrap_tool_call")]
+        if tool is None and not wrappers:  # with wrappers, one may give the tool (dynamic)
             if await self.calls.issued.admit(event) is Admission.LATE:
                 return None
             return Answered(refused(event.call, list(tools)))
-        hooks = hooks_for(event.agent_id, spec)
-        wrappers: list[Any] = [m for _, m in hooks.with_hook("wrap_tool_call")]
-        timeout_s = timeout_of(spec, tool.name, self.rt.settings.tool_timeout_s)
+        timeout_s = timeout_of(spec, event.call.name, self.rt.settings.tool_timeout_s)
         job = Job(
             event.task_id,
             tool,
@@ -127,6 +127,7 @@ class ToolsService:
             wrappers,
             limit=lambda: self.limits.limit(event.task_id, timeout_s),
             context=hooks.context,
+            available=tuple(tools),
         )
         if isinstance(event, ToolResumed):
             return await self.calls.resume(job, event)

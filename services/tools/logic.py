@@ -174,7 +174,7 @@ async def run_tool(
     return answered(tool, call, result)
 
 
-def answered(tool: BaseTool, call: ToolCall, result: Any) -> Answered:
+def answered(tool: BaseTool | None, call: ToolCall, result: Any) -> Answered:
     """What a tool (or a ``wrap_tool_call`` chain) returned, as the call's answer: a
     ``Command(update=...)`` checked as LangGraph's tool node checks it (the update must
     hold the call's ToolMessage), its other keys the state update."""
@@ -188,7 +188,7 @@ def answered(tool: BaseTool, call: ToolCall, result: Any) -> Answered:
     return Answered(ToolMessage(content=str(result), name=call.name, tool_call_id=call.id))
 
 
-def _command_answer(tool: BaseTool, call: ToolCall, command: Any) -> Answered:
+def _command_answer(tool: BaseTool | None, call: ToolCall, command: Any) -> Answered:
     from langchain_core.messages import ToolMessage as LcToolMessage
 
     def error(text: str) -> Answered:
@@ -218,13 +218,13 @@ def _command_answer(tool: BaseTool, call: ToolCall, command: Any) -> Answered:
     return Answered(message, update or None)
 
 
-def _command_checker(tool: BaseTool) -> Any:
+def _command_checker(tool: BaseTool | None) -> Any:
     """A LangGraph tool node, for its check of a returned Command."""
-    node = _injection(tool)[1]
+    node = _injection(tool)[1] if tool is not None else None
     if node is None:
         from langgraph.prebuilt.tool_node import ToolNode
 
-        node = ToolNode([tool])
+        node = ToolNode([tool] if tool is not None else [])
     return node
 
 
@@ -305,7 +305,7 @@ def with_injected(tool: BaseTool, payload: dict[str, Any], runtime: Any) -> dict
 
 async def run_wrapped(
     wrappers: list[Any],
-    tool: BaseTool,
+    tool: BaseTool | None,
     call: ToolCall,
     extra: dict[str, Any],
     decision: dict[str, Any] | None = None,
@@ -313,6 +313,7 @@ async def run_wrapped(
     before_tool: Callable[[], Awaitable[None]] | None = None,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
     runtime: Any = None,
+    available: Sequence[str] = (),
 ) -> Answered:
     """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
     middleware outermost, as LangChain composes it. The state a wrapper sees is
@@ -324,7 +325,10 @@ async def run_wrapped(
     ``decision`` yet: the caller parks the call) or gets ``decision`` from ``interrupt()``;
     a decision that does not fit raises ``approvals.DecisionRefused``. ``before_tool``
     is awaited when the chain reaches the tool itself. ``runtime``: the call's
-    ``ToolRuntime`` (``request.runtime``, and what the tool gets injected)."""
+    ``ToolRuntime`` (``request.runtime``, and what the tool gets injected). ``tool``
+    None: a tool the agent does not define (middleware added it to the model's tools),
+    which a wrapper may give (``request.override(tool=...)``); else the call is answered
+    as an unknown tool, naming the ``available`` ones, as LangGraph's tool node does."""
     from langchain_core.messages import ToolMessage as LcToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
@@ -341,7 +345,10 @@ async def run_wrapped(
 
     async def execute(req: Any) -> Any:
         wanted = req.tool_call
-        target = req.tool or tool
+        target = req.tool
+        if target is None:
+            asked = ToolCall(id=wanted["id"], name=wanted["name"], args=wanted.get("args", {}))
+            return to_langchain(refused(asked, list(available)))
         if before_tool is not None:
             await before_tool()
         answer = await run_tool(
