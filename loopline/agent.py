@@ -433,7 +433,9 @@ class Agent:
         """LangChain's ``astream``: ``stream_mode`` ``"messages"`` (``(AIMessageChunk or
         ToolMessage, metadata)`` pairs, the model's tokens as they are generated),
         ``"updates"`` (``{node: update}``), ``"values"`` (the state after each step; the
-        default, as LangGraph's), or a list of them (``(mode, data)`` tuples); ``config``
+        default, as LangGraph's), ``"custom"`` (what hooks write with
+        ``get_stream_writer()`` and tools with ``ToolRuntime.stream_writer``), or a list
+        of them (``(mode, data)`` tuples); ``config``
         and ``multitask_strategy`` as for ``ainvoke``. loopline's own events (and
         ``Command(resume=...)``): ``astream_task_events``."""
         from loopline.stream_modes import modes_of, stream_task
@@ -451,7 +453,7 @@ class Agent:
         task_id = new_task_id()
         inputs = [to_langchain(m) for m in _input_messages(input)]
         self._start_services()
-        if "messages" in modes:
+        if "messages" in modes or "custom" in modes:
             async with self.client() as client:
                 await client.stream_replies(task_id, self.settings.stream_ttl_s)
         await self.asubmit(

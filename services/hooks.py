@@ -90,12 +90,16 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
 def lg_runtime(context: Any = None) -> Any:
     """LangGraph's ``Runtime`` a hook gets: ``runtime.context`` is the task's context,
     ``runtime.store`` the deployment's store (``services.store``), shared by every
-    service."""
+    service, ``runtime.stream_writer`` the running stage's custom stream
+    (``services.custom_stream``)."""
     from langgraph.runtime import Runtime
 
-    from services import store
+    from services import custom_stream, store
 
-    return Runtime(context=context, store=store.shared())
+    writer = custom_stream.current()
+    if writer is None:
+        return Runtime(context=context, store=store.shared())
+    return Runtime(context=context, store=store.shared(), stream_writer=writer)
 
 
 async def call_state_hook(

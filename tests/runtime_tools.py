@@ -195,3 +195,58 @@ class AddsUnknownTool(AgentMiddleware):
 
     async def awrap_model_call(self, request: Any, handler: Any) -> Any:
         return await handler(_swapped_tools(request))
+
+
+def progress(steps: int, runtime: ToolRuntime) -> str:
+    """Do some steps, reporting progress on the custom stream."""
+    for n in range(1, steps + 1):
+        runtime.stream_writer({"tool": "progress", "done": n, "of": steps})
+    return f"did {steps} steps"
+
+
+def progress_by_config(label: str) -> str:
+    """Report on the custom stream through LangGraph's ``get_stream_writer()``."""
+    from langgraph.config import get_stream_writer
+
+    get_stream_writer()({"tool": "progress_by_config", "label": label})
+    return f"reported {label}"
+
+
+class Announcer(AgentMiddleware):
+    """Hooks that write to the custom stream (``get_stream_writer()``) in every stage:
+    before_model and after_model (the loop), wrap_model_call (the model service),
+    wrap_tool_call (the tools service)."""
+
+    def before_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        from langgraph.config import get_stream_writer
+
+        get_stream_writer()({"hook": "before_model", "messages": len(state["messages"])})
+        return None
+
+    def after_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        runtime.stream_writer({"hook": "after_model", "messages": len(state["messages"])})
+        return None
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        from langgraph.config import get_stream_writer
+
+        get_stream_writer()({"hook": "wrap_model_call"})
+        return handler(request)
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        from langgraph.config import get_stream_writer
+
+        get_stream_writer()({"hook": "wrap_model_call"})
+        return await handler(request)
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        from langgraph.config import get_stream_writer
+
+        get_stream_writer()({"hook": "wrap_tool_call", "tool": request.tool_call["name"]})
+        return handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        from langgraph.config import get_stream_writer
+
+        get_stream_writer()({"hook": "wrap_tool_call", "tool": request.tool_call["name"]})
+        return await handler(request)

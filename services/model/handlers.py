@@ -15,6 +15,7 @@ from contracts.events import (
 )
 from contracts.messages import AIMessage, Message, from_langchain
 from services.agent_view import system_message
+from services.custom_stream import CustomWriter, writing
 from services.editing.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
 from services.hooks import hooks_for
@@ -73,9 +74,12 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 # unedited: the chain edits at ContextEditingMiddleware's place, so the
                 # middleware outside it see what LangChain's would
                 message: Message
-                message, outcome, update = await call_with_middleware(
-                    spec, hooks, list(transcript), extra, event.edits, caller=caller
-                )
+                writer = CustomWriter(rt, event.task_id, event.step, "model")
+                with writing(writer, hooks.context):
+                    message, outcome, update = await call_with_middleware(
+                        spec, hooks, list(transcript), extra, event.edits, caller=caller
+                    )
+                await writer.flush()
             else:
                 request = views.convert(
                     event.task_id, event.rev, transcript, view, system_message(spec)

@@ -39,6 +39,7 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
 from services import approvals, deployed
+from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent, Refused, UnknownTask
 from services.hooks import HookSet, hooks_for
@@ -618,10 +619,12 @@ class Loop:
         for a human or failed."""
         tid = event.task_id
         transcript = await self._transcript(tid)
+        writer = CustomWriter(self.rt, tid, event.step, "after_model")
         try:
-            with approvals.answering(decisions):
+            with approvals.answering(decisions), writing(writer, hooks.context):
                 extra = turn.extra if turn.extra is not None else await self.store.extra(tid)
                 hooked = await model_turn(hooks, transcript, turn.ai, extra)
+            await writer.flush()  # before the reply is recorded: a client sees them first
         except approvals.Interrupted as asked:
             await self._wait_for_human(event, asked.value)
             return None
@@ -670,8 +673,11 @@ class Loop:
             return state
         transcript = await self.rt.transcript(task_id, state.transcript_len, state.rev)
         extra = await self.store.extra(task_id)
+        writer = CustomWriter(self.rt, task_id, state.step, "before_model")
         try:
-            outcome = await start_step(hooks, state.step, transcript, extra)
+            with writing(writer, hooks.context):
+                outcome = await start_step(hooks, state.step, transcript, extra)
+            await writer.flush()
         except Exception as exc:  # a hook that raises (a limit with exit "error") ends it
             await self._fail_now(task_id, f"{type(exc).__name__}: {exc}")
             return None

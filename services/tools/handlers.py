@@ -16,6 +16,7 @@ from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, ToolCompleted, ToolInterrupted, ToolRequested, ToolResumed
 from services import approvals
 from services.agent_view import middleware_tools
+from services.custom_stream import CustomWriter, writing
 from services.errors import (
     BadEvent,
     ConfigurationError,
@@ -120,6 +121,7 @@ class ToolsService:
                 return None
             return Answered(refused(event.call, list(tools)))
         timeout_s = timeout_of(spec, event.call.name, self.rt.settings.tool_timeout_s)
+        writer = CustomWriter(self.rt, event.task_id, event.step, "tools", event.call.id)
         job = Job(
             event.task_id,
             tool,
@@ -127,11 +129,16 @@ class ToolsService:
             wrappers,
             limit=lambda: self.limits.limit(event.task_id, timeout_s),
             context=hooks.context,
+            writer=writer,
             available=tuple(tools),
         )
-        if isinstance(event, ToolResumed):
-            return await self.calls.resume(job, event)
-        return await self.calls.run(job, event)
+        with writing(writer, hooks.context):
+            if isinstance(event, ToolResumed):
+                outcome = await self.calls.resume(job, event)
+            else:
+                outcome = await self.calls.run(job, event)
+        await writer.flush()  # before the result is reported: a client sees them first
+        return outcome
 
     async def _report_parked(self, event: CallEvent, parked: Parked) -> None:
         await self.rt.publish(
