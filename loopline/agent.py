@@ -356,8 +356,11 @@ class Agent:
         """The task's state keys LangChain's result gives (its output schema: the
         agent's ``state_schema`` and its middleware's, less what they omit from
         output), those set; ``structured_response`` and ``todos`` are given apart."""
-        keys = hooks_for(self.spec.agent_id, self.spec).output_keys()
         apart = ("structured_response", "todos")
+        try:
+            keys = hooks_for(self.spec.agent_id, self.spec).output_keys()
+        except Exception:  # middleware or schemas this process cannot import: all keys
+            return {k: v for k, v in state.items() if k not in (*apart, "jump_to")}
         return {k: v for k, v in state.items() if k in keys and k not in apart}
 
     def _structured(self, value: Any) -> Any:
