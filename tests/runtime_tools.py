@@ -250,3 +250,8 @@ class Announcer(AgentMiddleware):
 
         get_stream_writer()({"hook": "wrap_tool_call", "tool": request.tool_call["name"]})
         return await handler(request)
+
+
+def count_words(messages: Any) -> int:
+    """A custom token counter (``ContextEditingMiddleware(token_counter=...)``): words."""
+    return sum(len(str(m.content).split()) for m in messages)

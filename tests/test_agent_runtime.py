@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent as lc_create_agent
+from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
@@ -40,6 +41,7 @@ from tests.runtime_tools import (
     NoteTaker,
     VisitState,
     check_in,
+    count_words,
     peek,
     remember,
     whoami,
@@ -123,6 +125,26 @@ CASES["dynamic"] = Case(
     "runtime dynamic",
     lambda: {"middleware": [DynamicTools()]},
     [calls(("lucky_number", {"seed": 6}), ("whoami", {"topic": "luck"})), Reply(content="42")],
+)
+
+CASES["token_counter"] = Case(
+    # LangChain's ContextEditingMiddleware with a custom token_counter (it travels to the
+    # context service by import path): older tool results cleared once it counts over 30
+    "runtime token counter",
+    lambda: {
+        "middleware": [
+            ContextEditingMiddleware(
+                edits=[ClearToolUsesEdit(trigger=30, keep=1, clear_at_least=5)],
+                token_counter=count_words,
+            )
+        ]
+    },
+    [
+        calls(("whoami", {"topic": "one"})),
+        calls(("whoami", {"topic": "two"})),
+        calls(("whoami", {"topic": "three"})),
+        Reply(content="done"),
+    ],
 )
 
 UNKNOWN = Case(
@@ -270,6 +292,13 @@ async def test_the_cases_show_what_they_claim(
         "content": "42",
         "tool_call_id": "call_0_0_lucky_number",
     }
+
+    counted = CASES["token_counter"]
+    await deployed(counted, stack).ainvoke(the_input(counted, "claims"))
+    last = requests_for(servers[1], f"{counted.prompt} claims")[-1]["messages"]
+    results = [m["content"] for m in last if m["role"] == "tool"]
+    # the oldest cleared; clear_at_least reached by it (counted again), so no more
+    assert results[0] == "[cleared]" and '"topic": "two"' in results[1]
 
 
 async def test_thread_state_keeps_the_state_keys(

@@ -92,9 +92,13 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             model = spec.model.model_name
             for position, mw_spec in editors:
                 middleware = ContextEditingMiddleware.from_spec(mw_spec)
-                counter = counter_for(middleware.token_count_method, model)
+                custom = middleware.token_counter is not None
+                if custom:  # the user's count of the whole list: nothing to keep per message
+                    counter = middleware.counter(model)
+                else:
+                    counter = counter_for(middleware.token_count_method, model)
                 counts = None
-                if view is transcript:
+                if view is transcript and not custom:
                     counts = await cache.counts(
                         event.task_id, event.rev, transcript, counter, model
                     )

@@ -60,8 +60,8 @@ class EditsAtPosition:
             return False
         if request.messages is not self.unedited and list(request.messages) != self.unedited:
             return False
-        if self.middleware.token_count_method == "approximate":
-            return True  # LangChain's approximate count leaves the system message out
+        if self.middleware.token_count_method == "approximate" or self.middleware.token_counter:
+            return True  # LangChain's approximate and custom counts leave the system out
         assumed = system_message(self.spec, before=self.position)
         given = request.system_message
         if (assumed is None) != (given is None):

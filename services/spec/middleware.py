@@ -82,10 +82,10 @@ def to_spec(middleware: Any, *, embedded: bool = False) -> MiddlewareSpec:
             system_prompt=middleware.system_prompt, tool_description=middleware.tool_description
         ).to_spec()
     if name == "ContextEditingMiddleware":
-        if getattr(middleware, "token_counter", None) is not None:
-            raise ValueError("a custom token_counter cannot travel to the context service")
         return ContextEditingMiddleware(
-            edits=middleware.edits, token_count_method=middleware.token_count_method
+            edits=middleware.edits,
+            token_count_method=middleware.token_count_method,
+            token_counter=getattr(middleware, "token_counter", None),
         ).to_spec()
     if name in BY_NAME and type(middleware).__module__.startswith("langchain.agents"):
         return _remembered_spec(build_builtin(name, params_of(middleware)))
