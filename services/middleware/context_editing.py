@@ -119,24 +119,28 @@ class ContextEditingMiddleware:
         self.token_counter = token_counter
 
     def to_spec(self) -> MiddlewareSpec:
-        from services.spec.params import to_json
-
+        """The spec; a ``token_counter`` function stays an object here, turned into its
+        reference by ``services.spec.middleware.to_spec`` (and back by its ``from_spec``)."""
         params: dict[str, Any] = {
             "edits": [e.to_params() for e in self.edits],
             "token_count_method": self.token_count_method,
         }
         if self.token_counter is not None:
-            params["token_counter"] = to_json(self.token_counter)
+            params["token_counter"] = self.token_counter
         return MiddlewareSpec(type=self.spec_type, params=params)
 
     def counter(self, model: str) -> Any:
         """The token counter the edits use: the custom one, else the method's."""
         from services.editing.counting import ListCounter, make_counter
-        from services.spec.params import from_json
 
         if self.token_counter is None:
             return make_counter(self.token_count_method, model)
-        return ListCounter(from_json(self.token_counter))
+        if not callable(self.token_counter):
+            raise TypeError(
+                "token_counter is a reference: build the middleware with "
+                "services.spec.middleware.from_spec, which imports it"
+            )
+        return ListCounter(self.token_counter)
 
     @classmethod
     def from_spec(cls, spec: MiddlewareSpec) -> ContextEditingMiddleware:

@@ -47,8 +47,11 @@ class EditsAtPosition:
         edits: Sequence[AppliedEdit] | None,
     ) -> None:
         from services.middleware.context_editing import ContextEditingMiddleware
+        from services.spec.middleware import from_spec
 
-        self.middleware = ContextEditingMiddleware.from_spec(mw_spec)
+        built = from_spec(mw_spec)  # its token_counter function imported
+        assert isinstance(built, ContextEditingMiddleware)
+        self.middleware = built
         self.spec = spec
         self.position = position
         self.transcript = transcript

@@ -36,6 +36,7 @@ from services.spec import toolbox
 from services.tasks.issued import Admission, IssuedCalls
 from services.tools.logic import (
     Answered,
+    injects,
     reads_state,
     run_tool,
     run_wrapped,
@@ -336,7 +337,9 @@ class ToolCalls:
         """The call's ``ToolRuntime`` when its tool takes one (or an ``Injected*``
         argument); the task's state is read only for a tool that reads it, so other
         tools cost no round trip."""
-        if job.tool is None or not reads_state(job.tool):
+        if job.tool is None or not injects(job.tool):
+            return None  # the tool takes nothing injected: no runtime to build
+        if not reads_state(job.tool):
             return self._runtime_of(job, None)
         return self._runtime_of(job, await self._agent_state(job.task_id))
 
