@@ -128,8 +128,20 @@ class AgentSpec(BaseModel):
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
     """Per tool name, overriding ``tool_timeout_s``."""
     context: dict[str, Any] | None = None
-    """The run's context (LangGraph's ``Runtime.context``, what middleware hooks read):
-    set by a task's ``context`` override of a deployed agent."""
+    """The run's context (LangGraph's ``Runtime.context``, what middleware hooks and
+    ``ToolRuntime.context`` read), as JSON: set by a task's ``context`` override of a
+    deployed agent, or by ``invoke(..., context=...)``. With ``context_schema`` a
+    dataclass or pydantic model, hooks and tools get an instance of it, as LangGraph
+    coerces a dict context."""
+    context_schema: str | None = None
+    """``create_agent(context_schema=...)``: the class's import path
+    (``package.module:Class``, through the import allow-list) or, embedded, its
+    ``local:`` reference."""
+    state_schema: str | None = None
+    """``create_agent(state_schema=...)``: the ``AgentState`` TypedDict whose keys the
+    task keeps (beside the middleware's own ``state_schema`` keys), by import path or
+    ``local:`` reference. Its keys are taken from the input, kept across the run and
+    returned in the result, as LangGraph's channels are."""
     response_format: ResponseFormatSpec | None = None
     """The structured answer the agent gives (``structured_response``)."""
     message_name: str | None = None
@@ -141,7 +153,14 @@ class AgentSpec(BaseModel):
         """Content hash: equal specs share one stored copy (a spec without a context
         hashes as it did before the field existed)."""
         # fields that are None hash as they did before the field existed
-        optional = ("context", "response_format", "message_name", "system_message")
+        optional = (
+            "context",
+            "response_format",
+            "message_name",
+            "system_message",
+            "context_schema",
+            "state_schema",
+        )
         exclude = {k for k in optional if getattr(self, k) is None}
         canonical = json.dumps(
             self.model_dump(mode="json", exclude=exclude, by_alias=True), sort_keys=True

@@ -11,6 +11,11 @@ retry (middleware such as ``ModelRetryMiddleware``, a fallback model, or a redel
 after a crash) is the next attempt, whose first batch says ``reset``: the chunks of
 earlier attempts of that step are void. An attempt that failed ends with a batch whose
 ``end`` is ``"failed"``; the one whose reply the task keeps ends with ``"done"``.
+
+The same stream carries LangGraph's ``custom`` stream mode: what hooks write with
+``get_stream_writer()`` and tools with ``ToolRuntime.stream_writer``, in whichever
+service runs them, as batches with ``custom`` items, the ``stage`` that wrote them and,
+for a tool, its ``call_id`` (``attempt`` 1, no chunks).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+CustomStage = Literal["before_model", "model", "after_model", "tools"]
 
 
 class ChunkBatch(BaseModel):
@@ -37,3 +44,13 @@ class ChunkBatch(BaseModel):
     """On the attempt's first batch: the chat model's LangSmith parameters
     (``ls_provider``, ``ls_model_name``, ...) and ``lc_versions``, which LangChain puts
     in the metadata of every streamed chunk."""
+    custom: list[Any] = Field(default_factory=list)
+    """Items written to the custom stream (``get_stream_writer()``,
+    ``ToolRuntime.stream_writer``), in the order written."""
+    stage: CustomStage | None = None
+    """Where the custom items were written: ``before_model`` (before_agent and
+    before_model hooks, in the loop), ``model`` (wrap_model_call, in the model service),
+    ``after_model`` (after_model and after_agent hooks), ``tools`` (a tool call and its
+    wrap_tool_call chain, ``call_id``)."""
+    call_id: str | None = None
+    """For ``tools``: the call whose tool (or wrap_tool_call chain) wrote them."""

@@ -52,6 +52,10 @@ class TaskSubmitted(Event):
     """Per-run changes to a deployed agent, only of the fields its registration allows
     (``DeployedAgent.overridable``: ``system_prompt``, ``max_steps``, ``context``)."""
     messages: list[Message]
+    state: dict[str, Any] = Field(default_factory=dict)
+    """The input's other state keys (``invoke({"messages": ..., "user_name": ...})``):
+    those of the agent's ``state_schema`` and its middleware's that LangChain takes as
+    input start the task's state; others are dropped, as LangGraph drops them."""
     max_steps: int | None = Field(default=None, ge=1)
     deadline_s: float | None = Field(default=None, gt=0)
     """Seconds the task may run before it fails (default: LOOPLINE_TASK_DEADLINE_S)."""
@@ -205,6 +209,10 @@ class ModelResponded(Event):
     the reply's conversion back."""
     structured: StructuredOutcome | None = None
     """For agents with a ``response_format``: the reply's structured outcome."""
+    update: dict[str, Any] | None = None
+    """The state keys that ``wrap_model_call`` middleware set with the reply
+    (``ExtendedModelResponse(command=Command(update=...))``), as JSON: applied with it,
+    before ``after_model`` hooks run, as LangChain's model node applies them."""
 
 
 class ModelInterrupted(Event):
@@ -270,6 +278,10 @@ class ToolCompleted(Event):
     step: int
     agent_id: str
     message: ToolMessage
+    update: dict[str, Any] | None = None
+    """A tool that returned ``Command(update=...)``: the state keys it sets besides its
+    message (JSON), applied to the task's state when the step's results join, in call
+    order, as LangGraph applies a step's writes."""
 
 
 class ToolInterrupted(Event):

@@ -37,8 +37,9 @@ from loopline.conversation import (
     waiting_interrupts,
 )
 from services.errors import ConfigurationError
+from services.hooks import hooks_for
 from services.settings import Settings
-from services.spec import imports, local, structured, toolbox
+from services.spec import imports, local, schemas, structured, toolbox
 from services.spec.middleware import to_spec
 from services.spec.validation import check_agent
 
@@ -111,14 +112,16 @@ def _tool_refs(tools: Sequence[Any], embedded: bool) -> tuple[list[str], list[di
     return refs, schemas
 
 
-def _schema_ref(schema: Any, embedded: bool) -> str | dict[str, Any]:
-    """How a response schema travels: a JSON schema dict as it is; a class by import
-    path, or (embedded) by ``local:`` reference when it has none."""
+def _schema_ref(
+    schema: Any, embedded: bool, what: str = "response_format schema"
+) -> str | dict[str, Any]:
+    """How a response, context or state schema travels: a JSON schema dict as it is; a
+    class by import path, or (embedded) by ``local:`` reference when it has none."""
     if isinstance(schema, dict):
         return schema
     if not isinstance(schema, type):
         raise TypeError(
-            f"response_format schema {schema!r} must be a pydantic model, dataclass, "
+            f"{what} {schema!r} must be a pydantic model, dataclass, "
             "TypedDict or JSON schema dict (unions do not travel)"
         )
     module, qualname = schema.__module__, schema.__qualname__
@@ -127,12 +130,12 @@ def _schema_ref(schema: Any, embedded: bool) -> str | dict[str, Any]:
         return local.register_instance(schema)
     if not importable:
         raise TypeError(
-            f"response_format schema {qualname!r} is not importable by path; with "
+            f"{what} {qualname!r} is not importable by path; with "
             "REDIS_URL set, it must be module-level (package.module:Class)"
         )
     if not imports.is_allowed(module):
         raise TypeError(
-            f"response_format schema {qualname!r}: module {module!r} is not allowed: add "
+            f"{what} {qualname!r}: module {module!r} is not allowed: add "
             f"it to {imports.ALLOWED_ENV} (comma-separated module prefixes) where the "
             "agent is deployed and run"
         )
@@ -172,6 +175,18 @@ def _response_format_spec(response_format: Any, embedded: bool) -> ResponseForma
         response_format.schema if isinstance(response_format, AutoStrategy) else response_format
     )
     return ResponseFormatSpec(strategy="auto", schema_=_schema_ref(schema, embedded))
+
+
+def _class_ref(schema: Any, embedded: bool, what: str) -> str | None:
+    """``context_schema`` / ``state_schema`` as they travel: a class by import path, or
+    (embedded) by ``local:`` reference."""
+    if schema is None:
+        return None
+    if not isinstance(schema, type):
+        raise TypeError(f"{what} must be a class, not {schema!r}")
+    ref = _schema_ref(schema, embedded, what)
+    assert isinstance(ref, str)
+    return ref
 
 
 def _system_fields(system_prompt: Any) -> dict[str, Any]:
@@ -259,21 +274,35 @@ class Agent:
         task_id: str | None = None,
         config: Mapping[str, Any] | None = None,
         multitask_strategy: str = "reject",
+        context: Any = None,
     ) -> str:
-        """Submit a task (with ``config``'s thread: a run of it) and return its id at once."""
+        """Submit a task (with ``config``'s thread: a run of it) and return its id at once.
+        ``context``: the run's context (LangGraph's ``Runtime.context``): a dict, or an
+        instance of the agent's ``context_schema``."""
         run = self._run_config(config)
         self._start_services()
         messages = _input_messages(input)
+        given_context = schemas.context_as_json(context)
         max_steps = self.max_steps
         if run.recursion_limit is not None:
             max_steps = max_model_calls(self.spec, run.recursion_limit)
         async with self.client() as client:
             agent = await self._agent_ref(client)
+            overrides: dict[str, Any] = {}
+            if given_context is not None:
+                # the run's context travels with its task: inline in the spec it carries,
+                # else as the deployed agent's context override
+                if isinstance(agent, AgentSpec):
+                    agent = agent.model_copy(update={"context": given_context})
+                else:
+                    overrides["context"] = given_context
             if run.recursion_limit is None and not self.embedded:
                 max_steps = None  # registered with the agent
             return await client.submit(
                 agent,
                 messages,
+                state=_input_state(input),
+                overrides=overrides,
                 task_id=task_id,
                 max_steps=max_steps,
                 thread_id=run.thread_id,
@@ -306,12 +335,14 @@ class Agent:
                 open_calls = await client.waiting_calls(task_id)
             messages = await client.messages(task_id)
             todos = await client.todos(task_id)
-            given, structured_json = await client.structured_response(task_id)
+            state = await client.state(task_id)
+        given, structured_json = "structured_response" in state, state.get("structured_response")
         result: dict[str, Any] = {
             "messages": [to_langchain(m) for m in messages],
             "todos": todos,
             "task_id": task_id,
         }
+        result.update(self._output_state(state))
         if self.spec.response_format is not None:
             # LangChain's key is there, None, when the agent ended without one
             result["structured_response"] = self._structured(structured_json) if given else None
@@ -319,6 +350,17 @@ class Agent:
             requests = [r.request for r in open_calls] or [outcome.request]
             result["__interrupt__"] = requests
         return result
+
+    def _output_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The task's state keys LangChain's result gives (its output schema: the
+        agent's ``state_schema`` and its middleware's, less what they omit from
+        output), those set; ``structured_response`` and ``todos`` are given apart."""
+        apart = ("structured_response", "todos")
+        try:
+            keys = hooks_for(self.spec.agent_id, self.spec).output_keys()
+        except Exception:  # middleware or schemas this process cannot import: all keys
+            return {k: v for k, v in state.items() if k not in (*apart, "jump_to")}
+        return {k: v for k, v in state.items() if k in keys and k not in apart}
 
     def _structured(self, value: Any) -> Any:
         rf = self.spec.response_format
@@ -368,12 +410,15 @@ class Agent:
         recursion limit, run name, tags, metadata); ``multitask_strategy`` for a thread
         that has a run going (default ``reject``)."""
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
+        context = kwargs.pop("context", None)
         kwargs.pop("version", None)  # LangGraph's output version: one shape here
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
             return await self._aresume_thread(input, config)
-        task_id = await self.asubmit(input, config=config, multitask_strategy=strategy)
+        task_id = await self.asubmit(
+            input, config=config, multitask_strategy=strategy, context=context
+        )
         result = await self.aresult(task_id)
         if self._run_config(config).thread_id is not None:
             result = await self._thread_result(result, config)
@@ -399,13 +444,16 @@ class Agent:
         """LangChain's ``astream``: ``stream_mode`` ``"messages"`` (``(AIMessageChunk or
         ToolMessage, metadata)`` pairs, the model's tokens as they are generated),
         ``"updates"`` (``{node: update}``), ``"values"`` (the state after each step; the
-        default, as LangGraph's), or a list of them (``(mode, data)`` tuples); ``config``
+        default, as LangGraph's), ``"custom"`` (what hooks write with
+        ``get_stream_writer()`` and tools with ``ToolRuntime.stream_writer``), or a list
+        of them (``(mode, data)`` tuples); ``config``
         and ``multitask_strategy`` as for ``ainvoke``. loopline's own events (and
         ``Command(resume=...)``): ``astream_task_events``."""
         from loopline.stream_modes import modes_of, stream_task
 
         modes, tagged = modes_of(stream_mode)
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
+        context = kwargs.pop("context", None)
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
@@ -416,10 +464,12 @@ class Agent:
         task_id = new_task_id()
         inputs = [to_langchain(m) for m in _input_messages(input)]
         self._start_services()
-        if "messages" in modes:
+        if "messages" in modes or "custom" in modes:
             async with self.client() as client:
                 await client.stream_replies(task_id, self.settings.stream_ttl_s)
-        await self.asubmit(input, task_id=task_id, config=config, multitask_strategy=strategy)
+        await self.asubmit(
+            input, task_id=task_id, config=config, multitask_strategy=strategy, context=context
+        )
         async with self.client() as client:
             async for mode, data in stream_task(client, task_id, modes, inputs):
                 yield (mode, data) if tagged else data
@@ -454,7 +504,10 @@ class Agent:
                     yield event
             return
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
-        task_id = await self.asubmit(input, config=config, multitask_strategy=strategy)
+        context = kwargs.pop("context", None)
+        task_id = await self.asubmit(
+            input, config=config, multitask_strategy=strategy, context=context
+        )
         async with self.client() as client:
             async for _, event in client.events(task_id):
                 yield event
@@ -551,6 +604,12 @@ def iter_async(source: AsyncIterator[Any]) -> Iterator[Any]:
         loop.close()
 
 
+def _input_state(input: dict[str, Any]) -> dict[str, Any]:
+    """The input's state keys besides ``messages`` (those the agent's input schema takes
+    start the task's state; the loop drops the others, as LangGraph does)."""
+    return {k: v for k, v in input.items() if k != "messages"}
+
+
 def _input_messages(input: dict[str, Any]) -> list[Message]:
     if not isinstance(input, dict) or "messages" not in input:
         raise TypeError('input must be a dict with "messages", like {"messages": [...]}')
@@ -579,6 +638,8 @@ def create_agent(
     settings: Settings | None = None,
     checkpointer: Any = None,
     store: Any = None,
+    state_schema: Any = None,
+    context_schema: Any = None,
 ) -> Agent:
     """Build an agent. ``model``: a name (``"openai:gpt-4o-mini"``) or a chat model;
     ``tools``: LangChain tools, typed functions with docstrings, or import paths;
@@ -593,7 +654,11 @@ def create_agent(
     thread (``config["configurable"]["thread_id"]``), as LangGraph requires; ``store``:
     accepted likewise: hooks (``runtime.store``) and tools (``ToolRuntime.store``) get
     the deployment's Redis-backed store (``services.store.RedisStore``, ``agent.store``)
-    in every service, whichever store is given."""
+    in every service, whichever store is given; ``state_schema``: an ``AgentState``
+    TypedDict whose keys the task takes from its input, keeps and returns;
+    ``context_schema``: the class of ``invoke(..., context=...)``, which hooks get as
+    ``runtime.context`` and tools as ``ToolRuntime.context`` (both travel by import
+    path with REDIS_URL set)."""
     settings = settings or Settings()
     url, embedded = resolve_url(redis_url or settings.redis_url)
     refs, schemas = _tool_refs(list(tools or ()), embedded)
@@ -608,6 +673,8 @@ def create_agent(
         response_format=_response_format_spec(response_format, embedded),
         tool_timeout_s=tool_timeout_s,
         tool_timeouts=dict(tool_timeouts or {}),
+        context_schema=_class_ref(context_schema, embedded, "context_schema"),
+        state_schema=_class_ref(state_schema, embedded, "state_schema"),
     )
     check_agent(spec)  # a parameter of the wrong type fails here, before any task runs
     agent = Agent(spec, url=url, embedded=embedded, settings=settings, checkpointer=checkpointer)

@@ -216,13 +216,17 @@ class Client:
         run_name: str | None = None,
         tags: Sequence[str] = (),
         metadata: Mapping[str, Any] | None = None,
+        state: Mapping[str, Any] | None = None,
     ) -> str:
         """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
         ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
         (run only where the services allow inline agents). ``thread_id``: a run of that
         thread, continuing its state; ``multitask_strategy``: what happens if the thread
-        has a run going (see ``TaskSubmitted``)."""
+        has a run going (see ``TaskSubmitted``); ``state``: the input's state keys
+        besides the messages (those of the agent's input schema start its state)."""
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
+        if state:
+            fields["state"] = dict(state)
         if overrides:
             fields["overrides"] = dict(overrides)
         if task_id:

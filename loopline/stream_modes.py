@@ -1,11 +1,18 @@
-"""LangGraph's stream modes (``messages``, ``updates``, ``values``) from a task's log and
-chunk stream, in the order and shapes LangChain's ``create_agent(...).stream`` gives them.
+"""LangGraph's stream modes (``messages``, ``updates``, ``values``, ``custom``) from a task's
+log and chunk stream, in the order and shapes LangChain's ``create_agent(...).stream``
+gives them.
 
 The graph LangChain builds for an agent without node hooks runs ``model`` at the odd
 LangGraph steps and ``tools`` at the even ones; a loopline step ``n`` is LangGraph's
 model step ``2n - 1`` and its tools step ``2n``. Per superstep LangGraph yields the
 ``messages`` first (the model's chunks as they come, each tool message as its call ends),
 then ``updates`` (per node task), then ``values`` (once the superstep is done).
+
+``custom`` items (``services.custom_stream``: what hooks and tools wrote) come in
+the order written, each before what its stage reports: a tool's before its tool
+message, the before_model hooks' and wrap_model_call's before the model's reply, the
+after_model hooks' after it (after the model's ``updates`` and ``values``, as LangGraph's
+after_model node comes after the model node).
 
 Chunk batches of a retried attempt (``ChunkBatch.reset``) carry ``loopline_attempt`` in
 their metadata (and ``loopline_reset`` on the first chunk): what earlier attempts streamed
@@ -15,7 +22,7 @@ was not the reply. A first attempt's metadata has exactly LangChain's keys.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage
@@ -33,7 +40,7 @@ from contracts.events import (
 from contracts.messages import to_langchain
 from loopline.client import Client, LostTaskWatch, TaskFailedError
 
-STREAM_MODES = ("messages", "updates", "values")
+STREAM_MODES = ("messages", "updates", "values", "custom")
 Item = tuple[str, Any]
 
 
@@ -88,6 +95,7 @@ class ModeTranslator:
         self.model_meta: dict[int, dict[str, Any]] = {}
         self.streamed: set[int] = set()  # steps whose chunks were yielded
         self.calls: dict[str, int] = {}  # open tool call id -> its index in the AI message
+        self.replied = 0  # the last step whose ModelResponded the log showed
         self.done = False
 
     def begin(self) -> list[Item]:
@@ -95,34 +103,71 @@ class ModeTranslator:
 
     def take(self, batches: list[ChunkBatch], events: list[AnyEvent]) -> list[Item]:
         """Items for one read: chunks go out once the log has started their step, so a
-        step's chunks never come before the previous step's tool messages."""
+        step's chunks never come before the previous step's tool messages; custom items
+        before the outcome of the stage that wrote them (see the module's docstring)."""
         self.pending.extend(batches)
         out: list[Item] = []
         for event in events:
-            if isinstance(event, ModelResponded):
-                out.extend(self._chunks(up_to=event.step))
+            out.extend(self._release_before(event))
             out.extend(self._event(event))
-        out.extend(self._chunks(up_to=self.started))
+            out.extend(self._release_after(event))
+        out.extend(self._release(self._due))
         return out
 
-    def _chunks(self, up_to: int) -> list[Item]:
-        ready = [b for b in self.pending if b.step <= up_to]
-        self.pending = [b for b in self.pending if b.step > up_to]
-        if "messages" not in self.modes:
+    def _due(self, batch: ChunkBatch) -> bool:
+        """Whether a batch can go out at the end of a read: its step has started, and
+        (custom items of after_model hooks) its reply was shown."""
+        return batch.step <= self.started and not (
+            batch.stage == "after_model" and batch.step > self.replied
+        )
+
+    def _release_before(self, event: AnyEvent) -> list[Item]:
+        """What was written before this event's stage reported: the step's chunks and
+        the custom items of its hooks before a reply (not its after_model hooks', which
+        come after it), a tool's custom items before its result."""
+        if isinstance(event, ModelResponded):
+            step = event.step
+            return self._release(lambda b: b.step <= step and not _after(b, step))
+        if isinstance(event, ToolCompleted):
+            call_id = event.message.tool_call_id
+            return self._release(lambda b: b.stage == "tools" and b.call_id == call_id)
+        return []
+
+    def _release_after(self, event: AnyEvent) -> list[Item]:
+        """After a reply's items: what its after_model hooks wrote."""
+        if not isinstance(event, ModelResponded):
             return []
+        self.replied = max(self.replied, event.step)
+        step = event.step
+        return self._release(lambda b: _after(b, step))
+
+    def _release(self, due: Callable[[ChunkBatch], bool]) -> list[Item]:
+        """The items of the pending batches that are due, in the order they were written."""
+        ready = [b for b in self.pending if due(b)]
+        if not ready:
+            return []
+        self.pending = [b for b in self.pending if not due(b)]
+        return [item for batch in ready for item in self._batch_items(batch)]
+
+    def _batch_items(self, batch: ChunkBatch) -> list[Item]:
+        """One batch's items: a stage's custom writes, or the model's chunks."""
+        if batch.stage is not None:
+            return [("custom", item) for item in batch.custom] if "custom" in self.modes else []
+        return self._chunk_items(batch) if "messages" in self.modes else []
+
+    def _chunk_items(self, batch: ChunkBatch) -> list[Item]:
+        if batch.model:
+            self.model_meta[batch.step] = batch.model
+        meta = model_metadata(self.task_id, batch.step, self.model_meta.get(batch.step, {}))
         out: list[Item] = []
-        for batch in ready:
-            if batch.model:
-                self.model_meta[batch.step] = batch.model
-            meta = model_metadata(self.task_id, batch.step, self.model_meta.get(batch.step, {}))
-            for n, raw in enumerate(batch.chunks):
-                extra: dict[str, Any] = {}
-                if batch.attempt > 1:
-                    extra["loopline_attempt"] = batch.attempt
-                    if batch.reset and n == 0:
-                        extra["loopline_reset"] = True
-                out.append(("messages", (AIMessageChunk(**raw), {**meta, **extra})))
-                self.streamed.add(batch.step)
+        for n, raw in enumerate(batch.chunks):
+            extra: dict[str, Any] = {}
+            if batch.attempt > 1:
+                extra["loopline_attempt"] = batch.attempt
+                if batch.reset and n == 0:
+                    extra["loopline_reset"] = True
+            out.append(("messages", (AIMessageChunk(**raw), {**meta, **extra})))
+            self.streamed.add(batch.step)
         return out
 
     def _event(self, event: AnyEvent) -> list[Item]:
@@ -172,6 +217,11 @@ class ModeTranslator:
         if "values" in self.modes and not self.calls:
             out.append(("values", {"messages": list(self.state)}))
         return out
+
+
+def _after(batch: ChunkBatch, step: int) -> bool:
+    """Custom items the after_model hooks of ``step`` wrote."""
+    return batch.stage == "after_model" and batch.step == step
 
 
 async def stream_task(

@@ -22,6 +22,7 @@ from typing import Any
 from contracts.agent import AgentSpec
 from services import interrupts
 from services.interrupts import Answers
+from services.spec import schemas
 from services.spec.middleware import NATIVE, build
 
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
@@ -48,7 +49,10 @@ class HookSet:
 
     instances: list[tuple[int, Any]] = field(default_factory=list)
     context: Any = None
-    """The run's context (``AgentSpec.context``): what ``runtime.context`` gives a hook."""
+    """The run's context (``AgentSpec.context``, coerced to its ``context_schema``): what
+    ``runtime.context`` gives a hook and ``ToolRuntime.context`` a tool."""
+    state_schema: Any = None
+    """The agent's ``state_schema`` class (None: LangChain's ``AgentState``)."""
 
     def with_hook(self, hook: str) -> list[tuple[int, Any]]:
         return [(i, m) for i, m in self.instances if overrides(m, hook)]
@@ -56,6 +60,14 @@ class HookSet:
     @property
     def has_state_hooks(self) -> bool:
         return any(self.with_hook(h) for h in STATE_HOOKS)
+
+    def input_keys(self) -> frozenset[str]:
+        """The state keys besides ``messages`` an input may set (LangChain's input schema)."""
+        return schemas.state_keys(self.state_schema, (m for _, m in self.instances), "input")
+
+    def output_keys(self) -> frozenset[str]:
+        """The state keys besides ``messages`` a result gives (LangChain's output schema)."""
+        return schemas.state_keys(self.state_schema, (m for _, m in self.instances), "output")
 
 
 _cache: dict[str, HookSet] = {}
@@ -69,7 +81,8 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
     if found is None:
         found = HookSet(
             [(i, build(m)) for i, m in enumerate(spec.middleware) if m.type not in NATIVE],
-            context=spec.context,
+            context=schemas.run_context(spec),
+            state_schema=schemas.state_schema(spec),
         )
         if len(_cache) >= HOOK_SETS_CACHED:
             _cache.clear()
@@ -80,12 +93,16 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
 def lg_runtime(context: Any = None) -> Any:
     """LangGraph's ``Runtime`` a hook gets: ``runtime.context`` is the task's context,
     ``runtime.store`` the deployment's store (``services.store``), shared by every
-    service."""
+    service, ``runtime.stream_writer`` the running stage's custom stream
+    (``services.custom_stream``)."""
     from langgraph.runtime import Runtime
 
-    from services import store
+    from services import custom_stream, store
 
-    return Runtime(context=context, store=store.shared())
+    writer = custom_stream.current()
+    if writer is None:
+        return Runtime(context=context, store=store.shared())
+    return Runtime(context=context, store=store.shared(), stream_writer=writer)
 
 
 def node_name(instance: Any, hook: str) -> str:
@@ -270,13 +287,21 @@ Call = Callable[[Any], Awaitable[Any]]
 
 
 async def call_wrapped(
-    instances: Sequence[Any], hook: str, request: Any, base: Call, normalize: Callable[[Any], Any]
+    instances: Sequence[Any],
+    hook: str,
+    request: Any,
+    base: Call,
+    normalize: Callable[[Any], Any],
+    entered: Callable[[], None] | None = None,
 ) -> Any:
-    """``instances[0]`` outermost; each may call its handler zero or more times."""
+    """``instances[0]`` outermost; each may call its handler zero or more times.
+    ``entered``: called each time a layer (or the base) is entered, before it runs."""
     loop = asyncio.get_running_loop()
     base_cls = _base()
 
     async def run(i: int, req: Any) -> Any:
+        if entered is not None:
+            entered()
         if i == len(instances):
             return await base(req)
         instance = instances[i]

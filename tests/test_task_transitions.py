@@ -122,7 +122,7 @@ def reply(
     )
 
 
-def tool_result(call_id: str, step: int = 1, content: str = "3") -> RecordResult:
+def tool_result(call_id: str, step: int = 1, content: str = "3", update: str = "") -> RecordResult:
     message = ToolMessage(content=content, tool_call_id=call_id, name="add")
     done = ToolCompleted(task_id=TASK, step=step, agent_id=AGENT, message=message)
     return RecordResult(
@@ -133,6 +133,7 @@ def tool_result(call_id: str, step: int = 1, content: str = "3") -> RecordResult
         tool_event=dump_event(done),
         step_event=dump_event(StepStarted(task_id=TASK, step=step + 1)),
         failed_event=dump_event(TaskFailed(task_id=TASK, step=step, reason="step limit")),
+        update=update,
     )
 
 
@@ -206,6 +207,29 @@ async def test_parallel_results_join_in_call_order_when_the_last_arrives(
     assert task.results == {}  # the step's results moved into the transcript
     assert task.log[-4:] == ["ToolCompleted", "ToolCompleted", "ToolCompleted", "StepStarted"]
     assert not (await store.apply(TASK, tool_result("c0"))).applied  # a late duplicate
+
+
+async def test_tool_state_updates_apply_at_the_join_in_call_order_keeping_other_values(
+    store: TaskStore, rt: Runtime
+) -> None:
+    """A tool's ``Command(update=...)`` keys: nothing changes before the step's results
+    join; then they apply in call order (the later call's value wins), and the values
+    already stored stay byte for byte (no JSON re-encoding in the script)."""
+    kept = {"empty": [], "pi": 3.141592653589793, "big": 2**60, "text": 'a "}" {[', "n": None}
+    await store.apply(TASK, start())
+    await store.apply(TASK, reply(ai_with_calls("c0", "c1"), extra=json.dumps(kept)))
+
+    def pairs(update: dict[str, Any]) -> str:
+        return json.dumps([p for k, v in update.items() for p in (k, json.dumps(v))])
+
+    await store.apply(TASK, tool_result("c1", update=pairs({"visits": 2, "who": {"x": []}})))
+    before = json.loads((await seen(rt.redis, rt.names)).state["extra"])
+    assert before == kept  # not applied before the join
+    await store.apply(TASK, tool_result("c0", update=pairs({"visits": 1, "new": "é"})))
+    task = await seen(rt.redis, rt.names)
+    assert json.loads(task.state["extra"]) == {**kept, "visits": 2, "who": {"x": []}, "new": "é"}
+    assert task.state["extra"].startswith(json.dumps(kept)[:-1])  # kept values untouched
+    assert "updates" not in task.state
 
 
 async def test_a_reply_without_calls_completes_the_task_and_its_keys_expire(

@@ -96,6 +96,7 @@ class PositionedTranslator(ModeTranslator):
     def __init__(self, task_id: str, modes: Sequence[str], *, resume: bool = False) -> None:
         super().__init__(task_id, modes, [])
         self._entry_of: dict[int, str] = {}
+        self._places: list[Position] = []  # of released chunk-stream items, in order
         self._resume = resume
         """A resume begins with the reply the human was asked about in its state; the
         log shows that reply (as decided) once more: it replaces the one there."""
@@ -103,14 +104,14 @@ class PositionedTranslator(ModeTranslator):
     def take_positioned(
         self, batches: list[tuple[str, ChunkBatch]], events: list[tuple[str, AnyEvent]]
     ) -> list[Positioned]:
+        """``take``, each item with its position (in the same order)."""
         for entry_id, batch in batches:
             self._entry_of[id(batch)] = entry_id
             self.pending.append(batch)
         out: list[Positioned] = []
         made: dict[str, int] = {}  # items made per entry (one entry may bring two events)
         for entry_id, event in events:
-            if isinstance(event, ModelResponded):
-                out.extend(self._positioned_chunks(event.step))
+            out.extend(self._placed_chunks(self._release_before(event)))
             first = made.get(entry_id, 0)
             try:
                 items = self._event(event)
@@ -122,20 +123,19 @@ class PositionedTranslator(ModeTranslator):
             out.extend(
                 ("log", entry_position(entry_id, first + k), item) for k, item in enumerate(items)
             )
-        out.extend(self._positioned_chunks(self.started))
+            out.extend(self._placed_chunks(self._release_after(event)))
+        out.extend(self._placed_chunks(self._release(self._due)))
         return out
 
-    def _positioned_chunks(self, up_to: int) -> list[Positioned]:
-        ready = [b for b in self.pending if b.step <= up_to]
-        items = self._chunks(up_to)
-        entries = [self._entry_of.pop(id(b)) for b in ready]
-        places = [
-            entry_position(entry, n)
-            for entry, batch in zip(entries, ready, strict=True)
-            for n in range(len(batch.chunks))
-        ]
-        if not items:
-            return []
+    def _batch_items(self, batch: ChunkBatch) -> list[Item]:
+        items = super()._batch_items(batch)
+        entry = self._entry_of.pop(id(batch))
+        self._places.extend(entry_position(entry, n) for n in range(len(items)))
+        return items
+
+    def _placed_chunks(self, items: list[Item]) -> list[Positioned]:
+        """Released chunk-stream items with the positions ``_batch_items`` noted."""
+        places, self._places = self._places[: len(items)], self._places[len(items) :]
         return [("chunks", p, item) for p, item in zip(places, items, strict=True)]
 
     def _event(self, event: AnyEvent) -> list[Item]:
@@ -147,7 +147,9 @@ class PositionedTranslator(ModeTranslator):
         if not isinstance(event, ApprovalRequested):
             return super()._event(event)
         self.done = True  # LangGraph's run ends at an interrupt
-        asked = [{"value": event.request, "id": f"{self.task_id}:{event.step}"}]
+        asked = [
+            {"value": event.request, "id": event.interrupt_id or f"{self.task_id}:{event.step}"}
+        ]
         out: list[Item] = []
         if "updates" in self.modes:
             out.append(("updates", {"__interrupt__": asked}))

@@ -24,6 +24,7 @@ from services.editing.engine import base_tokens_for, edit_context
 from services.errors import BadEvent
 from services.middleware.context_editing import ContextEditingMiddleware
 from services.runtime import Handler, Runtime
+from services.spec.middleware import from_spec
 from services.tasks.store import TaskStore
 
 
@@ -91,10 +92,15 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             view: list[Message] = transcript
             model = spec.model.model_name
             for position, mw_spec in editors:
-                middleware = ContextEditingMiddleware.from_spec(mw_spec)
-                counter = counter_for(middleware.token_count_method, model)
+                middleware = from_spec(mw_spec)  # its token_counter function imported
+                assert isinstance(middleware, ContextEditingMiddleware)
+                custom = middleware.token_counter is not None
+                if custom:  # the user's count of the whole list: nothing to keep per message
+                    counter = middleware.counter(model)
+                else:
+                    counter = counter_for(middleware.token_count_method, model)
                 counts = None
-                if view is transcript:
+                if view is transcript and not custom:
                     counts = await cache.counts(
                         event.task_id, event.rev, transcript, counter, model
                     )

@@ -17,6 +17,7 @@ import os
 import shutil
 import threading
 import warnings
+from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 import tiktoken
@@ -191,6 +192,27 @@ class ModelCounter:
             )
             return 0
         raise ValueError(f"Unrecognized content block type\n\n{val}")
+
+
+class ListCounter:
+    """``ContextEditingMiddleware(token_counter=...)``: the user's count of a message list
+    (LangChain's ``TokenCounter``), called as LangChain calls it, on the whole view
+    (``count_list``); a message alone counts as a list of one."""
+
+    method: str = "custom"
+
+    def __init__(self, count: Any) -> None:
+        self.count = count
+
+    def count_message(self, message: Message) -> int:
+        return int(self.count([to_langchain(message)]))
+
+    def count_list(self, messages: Sequence[Message]) -> int:
+        return int(self.count([to_langchain(m) for m in messages]))
+
+    @property
+    def overhead(self) -> int:
+        return 0
 
 
 def make_counter(method: str, model_name: str) -> TokenCounter:

@@ -211,6 +211,38 @@ def _ranges(indices: list[int]) -> list[tuple[int, int]]:
     return ranges
 
 
+def _clear(
+    edit: ClearToolUses,
+    view: _View,
+    counter: TokenCounter,
+    message_counts: list[int],
+    tokens_before: int,
+) -> tuple[list[int], int]:
+    """One edit's clears on the view, oldest first: the positions cleared and the total
+    after them (``message_counts`` kept current)."""
+    whole = getattr(counter, "count_list", None)
+    excluded = set(edit.exclude_tools)
+    included = None if edit.include_tools is None else set(edit.include_tools)
+    total = tokens_before
+    cleared: list[int] = []
+    for index in _candidates(view.tool_positions, edit.keep):
+        name = view.clearable_name(index)
+        if name is None:
+            continue
+        if name in excluded or (included is not None and name not in included):
+            continue
+        cleared.append(index)
+        for position in view.clear(index, edit.placeholder, edit.clear_tool_inputs):
+            new_count = counter.count_message(view.messages[position])
+            total += new_count - message_counts[position]
+            message_counts[position] = new_count
+        if whole is not None and edit.clear_at_least > 0:
+            total = whole(view.messages)  # LangChain counts again only to stop early
+        if edit.clear_at_least > 0 and max(0, tokens_before - total) >= edit.clear_at_least:
+            break
+    return cleared, total
+
+
 def edit_context(
     messages: Sequence[Message],
     edits: Sequence[ClearToolUses],
@@ -239,26 +271,16 @@ def edit_context(
     applied: list[AppliedEdit] = []
     reports: list[EditReport] = []
 
+    whole = getattr(counter, "count_list", None)  # a custom counter counts the whole list
     for edit in edits:
+        if whole is not None:
+            total = whole(view.messages)  # as LangChain counts at each edit's start
         tokens_before = total
         if tokens_before <= edit.trigger:
             continue
-        excluded = set(edit.exclude_tools)
-        included = None if edit.include_tools is None else set(edit.include_tools)
-        cleared: list[int] = []
-        for index in _candidates(view.tool_positions, edit.keep):
-            name = view.clearable_name(index)
-            if name is None:
-                continue
-            if name in excluded or (included is not None and name not in included):
-                continue
-            cleared.append(index)
-            for position in view.clear(index, edit.placeholder, edit.clear_tool_inputs):
-                new_count = counter.count_message(view.messages[position])
-                total += new_count - message_counts[position]
-                message_counts[position] = new_count
-            if edit.clear_at_least > 0 and max(0, tokens_before - total) >= edit.clear_at_least:
-                break
+        cleared, total = _clear(edit, view, counter, message_counts, tokens_before)
+        if whole is not None and cleared:
+            total = whole(view.messages)  # the report's tokens_after, as the counter says
         if not cleared:
             continue
         applied.append(

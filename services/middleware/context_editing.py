@@ -8,7 +8,7 @@ library: ``ContextEditingMiddleware(...).edit(messages)`` on LangChain or loopli
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -100,22 +100,47 @@ class ContextEditingMiddleware:
         *,
         edits: Iterable[ClearToolUsesEdit | dict[str, Any]] | None = None,
         token_count_method: Literal["approximate", "model"] = "approximate",
+        token_counter: Callable[[Sequence[Any]], int] | dict[str, str] | None = None,
     ) -> None:
+        """``token_counter``: LangChain's custom count of a message list (then
+        ``token_count_method`` is ignored, as in LangChain); it travels to the context
+        service by import path (``{"callable": "package.module:name"}`` in a spec), or
+        embedded as a ``local:`` reference."""
         if token_count_method not in ("approximate", "model"):
             raise ValueError(
                 f"token_count_method must be 'approximate' or 'model', not {token_count_method!r}"
             )
+        if token_counter is not None and not (
+            callable(token_counter) or isinstance(token_counter, dict)
+        ):
+            raise TypeError(f"token_counter must be a function, not {token_counter!r}")
         self.edits = [_edit_from_params(e) for e in (edits or (ClearToolUsesEdit(),))]
         self.token_count_method = token_count_method
+        self.token_counter = token_counter
 
     def to_spec(self) -> MiddlewareSpec:
-        return MiddlewareSpec(
-            type=self.spec_type,
-            params={
-                "edits": [e.to_params() for e in self.edits],
-                "token_count_method": self.token_count_method,
-            },
-        )
+        """The spec; a ``token_counter`` function stays an object here, turned into its
+        reference by ``services.spec.middleware.to_spec`` (and back by its ``from_spec``)."""
+        params: dict[str, Any] = {
+            "edits": [e.to_params() for e in self.edits],
+            "token_count_method": self.token_count_method,
+        }
+        if self.token_counter is not None:
+            params["token_counter"] = self.token_counter
+        return MiddlewareSpec(type=self.spec_type, params=params)
+
+    def counter(self, model: str) -> Any:
+        """The token counter the edits use: the custom one, else the method's."""
+        from services.editing.counting import ListCounter, make_counter
+
+        if self.token_counter is None:
+            return make_counter(self.token_count_method, model)
+        if not callable(self.token_counter):
+            raise TypeError(
+                "token_counter is a reference: build the middleware with "
+                "services.spec.middleware.from_spec, which imports it"
+            )
+        return ListCounter(self.token_counter)
 
     @classmethod
     def from_spec(cls, spec: MiddlewareSpec) -> ContextEditingMiddleware:
@@ -133,7 +158,6 @@ class ContextEditingMiddleware:
         Messages may be ``langchain_core`` messages (returned as such) or loopline's.
         ``system_message`` and ``model`` matter only for ``token_count_method="model"``.
         """
-        from services.editing.counting import make_counter
         from services.editing.engine import base_tokens_for, edit_context
 
         as_langchain = bool(messages) and not isinstance(messages[0], MESSAGE_TYPES)
@@ -147,7 +171,7 @@ class ContextEditingMiddleware:
                 if isinstance(system_message, MESSAGE_TYPES)
                 else from_langchain(system_message)
             )
-        counter = make_counter(self.token_count_method, model)
+        counter = self.counter(model)
         result = edit_context(
             ours,
             [e.engine_edit() for e in self.edits],

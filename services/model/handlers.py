@@ -18,6 +18,7 @@ from contracts.events import (
 from contracts.messages import AIMessage, Message, from_langchain
 from services import interrupts
 from services.agent_view import system_message
+from services.custom_stream import CustomWriter, writing
 from services.editing.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
 from services.hooks import hooks_for, lg_runtime
@@ -67,6 +68,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         view = apply_edits(transcript, event.edits) if event.edits else transcript
         started = time.perf_counter()
         outcome: StructuredOutcome | None = None
+        update: dict[str, Any] | None = None
         try:
             streamed = await requests.wanted(event.task_id)
             caller = streaming_caller(event) if streamed else None
@@ -78,10 +80,16 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 # model node, where an interrupt() waits for its answer
                 message: Message
                 scope = f"{event.task_id}:{event.step}"
-                with interrupts.node("model", scope, answers, lg_runtime(hooks.context)):
-                    message, outcome = await call_with_middleware(
+                writer = CustomWriter(rt, event.task_id, event.step, "model")
+                with (
+                    writing(writer, hooks.context),
+                    # lg_runtime inside writing(): the node's runtime carries the writer
+                    interrupts.node("model", scope, answers, lg_runtime(hooks.context)),
+                ):
+                    message, outcome, update = await call_with_middleware(
                         spec, hooks, list(transcript), extra, event.edits, caller=caller
                     )
+                await writer.flush()
             else:
                 request = views.convert(
                     event.task_id, event.rev, transcript, view, system_message(spec)
@@ -120,6 +128,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             transcript_len=event.transcript_len,
             model_ms=round((time.perf_counter() - started) * 1000, 3),
             structured=outcome,
+            update=update,
         )
         try:
             await hand_over.model_responded(responded, spec)

@@ -6,6 +6,7 @@ transcript unedited, and those after it the edited view, as in LangChain."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -47,8 +48,11 @@ class EditsAtPosition:
         edits: Sequence[AppliedEdit] | None,
     ) -> None:
         from services.middleware.context_editing import ContextEditingMiddleware
+        from services.spec.middleware import from_spec
 
-        self.middleware = ContextEditingMiddleware.from_spec(mw_spec)
+        built = from_spec(mw_spec)  # its token_counter function imported
+        assert isinstance(built, ContextEditingMiddleware)
+        self.middleware = built
         self.spec = spec
         self.position = position
         self.transcript = transcript
@@ -60,8 +64,8 @@ class EditsAtPosition:
             return False
         if request.messages is not self.unedited and list(request.messages) != self.unedited:
             return False
-        if self.middleware.token_count_method == "approximate":
-            return True  # LangChain's approximate count leaves the system message out
+        if self.middleware.token_count_method == "approximate" or self.middleware.token_counter:
+            return True  # LangChain's approximate and custom counts leave the system out
         assumed = system_message(self.spec, before=self.position)
         given = request.system_message
         if (assumed is None) != (given is None):
@@ -157,15 +161,76 @@ def schema_tool(schema: dict[str, Any]) -> Any:
     )
 
 
-def _normalize(result: Any) -> Any:
-    from langchain.agents.middleware import ModelResponse
-    from langchain.agents.middleware.types import ExtendedModelResponse
+class StateCommands:
+    """The ``Command``s that ``wrap_model_call`` layers return with their response
+    (``ExtendedModelResponse``), kept as LangChain composes them: inner layers first,
+    and a layer entered again (a retry) drops what the attempt before it gave."""
 
-    if isinstance(result, ExtendedModelResponse):
-        return result.model_response
-    if isinstance(result, LcAIMessage):
-        return ModelResponse(result=[result])
-    return result
+    def __init__(self) -> None:
+        self.commands: list[Any] = []
+
+    def entered(self) -> None:
+        # whatever is recorded now came from layers that returned in an earlier attempt
+        self.commands.clear()
+
+    def normalize(self, result: Any) -> Any:
+        from langchain.agents.middleware import ModelResponse
+        from langchain.agents.middleware.types import ExtendedModelResponse
+
+        if isinstance(result, ExtendedModelResponse):
+            if result.command is not None:
+                self.commands.append(result.command)
+            return result.model_response
+        if isinstance(result, LcAIMessage):
+            return ModelResponse(result=[result])
+        return result
+
+    def update(self) -> dict[str, Any] | None:
+        """The state keys the commands set, later commands overwriting earlier ones (as
+        LangGraph applies them); LangChain's errors for what it does not support."""
+        update: dict[str, Any] = {}
+        for command in self.commands:
+            if command.goto:
+                raise NotImplementedError(
+                    "Command goto is not yet supported in wrap_model_call middleware. "
+                    "Use the jump_to state field with before_model/after_model hooks instead."
+                )
+            if command.resume:
+                raise NotImplementedError(
+                    "Command resume is not yet supported in wrap_model_call middleware."
+                )
+            if command.graph:
+                raise NotImplementedError(
+                    "Command graph is not yet supported in wrap_model_call middleware."
+                )
+            given = dict(command.update or {})
+            if given.pop("messages", None):
+                raise NotImplementedError(
+                    "loopline applies a wrap_model_call Command's state keys, not messages "
+                    "added beside the model's reply"
+                )
+            update.update(given)
+        return json.loads(json.dumps(update)) if update else None
+
+
+def _tool_names(spec: AgentSpec) -> list[str]:
+    return [schema["function"]["name"] for schema in tool_schemas(spec)]
+
+
+def refuse_unknown_tools(tools: Sequence[Any], known: Sequence[str]) -> None:
+    """LangChain's refusal of tools that ``wrap_model_call`` middleware added to the
+    request when nothing can run them (no ``wrap_tool_call`` middleware to give them):
+    its ValueError, with its text."""
+    from langchain.agents.factory import DYNAMIC_TOOL_ERROR_TEMPLATE
+    from langchain_core.tools import BaseTool
+
+    unknown = [t.name for t in tools if isinstance(t, BaseTool) and t.name not in known]
+    if unknown:
+        raise ValueError(
+            DYNAMIC_TOOL_ERROR_TEMPLATE.format(
+                unknown_tool_names=unknown, available_tool_names=sorted(known)
+            )
+        )
 
 
 def _system_message(spec: AgentSpec) -> Any:
@@ -182,14 +247,15 @@ async def call_with_middleware(
     edits: Sequence[AppliedEdit] = (),
     *,
     caller: ModelCaller | None = None,
-) -> tuple[AIMessage, StructuredOutcome | None]:
+) -> tuple[AIMessage, StructuredOutcome | None, dict[str, Any] | None]:
     """``caller``: how each model call is made (default ``ainvoke``); with retry or
     fallback middleware a step makes several. ``transcript`` unedited: the chain applies
     ``edits`` (the context consumer's, for this transcript) at
     ``ContextEditingMiddleware``'s place, and the agent state holds the unedited
     messages, as LangChain's. With a ``response_format``, the reply's structured outcome
     comes too (made inside the chain, as LangChain's model node does, so middleware see
-    the structured response and may change the request's format)."""
+    the structured response and may change the request's format). Last, the state keys
+    the chain's ``ExtendedModelResponse`` commands set (None: none)."""
     from langchain.agents.middleware import ModelRequest, ModelResponse
 
     rf = spec.response_format
@@ -201,11 +267,15 @@ async def call_with_middleware(
         tools=[schema_tool(schema) for schema in tool_schemas(spec)],
         response_format=structured.strategy_of(rf) if rf is not None else None,
         state={"messages": messages, **extra},  # type: ignore[arg-type]
-        runtime=lg_runtime(spec.context),
+        runtime=lg_runtime(hooks.context),
     )
     outcomes: dict[int, StructuredOutcome] = {}  # by the reply they were made of
 
+    known = _tool_names(spec) if not hooks.with_hook("wrap_tool_call") else None
+
     async def call_model(req: Any) -> Any:
+        if known is not None:
+            refuse_unknown_tools(req.tools, known)
         model = req.model
         settings = dict(req.model_settings)
         used = None
@@ -236,11 +306,14 @@ async def call_with_middleware(
         return ModelResponse(result=[reply, *answers], structured_response=value)
 
     chain = chain_of(spec, hooks, transcript, messages, edits)
-    response = await call_wrapped(chain, "wrap_model_call", request, call_model, _normalize)
+    commands = StateCommands()
+    response = await call_wrapped(
+        chain, "wrap_model_call", request, call_model, commands.normalize, commands.entered
+    )
     replies = [m for m in response.result if isinstance(m, LcAIMessage)]
     if not replies:
         raise TypeError("the wrap_model_call chain returned no AI message")
     last = from_langchain(replies[-1])
     if not isinstance(last, AIMessage):
         raise TypeError("the wrap_model_call chain returned no AI message")
-    return last, outcomes.get(id(replies[-1]))
+    return last, outcomes.get(id(replies[-1])), commands.update()

@@ -75,18 +75,20 @@ def to_spec(middleware: Any, *, embedded: bool = False) -> MiddlewareSpec:
         return _remembered_spec(middleware)
     if hasattr(middleware, "to_spec"):
         spec: MiddlewareSpec = middleware.to_spec()
-        return spec
+        # functions among its parameters (a token_counter) travel as references
+        return MiddlewareSpec(type=spec.type, params=params.to_json(spec.params))
     name = type(middleware).__name__
     if name == "TodoListMiddleware":
         return TodoListMiddleware(
             system_prompt=middleware.system_prompt, tool_description=middleware.tool_description
         ).to_spec()
     if name == "ContextEditingMiddleware":
-        if getattr(middleware, "token_counter", None) is not None:
-            raise ValueError("a custom token_counter cannot travel to the context service")
-        return ContextEditingMiddleware(
-            edits=middleware.edits, token_count_method=middleware.token_count_method
+        made = ContextEditingMiddleware(
+            edits=middleware.edits,
+            token_count_method=middleware.token_count_method,
+            token_counter=getattr(middleware, "token_counter", None),
         ).to_spec()
+        return MiddlewareSpec(type=made.type, params=params.to_json(made.params))
     if name in BY_NAME and type(middleware).__module__.startswith("langchain.agents"):
         return _remembered_spec(build_builtin(name, params_of(middleware)))
     if not isinstance(middleware, AgentMiddleware):
@@ -112,8 +114,10 @@ def _import_path(instance: Any) -> str | None:
 
 def from_spec(spec: MiddlewareSpec) -> Any:
     """Build (and so validate) the middleware a spec names."""
-    if spec.type in NATIVE:
-        return BUILTIN[spec.type].from_spec(spec)
+    if spec.type in NATIVE:  # with the functions its parameters name (a token_counter)
+        return BUILTIN[spec.type].from_spec(
+            MiddlewareSpec(type=spec.type, params=params.from_json(spec.params))
+        )
     if ":" not in spec.type and spec.type not in BUILTIN:
         raise ValueError(
             f"unknown middleware type {spec.type!r}; supported: {', '.join(sorted(BUILTIN))} "

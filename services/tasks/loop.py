@@ -42,6 +42,7 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
 from services import deployed
+from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent, Refused, UnknownTask
 from services.hooks import HookSet, hooks_for
@@ -142,6 +143,7 @@ class Loop:
         step_event = dump_event(StepStarted(task_id=event.task_id, step=1))
         max_steps = max_steps or rt.settings.max_steps
         messages = [m.model_dump_json() for m in inputs]
+        given = await self._input_state(event, agent_id)
         start: StartTask | StartRun
         if claim is None:
             start = StartTask(
@@ -152,10 +154,14 @@ class Loop:
                 retention=rt.settings.retention_s,
                 messages=messages,
                 entry=current_entry_id(),
+                extra=json.dumps(given) if given else "",
             )
         else:
             assert event.thread_id is not None
             hooks = await self._hooks(event.task_id, agent_id)
+            carried = carried_extra(claim.extra, hooks or HookSet())
+            if given:  # the input's keys replace the thread's, as a LangGraph input does
+                carried = json.dumps({**(json.loads(carried) if carried else {}), **given})
             start = StartRun(
                 agent_id=agent_id,
                 max_steps=max_steps,
@@ -164,7 +170,7 @@ class Loop:
                 retention=rt.settings.retention_s,
                 messages=claim.messages + messages,
                 todos=claim.todos,
-                extra=carried_extra(claim.extra, hooks or HookSet()),
+                extra=carried,
                 thread_id=event.thread_id,
             )
         state = await self.store.apply(event.task_id, start)
@@ -179,6 +185,18 @@ class Loop:
             )
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
+
+    async def _input_state(self, event: TaskSubmitted, agent_id: str) -> dict[str, Any]:
+        """The input's state keys the agent takes (its input schema: the agent's
+        ``state_schema`` and its middleware's, less what they omit from input); others
+        are dropped, as LangGraph drops keys that are no channel of its input."""
+        if not event.state:
+            return {}
+        hooks = await self._hooks(event.task_id, agent_id)
+        if hooks is None:
+            return {}
+        taken = hooks.input_keys()
+        return {k: v for k, v in event.state.items() if k in taken}
 
     async def _agent_of(self, event: TaskSubmitted) -> tuple[AgentSpec, int | None]:
         """The spec a submitted task runs and its step limit: the deployed agent it names
@@ -273,14 +291,10 @@ class Loop:
         ai = event.message
         if ai.id is None:
             ai = ai.model_copy(update={"id": f"{tid}:ai:{event.step}"})
-        spec = await self.rt.agent(event.agent_id)
-        turn = ModelTurn(ai, decided=after_model_results(spec, ai), end=not ai.tool_calls)
-        if hooks.with_hook("after_model") or (turn.end and hooks.with_hook("after_agent")):
-            answers = answers or Answers(scope=_scope(tid, event.step))
-            hooked = await self._after_model(event, hooks, turn, answers)
-            if hooked is None:
-                return
-            turn = hooked
+        found = await self._turn(event, hooks, ai, answers)
+        if found is None:
+            return
+        turn = found
         if event.structured is not None:
             turn = await self._with_structured(tid, turn, event.structured)
         fusion = None
@@ -299,6 +313,28 @@ class Loop:
             await self._emit(tid, state, turn.ai)
         elif self._resumes(state, cause, event.step):
             await self._advance(tid, state)
+
+    async def _turn(
+        self,
+        event: ModelResponded,
+        hooks: HookSet,
+        ai: AIMessage,
+        answers: Answers | None,
+    ) -> ModelTurn | None:
+        """The reply with what comes with it: the state update of its wrap_model_call
+        middleware, then what after_model hooks decide (None: the task waits or failed).
+        ``answers``: the answers to the interrupts those hooks asked."""
+        spec = await self.rt.agent(event.agent_id)
+        turn = ModelTurn(ai, decided=after_model_results(spec, ai), end=not ai.tool_calls)
+        if event.update:  # applied before after_model runs, as LangChain's model node does
+            turn.extra = {**await self.store.extra(event.task_id), **event.update}
+        if hooks.with_hook("after_model") or (turn.end and hooks.with_hook("after_agent")):
+            answers = answers or Answers(scope=_scope(event.task_id, event.step))
+            hooked = await self._after_model(event, hooks, turn, answers)
+            if hooked is not None and hooked.extra is None:  # the hooks changed no key
+                hooked.extra = turn.extra
+            return hooked
+        return turn
 
     async def tool_completed(
         self, event: ToolCompleted, join_len: int | None = None, result_at: int | None = None
@@ -321,6 +357,7 @@ class Loop:
                 tool_event=self.rt.encode(event),  # with the size check of a publish
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
                 failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
+                update=_update_pairs(event.update),
             ),
             fusion,
         )
@@ -629,9 +666,12 @@ class Loop:
         for an answer to an interrupt or failed."""
         tid = event.task_id
         transcript = await self._transcript(tid)
-        extra = await self.store.extra(tid)
+        writer = CustomWriter(self.rt, tid, event.step, "after_model")
         try:
-            hooked = await model_turn(hooks, transcript, turn.ai, extra, answers)
+            with writing(writer, hooks.context):
+                extra = turn.extra if turn.extra is not None else await self.store.extra(tid)
+                hooked = await model_turn(hooks, transcript, turn.ai, extra, answers)
+            await writer.flush()  # before the reply is recorded: a client sees them first
         except NodeInterrupted as asked:
             await self._wait(tid, event.step, asked, dump_event(event), "after", answers)
             return None
@@ -708,8 +748,11 @@ class Loop:
         transcript = await self.rt.transcript(task_id, state.transcript_len, state.rev)
         extra = await self.store.extra(task_id)
         answers = answers or Answers(scope=_scope(task_id, state.step))
+        writer = CustomWriter(self.rt, task_id, state.step, "before_model")
         try:
-            outcome = await start_step(hooks, state.step, transcript, extra, answers)
+            with writing(writer, hooks.context):
+                outcome = await start_step(hooks, state.step, transcript, extra, answers)
+            await writer.flush()
         except NodeInterrupted as asked:
             started = dump_event(StepStarted(task_id=task_id, step=state.step))
             await self._wait(task_id, state.step, asked, started, "before", answers)
@@ -786,6 +829,14 @@ def _answer_for(event: DecisionsSubmitted, interrupt_id: str) -> Any:
     if not event.decisions:
         raise BadEvent("DecisionsSubmitted needs decisions or answers")
     return {"decisions": event.decisions}
+
+
+def _update_pairs(update: dict[str, Any] | None) -> str:
+    """A tool's state update as ``RecordResult`` takes it: each key with its value's JSON
+    text, so the script splices values in without decoding them."""
+    if not update:
+        return ""
+    return json.dumps([part for key, value in update.items() for part in (key, json.dumps(value))])
 
 
 def _structured_response(event: ModelResponded, turn: ModelTurn) -> Any:

@@ -66,6 +66,9 @@ class StartTask(Args):
     entry: str
     """The submission's stream entry id: only its own redeliveries find the task theirs; a
     second submission of the same task id (a new entry) is refused (``duplicate``)."""
+    extra: str = ""
+    """The input's state keys (``TaskSubmitted.state``) as the task's first state fields
+    (JSON object), or empty."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,9 @@ class RecordResult(Args):
     tool_event: bytes
     step_event: bytes
     failed_event: bytes
+    update: str = ""
+    """A tool's ``Command(update=...)`` keys as ``[key, value JSON, ...]`` (JSON), or
+    empty: applied to the task's state when the step's results join, in call order."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,15 @@ from services.interrupts import NodeInterrupted, ResumeRefused
 from services.runtime import Runtime
 from services.spec import toolbox
 from services.tasks.issued import Admission, IssuedCalls
-from services.tools.logic import run_tool, run_wrapped, unknown_outcome
+from services.tools.logic import (
+    Answered,
+    injects,
+    reads_state,
+    run_tool,
+    run_wrapped,
+    tool_runtime,
+    unknown_outcome,
+)
 
 log = logging.getLogger("loopline.tools")
 
@@ -60,26 +68,37 @@ class Parked:
     """How many of the call's interrupts were answered before this one."""
 
 
-Outcome = ToolMessage | Parked
+Outcome = Answered | Parked
 Limit = Callable[[], AbstractAsyncContextManager[None]]
 
 
 @dataclass(frozen=True)
 class Job:
-    """One call to run: its tool, the agent's wrap_tool_call middleware around it, and
-    its time limit (``services.tools.limits``)."""
+    """One call to run: its tool, the agent's wrap_tool_call middleware around it, its
+    time limit (``services.tools.limits``), and what its ``ToolRuntime`` gives besides
+    the state: the run's context and where ``stream_writer`` writes."""
 
     task_id: str
-    tool: BaseTool
+    tool: BaseTool | None
+    """None: a tool the agent does not define, for its wrap_tool_call middleware to give
+    (dynamic tools); the chain answers it as unknown unless a wrapper does."""
     call: ToolCall
     wrappers: list[Any]
     limit: Limit
     step: int = 0
+    context: Any = None
+    writer: Callable[[Any], None] | None = None
+    available: tuple[str, ...] = ()
+    """The agent's tool names, for the answer to an unknown tool."""
 
     @property
     def scope(self) -> str:
         """Where the call runs as a node: its interrupts' ids derive from it."""
         return f"{self.task_id}:{self.step}:{self.call.id}"
+
+    @property
+    def idempotent(self) -> bool:
+        return self.tool is not None and toolbox.is_idempotent(self.tool)
 
 
 # KEYS: the task's calls hash. ARGV: call id, running marker. Takes a parked call for its
@@ -96,12 +115,22 @@ return {0, current}
 """
 
 
-# KEYS: the task's state hash, its messages list. A wrap_tool_call middleware's state at
-# one instant: its fields, the transcript's revision and length (one round trip).
+# KEYS: the task's state hash, its messages list. The agent's state at one instant, as
+# a wrap_tool_call middleware or a tool's runtime sees it: its fields, the transcript's
+# revision and length, the thread of a run (one round trip).
 _AGENT_STATE = """
-local s = redis.call('HMGET', KEYS[1], 'extra', 'rev')
-return {s[1] or '', s[2] or '0', redis.call('LLEN', KEYS[2])}
+local s = redis.call('HMGET', KEYS[1], 'extra', 'rev', 'thread')
+return {s[1] or '', s[2] or '0', redis.call('LLEN', KEYS[2]), s[3] or ''}
 """
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """The task's state at tool time (``ToolCalls._agent_state``)."""
+
+    extra: dict[str, Any]
+    messages: list[Message]
+    thread_id: str | None
 
 
 def parked_field(call_id: str) -> str:
@@ -138,7 +167,7 @@ class ToolCalls:
         for one it did not; None for one whose task ended or moved on)."""
         calls_key = self.rt.names.task_calls(job.task_id)
         call = job.call
-        if toolbox.is_idempotent(job.tool) and not job.wrappers:
+        if job.idempotent and not job.wrappers:
             # Running it again is harmless by its declaration, so no lease: a redelivery
             # runs it again, and the transition takes one result. A sealed call was
             # issued by a transition; any other is checked against its task's state (a
@@ -244,13 +273,13 @@ class ToolCalls:
         calls_key = self.rt.names.task_calls(job.task_id)
         call = job.call
         if record.get("state") == "done":
-            return ToolMessage.model_validate(record["message"])
+            return Answered(ToolMessage.model_validate(record["message"]), record.get("update"))
         if float(record.get("until", 0)) > time.time():
             # This duplicate stays pending and is retried (by then the result is recorded
             # and gets re-published).
             raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
-        if not toolbox.is_idempotent(job.tool) and record.get("started", True):
-            return await self._record_done(calls_key, unknown_outcome(call))
+        if not job.idempotent and record.get("started", True):
+            return await self._record_done(calls_key, Answered(unknown_outcome(call)))
         await self.rt.redis.hset(calls_key, call.id, self._first_marker(job))
         return await self._run_leased(job, answers)
 
@@ -272,7 +301,7 @@ class ToolCalls:
         node: an ``interrupt()`` in either parks the call (``Parked``) or gets its answer
         from ``answers``, in order."""
         try:
-            with interrupts.node("tools", job.scope, answers, lg_runtime()):
+            with interrupts.node("tools", job.scope, answers, lg_runtime(job.context)):
                 return await self._run_tool(job, lease)
         except NodeInterrupted as waiting:
             asked = waiting.asked
@@ -288,10 +317,12 @@ class ToolCalls:
                 answered=len(answers) - 1,
             )
 
-    async def _run_tool(self, job: Job, lease: Lease | None) -> ToolMessage:
+    async def _run_tool(self, job: Job, lease: Lease | None) -> Answered:
         call = job.call
         if not job.wrappers:
-            return await run_tool(job.tool, call, limit=job.limit)
+            assert job.tool is not None  # an unknown tool comes only with wrappers
+            runtime = await self._runtime(job)
+            return await run_tool(job.tool, call, limit=job.limit, runtime=runtime)
         assert lease is not None  # a wrapped call always runs under its lease
 
         async def tool_starts() -> None:
@@ -300,27 +331,62 @@ class ToolCalls:
                 lease.started = True
                 await self.rt.redis.hset(lease.calls_key, call.id, self._marker(True))
 
-        extra, messages = await self._agent_state(job.task_id)
+        state = await self._agent_state(job.task_id)
         return await run_wrapped(
             job.wrappers,
             job.tool,
             call,
-            extra,
-            messages,
+            state.extra,
+            state.messages,
             before_tool=tool_starts,
             limit=job.limit,
+            runtime=self._runtime_of(job, state),
+            available=job.available,
         )
 
-    async def _agent_state(self, task_id: str) -> tuple[dict[str, Any], list[Message]]:
+    async def _agent_state(self, task_id: str) -> AgentState:
         """The middleware fields and the transcript at tool time (up to the AI message
         with the calls: the loop appends a step's results only once all are in). Only for
-        agents with wrap_tool_call middleware, whose state LangChain fills this way. The
-        messages come through the per-task transcript cache: only new ones are read."""
+        agents with wrap_tool_call middleware and tools that read the state, whose state
+        LangChain fills this way. The messages come through the per-task transcript
+        cache: only new ones are read."""
         rt = self.rt
         state_key, messages_key = rt.names.task_state(task_id), rt.names.task_messages(task_id)
-        raw, rev, length = await self._read_agent_state(keys=[state_key, messages_key])
+        raw, rev, length, thread = await self._read_agent_state(keys=[state_key, messages_key])
         extra = json.loads(raw) if raw else {}
-        return extra, await rt.transcript(task_id, int(length), int(rev))
+        messages = await rt.transcript(task_id, int(length), int(rev))
+        thread_id = thread.decode() if isinstance(thread, bytes) else str(thread)
+        return AgentState(extra, messages, thread_id or None)
+
+    async def _runtime(self, job: Job) -> Any:
+        """The call's ``ToolRuntime`` when its tool takes one (or an ``Injected*``
+        argument); the task's state is read only for a tool that reads it, so other
+        tools cost no round trip."""
+        if job.tool is None or not injects(job.tool):
+            return None  # the tool takes nothing injected: no runtime to build
+        if not reads_state(job.tool):
+            return self._runtime_of(job, None)
+        return self._runtime_of(job, await self._agent_state(job.task_id))
+
+    @staticmethod
+    def _runtime_of(job: Job, state: AgentState | None) -> Any:
+        """LangGraph's ``ToolRuntime`` of the call: the state as its tool node reads it
+        (``messages`` and the keys set so far), the run's context, its config."""
+        from contracts.messages import to_langchain
+
+        values: dict[str, Any] = {}
+        configurable: dict[str, Any] = {}
+        if state is not None:
+            values = {"messages": [to_langchain(m) for m in state.messages], **state.extra}
+            if state.thread_id is not None:
+                configurable["thread_id"] = state.thread_id
+        return tool_runtime(
+            job.call.id,
+            values,
+            context=job.context,
+            config={"configurable": configurable},
+            stream_writer=job.writer,
+        )
 
     # -- records -----------------------------------------------------------------------
 
@@ -345,9 +411,14 @@ class ToolCalls:
             kept.get("request"), kept.get("response_schema"), answered=kept.get("answered", 0)
         )
 
-    async def _record_done(self, calls_key: str, message: ToolMessage) -> ToolMessage:
+    async def _record_done(self, calls_key: str, answer: Answered) -> Answered:
         """Recorded with the entry's ack and the result's publication (one script), so a
         redelivery after the commit finds it and re-publishes instead of running again."""
-        record = {"state": "done", "message": message.model_dump(mode="json")}
-        await self.rt.write(calls_key, message.tool_call_id, json.dumps(record))
-        return message
+        record: dict[str, Any] = {
+            "state": "done",
+            "message": answer.message.model_dump(mode="json"),
+        }
+        if answer.update is not None:
+            record["update"] = answer.update
+        await self.rt.write(calls_key, answer.message.tool_call_id, json.dumps(record))
+        return answer

@@ -15,6 +15,7 @@ from langchain_core.tools import BaseTool
 from contracts.agent import AgentSpec
 from contracts.events import AnyEvent, ToolCompleted, ToolInterrupted, ToolRequested, ToolResumed
 from services.agent_view import middleware_tools
+from services.custom_stream import CustomWriter, writing
 from services.errors import (
     BadEvent,
     ConfigurationError,
@@ -29,7 +30,7 @@ from services.tasks.handover import LoopHandOver
 from services.tasks.issued import Admission
 from services.tools.calls import Job, Outcome, Parked, ToolCalls
 from services.tools.limits import CallLimits, timeout_of
-from services.tools.logic import guarded, refused, too_large
+from services.tools.logic import Answered, guarded, refused, too_large
 from services.tools.threads import ToolThreads
 
 log = logging.getLogger("loopline.tools")
@@ -112,13 +113,14 @@ class ToolsService:
         except ConfigurationError as exc:  # a tool path that does not import here
             raise PermanentError(str(exc)) from exc
         tool = tools.get(event.call.name)
-        if tool is None:
-            if await self.calls.issued.admit(event) is Admission.LATE:
-                return None
-            return refused(event.call, list(tools))
         hooks = hooks_for(event.agent_id, spec)
         wrappers: list[Any] = [m for _, m in hooks.with_hook("wrap_tool_call")]
-        timeout_s = timeout_of(spec, tool.name, self.rt.settings.tool_timeout_s)
+        if tool is None and not wrappers:  # with wrappers, one may give the tool (dynamic)
+            if await self.calls.issued.admit(event) is Admission.LATE:
+                return None
+            return Answered(refused(event.call, list(tools)))
+        timeout_s = timeout_of(spec, event.call.name, self.rt.settings.tool_timeout_s)
+        writer = CustomWriter(self.rt, event.task_id, event.step, "tools", event.call.id)
         job = Job(
             event.task_id,
             tool,
@@ -126,10 +128,17 @@ class ToolsService:
             wrappers,
             limit=lambda: self.limits.limit(event.task_id, timeout_s),
             step=event.step,
+            context=hooks.context,
+            writer=writer,
+            available=tuple(tools),
         )
-        if isinstance(event, ToolResumed):
-            return await self.calls.resume(job, event)
-        return await self.calls.run(job, event)
+        with writing(writer, hooks.context):
+            if isinstance(event, ToolResumed):
+                outcome = await self.calls.resume(job, event)
+            else:
+                outcome = await self.calls.run(job, event)
+        await writer.flush()  # before the result is reported: a client sees them first
+        return outcome
 
     async def _report_parked(self, event: CallEvent, parked: Parked) -> None:
         await self.rt.publish(
@@ -147,9 +156,13 @@ class ToolsService:
             ),
         )
 
-    async def _report_done(self, event: CallEvent, spec: AgentSpec, message: Any) -> None:
+    async def _report_done(self, event: CallEvent, spec: AgentSpec, answer: Answered) -> None:
         completed = ToolCompleted(
-            task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
+            task_id=event.task_id,
+            step=event.step,
+            agent_id=event.agent_id,
+            message=answer.message,
+            update=answer.update,
         )
         try:
             if isinstance(event, ToolRequested):
@@ -162,7 +175,7 @@ class ToolsService:
             size = len(completed.model_dump_json())
             small = too_large(event.call, size, self.rt.settings.max_event_bytes)
             await self.rt.publish(
-                self.rt.names.loop, completed.model_copy(update={"message": small})
+                self.rt.names.loop, completed.model_copy(update={"message": small, "update": None})
             )
 
 

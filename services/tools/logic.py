@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -21,6 +23,29 @@ from services.tool_errors import (
     TOOL_INVOCATION_ERROR_TEMPLATE,
 )
 from services.tools.threads import ToolAborted
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A call's outcome: the tool message answering it and, for a tool that returned
+    ``Command(update=...)``, the state keys the update sets besides its messages (as
+    JSON), applied to the task's state when the step's results join."""
+
+    message: ToolMessage
+    update: dict[str, Any] | None = None
+
+
+COMMAND_MESSAGES_ONLY_THE_ANSWER = (
+    "Error: tool '{tool_name}' returned a Command whose update adds messages besides its "
+    "ToolMessage; loopline applies only the call's own ToolMessage and state keys."
+)
+COMMAND_NOT_JSON = (
+    "Error: tool '{tool_name}' returned a Command whose update cannot be stored as JSON: {error}"
+)
+COMMAND_GOTO = (
+    "Error: tool '{tool_name}' returned a Command with goto/graph/resume; loopline applies "
+    "a tool's Command(update=...) only."
+)
 
 
 def failure_message(call: ToolCall, exc: Exception) -> ToolMessage:
@@ -119,17 +144,20 @@ async def run_tool(
     *,
     raise_errors: bool = False,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
-) -> ToolMessage:
+    runtime: Any = None,
+) -> Answered:
     """Invoke the tool with the call; a raising tool answers with an error message (as
     ToolNode with ``handle_tool_errors=True``), invalid arguments with ToolNode's text.
     ``limit``: the call's time limit (``services.tools.limits``); a call past it fails
-    with ``TimeoutError``."""
+    with ``TimeoutError``. ``runtime``: the call's ``ToolRuntime`` (``tool_runtime``),
+    for a tool that takes one or an ``Injected*`` argument."""
     payload: dict[str, Any] = {
         "id": call.id,
         "name": call.name,
-        "args": {**dict(call.args), **injected_args(tool, call.id)},
+        "args": dict(call.args),
         "type": "tool_call",
     }
+    payload = with_injected(tool, payload, runtime)
     try:
         async with limit():
             result = await tool.ainvoke(payload)
@@ -141,68 +169,156 @@ async def run_tool(
         content = TOOL_INVOCATION_ERROR_TEMPLATE.format(
             tool_name=call.name, tool_kwargs=call.args, error=_validation_text(exc)
         )
-        return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
+        return Answered(
+            ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
+        )
     except Exception as exc:  # the tool's own failure is an answer for the model
         if raise_errors:  # inside wrap_tool_call: retry middleware must see the exception
             raise
-        return failure_message(call, exc)
+        return Answered(failure_message(call, exc))
+    return answered(tool, call, result)
+
+
+def answered(tool: BaseTool | None, call: ToolCall, result: Any) -> Answered:
+    """What a tool (or a ``wrap_tool_call`` chain) returned, as the call's answer: a
+    ``Command(update=...)`` checked as LangGraph's tool node checks it (the update must
+    hold the call's ToolMessage), its other keys the state update."""
+    from langgraph.types import Command
+
+    if isinstance(result, Command):
+        return _command_answer(tool, call, result)
     message = from_langchain(result) if not isinstance(result, str) else None
     if isinstance(message, ToolMessage):
-        return message
-    return ToolMessage(content=str(result), name=call.name, tool_call_id=call.id)
+        return Answered(message)
+    return Answered(ToolMessage(content=str(result), name=call.name, tool_call_id=call.id))
 
 
-_INJECTED: dict[int, tuple[BaseTool, Any]] = {}
-"""Per tool object: what it wants injected (read once: it costs a reflection)."""
+def _command_answer(tool: BaseTool | None, call: ToolCall, command: Any) -> Answered:
+    from langchain_core.messages import ToolMessage as LcToolMessage
+
+    def error(text: str) -> Answered:
+        return Answered(
+            ToolMessage(content=text, name=call.name, tool_call_id=call.id, status="error")
+        )
+
+    if command.goto or command.graph is not None or command.resume is not None:
+        return error(COMMAND_GOTO.format(tool_name=call.name))
+    payload = {"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"}
+    node = _command_checker(tool)
+    try:  # LangGraph's own check: the update holds exactly the call's ToolMessage
+        checked = node._validate_tool_command(command, payload, "tool_calls")
+    except Exception as exc:
+        return Answered(failure_message(call, exc))
+    update = dict(checked.update or {})
+    messages = list(update.pop("messages", []))
+    own = [m for m in messages if isinstance(m, LcToolMessage) and m.tool_call_id == call.id]
+    if len(messages) != 1 or not own:
+        return error(COMMAND_MESSAGES_ONLY_THE_ANSWER.format(tool_name=call.name))
+    message = from_langchain(own[0])
+    assert isinstance(message, ToolMessage)
+    try:
+        update = json.loads(json.dumps(update))
+    except (TypeError, ValueError) as exc:
+        return error(COMMAND_NOT_JSON.format(tool_name=call.name, error=exc))
+    return Answered(message, update or None)
 
 
-def _wanted(tool: BaseTool) -> Any:
+def _command_checker(tool: BaseTool | None) -> Any:
+    """A LangGraph tool node, for its check of a returned Command."""
+    node = _injection(tool)[1] if tool is not None else None
+    if node is None:
+        from langgraph.prebuilt.tool_node import ToolNode
+
+        node = ToolNode([tool] if tool is not None else [])
+    return node
+
+
+_INJECTED: dict[int, tuple[BaseTool, Any, Any]] = {}
+"""Per tool object: what it wants injected and LangGraph's tool node that injects it
+(read once: it costs a reflection)."""
+
+
+def _injection(tool: BaseTool) -> tuple[Any, Any]:
+    """(What the tool wants injected, a ``ToolNode`` of it), as LangGraph computes them;
+    (None, None) for a tool that wants nothing or whose annotations cannot be read."""
     found = _INJECTED.get(id(tool))
     if found is None or found[0] is not tool:
-        from langgraph.prebuilt.tool_node import _get_all_injected_args
+        from langgraph.prebuilt.tool_node import ToolNode, _get_all_injected_args
 
         try:
             wanted: Any = _get_all_injected_args(tool)
+            node: Any = ToolNode([tool]) if wanted.state or wanted.store or wanted.runtime else None
         except Exception:  # a tool whose annotations cannot be read takes nothing injected
+            wanted = node = None
+        if node is None:
             wanted = None
-        found = _INJECTED[id(tool)] = (tool, wanted)
-    return found[1]
+        found = _INJECTED[id(tool)] = (tool, wanted, node)
+    return found[1], found[2]
 
 
-def injected_args(tool: BaseTool, call_id: str) -> dict[str, Any]:
-    """What LangGraph's tool node injects that the service can give: ``ToolRuntime``
-    (with the deployment's store and the call's id) and an ``InjectedStore`` argument."""
-    wanted = _wanted(tool)
-    if wanted is None or not (wanted.store or wanted.runtime):
-        return {}
+def injects(tool: BaseTool) -> bool:
+    """Whether the tool takes a ``ToolRuntime``, ``InjectedState`` or ``InjectedStore``."""
+    return _injection(tool)[0] is not None
+
+
+def reads_state(tool: BaseTool) -> bool:
+    """Whether the tool reads the agent's state (``ToolRuntime`` or ``InjectedState``):
+    only then does the tools service read the task's state before the call."""
+    wanted = _injection(tool)[0]
+    return wanted is not None and bool(wanted.state or wanted.runtime)
+
+
+def tool_runtime(
+    call_id: str,
+    state: dict[str, Any],
+    *,
+    context: Any = None,
+    config: dict[str, Any] | None = None,
+    stream_writer: Callable[[Any], None] | None = None,
+) -> Any:
+    """LangGraph's ``ToolRuntime`` for one call, as its tool node makes it: the agent's
+    state at tool time, the run's context, the deployment's store, the call's id."""
+    from langchain.tools import ToolRuntime
+
     from services import store
 
-    found: dict[str, Any] = {}
-    if wanted.store:
-        found[wanted.store] = store.shared()
-    if wanted.runtime:
-        from langchain.tools import ToolRuntime
+    return ToolRuntime(
+        state=state,
+        context=context,
+        config=config or {},  # type: ignore[arg-type]
+        stream_writer=stream_writer or _no_writer,
+        tool_call_id=call_id,
+        store=store.shared(),
+    )
 
-        found[wanted.runtime] = ToolRuntime(
-            state={},
-            context=None,
-            config={},
-            stream_writer=lambda _chunk: None,
-            tool_call_id=call_id,
-            store=store.shared(),
-        )
-    return found
+
+def _no_writer(_chunk: Any) -> None:
+    """A run nobody streams: what a tool writes goes nowhere, as in LangGraph."""
+
+
+def with_injected(tool: BaseTool, payload: dict[str, Any], runtime: Any) -> dict[str, Any]:
+    """The tool call with what the tool wants injected, by LangGraph's own tool node
+    (which also drops any value the model gave for an injected argument)."""
+    wanted, node = _injection(tool)
+    if wanted is None:
+        return payload
+    if runtime is None:
+        runtime = tool_runtime(payload["id"], {})
+    injected: dict[str, Any] = node._inject_tool_args(payload, runtime, tool)
+    return injected
 
 
 async def run_wrapped(
     wrappers: list[Any],
-    tool: BaseTool,
+    tool: BaseTool | None,
     call: ToolCall,
     extra: dict[str, Any],
     messages: Sequence[Message] = (),
     before_tool: Callable[[], Awaitable[None]] | None = None,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
-) -> ToolMessage:
+    runtime: Any = None,
+    available: Sequence[str] = (),
+) -> Answered:
     """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
     middleware outermost, as LangChain composes it. The state a wrapper sees is
     LangChain's at tool time: ``messages``, the transcript up to and including the AI
@@ -212,7 +328,11 @@ async def run_wrapped(
     An ``interrupt()`` in the chain or the tool (a per-call human approval, say) passes
     through, as does an answer that does not fit it: the caller runs the chain as a node
     (``services.interrupts.node``), which parks the call or gives the answers.
-    ``before_tool`` is awaited when the chain reaches the tool itself."""
+    ``before_tool`` is awaited when the chain reaches the tool itself. ``runtime``: the
+    call's ``ToolRuntime`` (``request.runtime``, and what the tool gets injected). ``tool``
+    None: a tool the agent does not define (middleware added it to the model's tools),
+    which a wrapper may give (``request.override(tool=...)``); else the call is answered
+    as an unknown tool, naming the ``available`` ones, as LangGraph's tool node does."""
     from langchain_core.messages import ToolMessage as LcToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
@@ -224,12 +344,15 @@ async def run_wrapped(
         tool_call={"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"},
         tool=tool,
         state={"messages": [to_langchain(m) for m in messages], **extra},
-        runtime=None,  # type: ignore[arg-type]
+        runtime=runtime,
     )
 
     async def execute(req: Any) -> Any:
         wanted = req.tool_call
-        target = req.tool or tool
+        target = req.tool
+        if target is None:
+            asked = ToolCall(id=wanted["id"], name=wanted["name"], args=wanted.get("args", {}))
+            return to_langchain(refused(asked, list(available)))
         if before_tool is not None:
             await before_tool()
         answer = await run_tool(
@@ -237,22 +360,31 @@ async def run_wrapped(
             ToolCall(id=wanted["id"], name=wanted["name"], args=wanted.get("args", {})),
             raise_errors=True,
             limit=limit,
+            runtime=req.runtime,
         )
-        return to_langchain(answer)
+        if answer.update is None:
+            return to_langchain(answer.message)
+        from langgraph.types import Command
+
+        # the wrappers see the Command the tool returned, as in LangChain
+        return Command(update={**answer.update, "messages": [to_langchain(answer.message)]})
 
     try:
         result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r)
     except Exception as exc:  # what no wrapper handled: an error answer, as without them
         if is_waiting(exc):
             raise  # not the call's outcome: it waits for a (valid) answer
-        return failure_message(call, exc)
-    if not isinstance(result, LcToolMessage):
-        return ToolMessage(
-            content=f"Error: wrap_tool_call returned {type(result).__name__}, not a ToolMessage",
-            name=call.name,
-            tool_call_id=call.id,
-            status="error",
+        return Answered(failure_message(call, exc))
+    from langgraph.types import Command
+
+    if not isinstance(result, LcToolMessage | Command):
+        return Answered(
+            ToolMessage(
+                content=f"Error: wrap_tool_call returned {type(result).__name__}, "
+                "not a ToolMessage or Command",
+                name=call.name,
+                tool_call_id=call.id,
+                status="error",
+            )
         )
-    converted = from_langchain(result)
-    assert isinstance(converted, ToolMessage)
-    return converted
+    return answered(tool, call, result)

@@ -1,0 +1,351 @@
+"""The agent's runtime as LangChain gives it, in whichever service runs the code: tools
+taking ``ToolRuntime`` (state, context, store, tool call id, config), ``InjectedState``,
+``InjectedToolCallId`` and ``InjectedStore`` (hidden from the model's tool schemas);
+``context_schema`` with ``invoke(..., context=...)`` reaching hooks in the loop
+(``before_model``) and the model service (``wrap_model_call``) and tools; ``state_schema``
+and middleware ``state_schema`` keys taken from the input, kept across the run and
+returned (in the result and the thread's state).
+
+Each case runs the same agent through LangChain's ``create_agent`` and through loopline
+(deployed: every service its own process; embedded: every service in this process),
+against twin scripted servers: the same request bodies, the same messages (the tools
+answer with what they were given), the same state keys."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent as lc_create_agent
+from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
+
+import loopline.embedded
+from contracts.replies import Reply, ScriptedToolCall
+from loopline import create_agent
+from loopline.client import TaskFailedError
+from loopline.testing.scripted import ScriptedOpenAIServer
+from services.settings import Settings
+from tests.runtime_tools import (
+    AddsUnknownTool,
+    Caller,
+    CallerPrompt,
+    CountingCalls,
+    DynamicTools,
+    NoteTaker,
+    VisitState,
+    check_in,
+    count_words,
+    peek,
+    remember,
+    whoami,
+)
+from tests.structured_cases import shape
+from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix
+
+
+def calls(*pairs: tuple[str, dict[str, Any]]) -> Reply:
+    return Reply(tool_calls=tuple(ScriptedToolCall(name, args) for name, args in pairs))
+
+
+@dataclass
+class Case:
+    """One agent and one run: ``create_agent`` keyword arguments (fresh per run), the
+    input's other state keys, the run's context, the scripted replies."""
+
+    prompt: str
+    kwargs: Callable[[], dict[str, Any]]
+    turns: list[Reply]
+    state: dict[str, Any] = field(default_factory=dict)
+    context: Any = None
+    tools: list[Any] = field(default_factory=lambda: [whoami, peek, remember])
+
+
+CASES = {
+    # everything at once: a ToolRuntime, InjectedState (whole and one key),
+    # InjectedToolCallId, InjectedStore; the agent's and a middleware's state keys;
+    # the context in a loop hook, a model-service hook and the tools
+    "runtime": Case(
+        "runtime all",
+        lambda: {
+            "state_schema": VisitState,
+            "context_schema": Caller,
+            "middleware": [NoteTaker(), CallerPrompt()],
+        },
+        [
+            calls(("whoami", {"topic": "tea"}), ("peek", {"key": "user_name"})),
+            calls(("remember", {"fact": "likes tea"}), ("peek", {"key": "note"})),
+            Reply(content="done"),
+        ],
+        state={"user_name": "Ada", "visits": 3, "unknown_key": "dropped"},
+        context=Caller(user_id="u1"),
+    ),
+    # a dict context, coerced to the context_schema's dataclass as LangGraph does
+    "dict_context": Case(
+        "runtime dict context",
+        lambda: {"context_schema": Caller, "middleware": [NoteTaker()]},
+        [calls(("whoami", {"topic": "coffee"})), Reply(content="ok")],
+        context={"user_id": "u2", "tier": "pro"},
+    ),
+    # no context, no schemas: a ToolRuntime still comes, with context None
+    "plain": Case(
+        "runtime plain",
+        dict,
+        [
+            calls(("whoami", {"topic": "x"}), ("peek", {"key": "structured_response"})),
+            Reply(content="k"),
+        ],
+    ),
+}
+
+CASES["command"] = Case(
+    # a tool's Command(update=...) (its message and state keys; a call beside it in the
+    # same step still sees the state before it), and wrap_model_call's
+    # ExtendedModelResponse command counting model calls in a state key
+    "runtime command",
+    lambda: {"state_schema": VisitState, "middleware": [CountingCalls()]},
+    [
+        calls(("check_in", {"name": "Bo"}), ("peek", {"key": "visits"})),
+        calls(("peek", {"key": "model_calls"}), ("whoami", {"topic": "after"})),
+        Reply(content="bye"),
+    ],
+    state={"visits": 3},
+    tools=[check_in, peek, whoami],
+)
+
+CASES["dynamic"] = Case(
+    # dynamic tools: middleware hide one of the agent's tools from the model and add one
+    # no agent defines, which its wrap_tool_call runs in the tools service
+    "runtime dynamic",
+    lambda: {"middleware": [DynamicTools()]},
+    [calls(("lucky_number", {"seed": 6}), ("whoami", {"topic": "luck"})), Reply(content="42")],
+)
+
+CASES["token_counter"] = Case(
+    # LangChain's ContextEditingMiddleware with a custom token_counter (it travels to the
+    # context service by import path): older tool results cleared once it counts over 30
+    "runtime token counter",
+    lambda: {
+        "middleware": [
+            ContextEditingMiddleware(
+                edits=[ClearToolUsesEdit(trigger=30, keep=1, clear_at_least=5)],
+                token_counter=count_words,
+            )
+        ]
+    },
+    [
+        calls(("whoami", {"topic": "one"})),
+        calls(("whoami", {"topic": "two"})),
+        calls(("whoami", {"topic": "three"})),
+        Reply(content="done"),
+    ],
+)
+
+UNKNOWN = Case(
+    # a tool middleware add that nothing can run: the model call is refused
+    "runtime unknown tool",
+    lambda: {"middleware": [AddsUnknownTool()]},
+    [Reply(content="never asked")],
+)
+CASES_AND_UNKNOWN = {**CASES, "unknown": UNKNOWN}
+
+SCRIPTS = {case.prompt: case.turns for case in CASES_AND_UNKNOWN.values()}
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
+    with twin_servers(SCRIPTS) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> Iterator[ServiceProcesses]:
+    with services_on(redis_url, servers[1]) as procs:
+        yield procs
+
+
+def chat_model(server: ScriptedOpenAIServer) -> ChatOpenAI:
+    return ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test")
+
+
+def the_input(case: Case, where: str) -> dict[str, Any]:
+    """The case's input, its prompt marked with where it runs (each run's requests are
+    picked by it; the scripts match by the prompt's start)."""
+    return {"messages": [{"role": "user", "content": f"{case.prompt} {where}"}], **case.state}
+
+
+def run_langchain(
+    case: Case, server: ScriptedOpenAIServer, where: str, **more: Any
+) -> dict[str, Any]:
+    agent = lc_create_agent(
+        chat_model(server), tools=case.tools, store=InMemoryStore(), **case.kwargs(), **more
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result: dict[str, Any] = agent.invoke(the_input(case, where), context=case.context)
+    return result
+
+
+def requests_for(server: ScriptedOpenAIServer, prompt: str) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in server.chat_requests()
+        if any(m.get("role") == "user" and m.get("content") == prompt for m in r["messages"])
+    ]
+
+
+def state_keys(result: dict[str, Any]) -> dict[str, Any]:
+    """The result's keys besides messages (loopline adds its task id and todo list)."""
+    return {k: v for k, v in result.items() if k not in ("messages", "task_id", "todos")}
+
+
+def check_same(
+    case: Case,
+    where: str,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    lc: dict[str, Any],
+    ours: dict[str, Any],
+) -> None:
+    prompt = f"{case.prompt} {where}"
+    lc_requests = requests_for(servers[0], prompt)
+    ll_requests = requests_for(servers[1], prompt)
+    assert len(lc_requests) == len(case.turns) == len(ll_requests)
+    for step, (lc_req, ll_req) in enumerate(zip(lc_requests, ll_requests, strict=True), 1):
+        assert ll_req == lc_req, f"step {step}: request bodies differ"
+    assert shape(ours["messages"]) == shape(lc["messages"])
+    assert state_keys(ours) == state_keys(lc)
+
+
+def deployed(case: Case, stack: ServiceProcesses, **more: Any) -> Any:
+    settings = Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+    names = [f"tests.runtime_tools:{t.__name__}" for t in case.tools]
+    return create_agent("gpt-4o-mini", names, settings=settings, **case.kwargs(), **more)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+async def test_deployed_matches_langchain(
+    name: str, stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    case = CASES[name]
+    lc = await asyncio.to_thread(run_langchain, case, servers[0], "deployed")
+    ours = await deployed(case, stack).ainvoke(the_input(case, "deployed"), context=case.context)
+    check_same(case, "deployed", servers, lc, ours)
+
+
+EMBEDDED_PREFIX = unique_prefix()  # the in-process services start once, on one prefix
+
+
+@pytest.fixture
+def embedded(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every service in this process (on the test Redis, not a server of its own)."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+async def test_embedded_matches_langchain(
+    name: str, embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    case = CASES[name]
+    lc = await asyncio.to_thread(run_langchain, case, servers[0], "embedded")
+    agent = create_agent(
+        chat_model(servers[1]),
+        case.tools,
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+        **case.kwargs(),
+    )
+    ours = await agent.ainvoke(the_input(case, "embedded"), context=case.context)
+    check_same(case, "embedded", servers, lc, ours)
+
+
+async def test_the_cases_show_what_they_claim(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """Read from loopline's side: the injected arguments never reach the model, the
+    context reached every service, the dynamic tools reached the model and ran."""
+    case = CASES["runtime"]
+    ours = await deployed(case, stack).ainvoke(the_input(case, "claims"), context=case.context)
+    first = requests_for(servers[1], f"{case.prompt} claims")[0]
+    parameters = {t["function"]["name"]: t["function"]["parameters"] for t in first["tools"]}
+    assert parameters["whoami"]["properties"] == {"topic": {"type": "string"}}
+    assert parameters["peek"]["properties"] == {"key": {"type": "string"}}
+    assert first["messages"][0] == {"role": "system", "content": "You serve u1."}
+    told = [m.content for m in ours["messages"] if m.type == "tool"]
+    assert '"context": {"tier": "free", "type": "Caller", "user_id": "u1"}' in told[0]
+    assert '"value": "for u1 (free)"' in told[3]  # the loop's hook state, read by a tool
+    assert ours["user_name"] == "Ada" and ours["visits"] == 3 and "unknown_key" not in ours
+
+    dynamic = CASES["dynamic"]
+    await deployed(dynamic, stack).ainvoke(the_input(dynamic, "claims"))
+    asked = requests_for(servers[1], f"{dynamic.prompt} claims")
+    assert [t["function"]["name"] for t in asked[0]["tools"]] == ["whoami", "peek", "lucky_number"]
+    assert asked[1]["messages"][-2] == {
+        "role": "tool",
+        "content": "42",
+        "tool_call_id": "call_0_0_lucky_number",
+    }
+
+    counted = CASES["token_counter"]
+    await deployed(counted, stack).ainvoke(the_input(counted, "claims"))
+    last = requests_for(servers[1], f"{counted.prompt} claims")[-1]["messages"]
+    results = [m["content"] for m in last if m["role"] == "tool"]
+    # the oldest cleared; clear_at_least reached by it (counted again), so no more
+    assert results[0] == "[cleared]" and '"topic": "two"' in results[1]
+
+
+async def test_thread_state_keeps_the_state_keys(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """``get_state(...).values`` of a thread has the custom keys, as LangGraph's."""
+    case = CASES["runtime"]
+    config = {"configurable": {"thread_id": f"t-{unique_prefix()}"}}
+    lc_agent = lc_create_agent(
+        chat_model(servers[0]),
+        tools=case.tools,
+        store=InMemoryStore(),
+        checkpointer=InMemorySaver(),
+        **case.kwargs(),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        await asyncio.to_thread(
+            lc_agent.invoke, the_input(case, "thread"), config, context=case.context
+        )
+        lc_values = lc_agent.get_state(config).values
+    agent = deployed(case, stack)
+    await agent.ainvoke(the_input(case, "thread"), config, context=case.context)
+    values = (await agent.aget_state(config)).values
+    assert shape(values["messages"]) == shape(lc_values["messages"])
+    assert state_keys(values) == state_keys(lc_values)
+
+
+async def test_a_tool_middleware_add_that_nothing_runs_is_refused_as_langchain_refuses(
+    stack: ServiceProcesses,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    embedded: None,
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        await asyncio.to_thread(run_langchain, UNKNOWN, servers[0], "deployed")
+    assert "Unknown tools: ['lucky_number']" in str(raised.value)
+    with pytest.raises(TaskFailedError) as deployed_failed:
+        await deployed(UNKNOWN, stack).ainvoke(the_input(UNKNOWN, "deployed"))
+    agent = create_agent(
+        chat_model(servers[1]),
+        UNKNOWN.tools,
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+        **UNKNOWN.kwargs(),
+    )
+    with pytest.raises(TaskFailedError) as embedded_failed:
+        await agent.ainvoke(the_input(UNKNOWN, "embedded"))
+    for failed in (deployed_failed, embedded_failed):
+        assert str(raised.value) in str(failed.value)
+        assert "ValueError" in str(failed.value)
+    assert not requests_for(servers[1], UNKNOWN.prompt)  # the model was never called
