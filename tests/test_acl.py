@@ -267,6 +267,44 @@ def test_loopline_acl_prints_the_lines_or_names_the_missing_variables() -> None:
     assert bad.returncode == 2 and "no ':'" in bad.stderr
 
 
+def test_new_passwords_make_an_env_file_the_aclfile_reads_back(tmp_path: Path) -> None:
+    """``--new-passwords`` prints one fresh VARIABLE=VALUE per role (what compose reads
+    from .env); with them set, ``--aclfile --lock-default`` writes every user and locks
+    the default one, and Redis loads that file: PING only without a user."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLINE_ACL_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    made = run_acl("--new-passwords", env=env)
+    assert made.returncode == 0, made.stderr
+    pairs = dict(line.split("=", 1) for line in made.stdout.splitlines())
+    assert sorted(pairs) == sorted(acl.PASSWORD_ENV.replace("{ROLE}", r.upper()) for r in acl.ROLES)
+    assert all(re.fullmatch(r"[0-9a-f]{48}", v) for v in pairs.values())
+    assert len(set(pairs.values())) == len(pairs)
+    assert run_acl("--new-passwords", env=env).stdout != made.stdout  # fresh each time
+    written = run_acl("--prefix", A, "--aclfile", "--lock-default", env={**env, **pairs})
+    assert written.returncode == 0, written.stderr
+    lines = written.stdout.splitlines()
+    assert lines[-1] == "user default on nopass resetkeys resetchannels -@all +ping"
+    assert not [v for v in pairs.values() if v in written.stdout]  # hashes only
+    users = tmp_path / "users.acl"
+    users.write_text(written.stdout)
+    server = RedisServer(tmp_path, persistent=False, extra=("--aclfile", str(users))).start()
+    anonymous = syncredis.Redis(port=server.port)
+    producer = syncredis.Redis(
+        port=server.port,
+        username=acl.user_name(A, "producer"),
+        password=pairs["LOOPLINE_ACL_PRODUCER_PASSWORD"],
+    )
+    try:
+        assert anonymous.ping()
+        with pytest.raises(NoPermissionError):
+            anonymous.get(f"{A}:tasks")
+        assert producer.xadd(Names(A).tasks, {DATA_FIELD: "{}"})
+    finally:
+        anonymous.close()
+        producer.close()
+        server.stop()
+
+
 @pytest.mark.fast
 def test_the_services_may_run_every_command_of_the_state_machine_scripts() -> None:
     """Redis checks each command a script runs against the caller's user: a command the
