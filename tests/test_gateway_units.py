@@ -134,3 +134,19 @@ def test_browser_pages_of_the_configured_origins_only() -> None:
         assert "access-control-allow-origin" not in answer.headers
         assert client.get("/ok").json() == {"ok": True}
         assert client.get("/threads/t1", headers={"x-api-key": "wrong"}).status_code == 401
+
+
+async def test_a_quiet_stream_sends_heartbeats_and_every_frame() -> None:
+    import asyncio
+    from collections.abc import AsyncIterator
+
+    from loopline.api.sse import HEARTBEAT, with_heartbeats
+
+    async def slow() -> AsyncIterator[bytes]:
+        yield b"a"
+        await asyncio.sleep(0.35)
+        yield b"b"
+
+    got = [chunk async for chunk in with_heartbeats(slow(), every_s=0.1)]
+    assert got[0] == b"a" and got[-1] == b"b"
+    assert 2 <= got.count(HEARTBEAT) <= 4 and len(got) == got.count(HEARTBEAT) + 2

@@ -21,7 +21,7 @@ from loopline.api.runs import (
     thread_exists,
     wait_for,
 )
-from loopline.api.sse import run_frames
+from loopline.api.sse import run_frames, with_heartbeats
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, iso
 
@@ -155,7 +155,7 @@ def _sse(
         "Content-Location": _path(record),
     }
     return StreamingResponse(
-        run_frames(tenant, record, modes, last_event_id),
+        with_heartbeats(run_frames(tenant, record, modes, last_event_id)),
         media_type="text/event-stream",
         headers=headers,
     )

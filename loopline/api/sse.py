@@ -7,10 +7,13 @@ stream-mode layer yields, e.g. ``custom``), ``error`` if the run failed, ``end``
 
 Every item's frames carry its position (``events.Cursor``) as their id; a client that
 reconnects with ``Last-Event-ID`` gets every later item once and no second ``metadata``.
+While a run is quiet (a long tool call), a comment line goes out every few seconds, so
+proxies that close idle connections keep the stream open (SSE readers skip comments).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +27,8 @@ from loopline.api.wire import dumps
 from loopline.stream_modes import Item
 
 Frame = tuple[str, Any]
+HEARTBEAT = b": heartbeat\n\n"
+HEARTBEAT_S = 15.0
 
 
 def frame(event: str, data: Any, event_id: str | None = None) -> bytes:
@@ -103,3 +108,24 @@ async def run_frames(
 
 def _error(failed: Failed) -> dict[str, str]:
     return {"error": "TaskFailed", "message": failed.event.reason}
+
+
+async def with_heartbeats(
+    frames: AsyncIterator[bytes], every_s: float = HEARTBEAT_S
+) -> AsyncIterator[bytes]:
+    """``frames``, and a comment line whenever none came for ``every_s`` seconds."""
+    pending = asyncio.ensure_future(anext(frames))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=every_s)
+            if not done:
+                yield HEARTBEAT
+                continue
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+            pending = asyncio.ensure_future(anext(frames))
+    finally:
+        pending.cancel()
