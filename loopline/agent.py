@@ -283,6 +283,10 @@ class Agent:
         self._start_services()
         messages = _input_messages(input)
         given_context = schemas.context_as_json(context)
+        if given_context is not None and self.spec.context_schema is not None:
+            # a context that does not fit its schema raises here, as LangGraph's coercion
+            # raises from invoke (the services check it again where the task starts)
+            schemas.run_context(self.spec.model_copy(update={"context": given_context}))
         max_steps = self.max_steps
         if run.recursion_limit is not None:
             max_steps = max_model_calls(self.spec, run.recursion_limit)

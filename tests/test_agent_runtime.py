@@ -349,3 +349,35 @@ async def test_a_tool_middleware_add_that_nothing_runs_is_refused_as_langchain_r
         assert str(raised.value) in str(failed.value)
         assert "ValueError" in str(failed.value)
     assert not requests_for(servers[1], UNKNOWN.prompt)  # the model was never called
+
+
+async def test_a_context_that_does_not_fit_its_schema_raises_as_langchain_raises(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    case = CASES["dict_context"]
+    bad = Case(case.prompt, case.kwargs, case.turns, context={"user": "u3"})
+    with pytest.raises(TypeError) as raised:
+        await asyncio.to_thread(run_langchain, bad, servers[0], "bad context")
+    with pytest.raises(TypeError) as ours:
+        await deployed(bad, stack).ainvoke(the_input(bad, "bad context"), context=bad.context)
+    assert str(ours.value) == str(raised.value)
+    assert not requests_for(servers[1], f"{case.prompt} bad context")
+
+
+def test_schemas_that_cannot_travel_are_refused_in_one_line(redis_url: str) -> None:
+    from services.errors import ConfigurationError
+    from services.spec import local
+    from services.spec.validation import check_deployable
+
+    local_ref = local.register_instance(Caller)  # how embedded agents name it
+    spec = create_agent("gpt-4o-mini", [], redis_url=redis_url).spec
+    with pytest.raises(ConfigurationError, match="in-process object"):
+        check_deployable(spec.model_copy(update={"context_schema": local_ref}))
+    with pytest.raises(ConfigurationError, match="context does not fit"):
+        check_deployable(
+            spec.model_copy(
+                update={"context_schema": "tests.runtime_tools:Caller", "context": {"x": 1}}
+            )
+        )
+    with pytest.raises(ConfigurationError, match="'json' is not allowed"):
+        check_deployable(spec.model_copy(update={"state_schema": "json:JSONDecoder"}))

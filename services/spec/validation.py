@@ -22,7 +22,16 @@ from typing import Any
 from contracts.agent import AgentSpec, MiddlewareSpec, ResponseFormatSpec
 from services.errors import ConfigurationError
 from services.middleware.context_editing import ClearToolUsesEdit
-from services.spec import endpoints, imports, jsonable, local, signature, structured, toolbox
+from services.spec import (
+    endpoints,
+    imports,
+    jsonable,
+    local,
+    schemas,
+    signature,
+    structured,
+    toolbox,
+)
 from services.spec.middleware import BUILTIN, NATIVE, from_spec
 from services.spec.params import CALLABLE_KEY
 
@@ -64,6 +73,27 @@ def check_agent(spec: AgentSpec) -> None:
         check_middleware(middleware)
     if spec.response_format is not None:
         check_response_format(spec.response_format)
+    check_schemas(spec)
+
+
+def check_schemas(spec: AgentSpec) -> None:
+    """``context_schema`` and ``state_schema`` must resolve (inside the allow-list) to
+    classes, and the run's context must fit its schema."""
+    for what in ("context_schema", "state_schema"):
+        ref = getattr(spec, what)
+        if ref is None:
+            continue
+        try:
+            found = schemas.resolve(ref, what)
+        except ConfigurationError as exc:
+            raise InvalidSpec(str(exc)) from exc
+        if not isinstance(found, type):
+            raise InvalidSpec(f"{what} {ref!r} is not a class")
+    try:
+        schemas.run_context(spec)
+    except (TypeError, ValueError) as exc:
+        shown = str(exc).splitlines()[0]
+        raise InvalidSpec(f"context does not fit {spec.context_schema}: {shown}") from exc
 
 
 def check_response_format(rf: ResponseFormatSpec) -> None:
@@ -89,6 +119,7 @@ def check_deployable(spec: AgentSpec) -> None:
     if rf is not None and rf.ref is not None:
         local_refs.append(rf.ref)
     local_refs += [m.type for m in spec.middleware if local.is_local(m.type)]
+    local_refs += [r for r in (spec.context_schema, spec.state_schema) if r and local.is_local(r)]
     local_refs += [r for m in spec.middleware for r in callable_refs(m.params) if local.is_local(r)]
     if spec.model.ref or local_refs:
         shown = spec.model.ref or local_refs[0]
