@@ -80,6 +80,10 @@ async def one_tree(server: RedisServer, root: Path, out: dict[str, list[float]])
     with Services(url, prefix, root=root) as services:
         loop = asyncio.get_running_loop()
         out["steps"] += await loop.run_in_executor(None, tree_client, root, "steps", url, prefix)
+        if "commands" not in out:  # a count: once per tree is enough
+            out["commands"] = await loop.run_in_executor(
+                None, tree_client, root, "commands", url, prefix
+            )
         before = _cpu_by_process(services, server)
         steps_per_s = await loop.run_in_executor(None, tree_client, root, "throughput", url, prefix)
         after = _cpu_by_process(services, server)
@@ -123,7 +127,24 @@ def table(results: dict[str, dict[str, list[float]]]) -> str:
             f"{suite.pct(r['steps'], 99) * 1000:.2f} | "
             f"{statistics.median(r['throughput']):.0f} | {cpu} |"
         )
-    return "\n".join(lines) + "\n\n" + cpu_table(results)
+    return "\n".join(lines) + "\n\n" + cpu_table(results) + "\n\n" + commands_table(results)
+
+
+def commands_table(results: dict[str, Any]) -> str:
+    """Redis commands per step of each tree (``INFO commandstats``; those that scripts
+    run count too, so EVALSHA is the round trips of the state machine's scripts)."""
+    counted = {name: r["commands"] for name, r in results.items() if r.get("commands")}
+    if not counted:
+        return ""
+    names = sorted({c for per in counted.values() for c in per}, key=lambda c: c != "evalsha")
+    lines = [
+        "| tree | all commands / step | " + " | ".join(names) + " |",
+        "|---|---:|" + "---:|" * len(names),
+    ]
+    for tree, per in counted.items():
+        cells = [f"{per.get(c, 0):.2f}" for c in names]
+        lines.append(f"| {tree} | {sum(per.values()):.2f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def cpu_table(results: dict[str, dict[str, list[float]]]) -> str:
