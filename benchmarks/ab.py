@@ -136,7 +136,7 @@ def commands_table(results: dict[str, Any]) -> str:
     counted = {name: r["commands"] for name, r in results.items() if r.get("commands")}
     if not counted:
         return ""
-    names = sorted({c for per in counted.values() for c in per}, key=lambda c: c != "evalsha")
+    names = sorted({c for per in counted.values() for c in per}, key=lambda c: (c != "evalsha", c))
     lines = [
         "| tree | all commands / step | " + " | ".join(names) + " |",
         "|---|---:|" + "---:|" * len(names),
