@@ -6,8 +6,9 @@ server streaming its replies piece by piece.
 One run of an agent with a todo list, context editing and an approval gate: the todo
 list appears as the todos service accepted it, the approval is answered by a click, the
 tool's result and the context edits show, and the answer's text grows in the page as its
-tokens arrive. A second run answers the approval with edited arguments. The screenshot
-of the first is kept (``tests/artifacts/page.png`` and the test's tmp dir).
+tokens arrive. A second run answers the approval with edited arguments. Screenshots of
+the first, waiting and done, are kept (``tests/artifacts/page-approval.png`` and
+``page.png``, and in the test's tmp dir).
 
 Without chromium or Playwright the tests skip and say why, unless CI (``CI`` or
 ``LOOPLINE_TEST_BROWSER`` set) asks for them: then they fail.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -184,7 +186,9 @@ async def test_a_run_streams_into_the_page_and_an_approval_is_answered_by_a_clic
     await expect(tab.locator(".call[data-tool=big_output] .result")).to_have_count(2)
     await expect(approval.locator("textarea.args")).to_have_value('{\n "a": 2,\n "b": 3\n}')
     allowed = await approval.locator("button").evaluate_all("bs => bs.map(b => b.dataset.decision)")
-    assert allowed == ["approve", "edit", "reject"]  # HumanInTheLoopMiddleware's for True
+    assert allowed == ["approve", "edit", "reject", "respond"]  # interrupt_on={"add": True}
+    await tab.screenshot(path=str(tmp_path / "page-approval.png"), full_page=True)
+    _keep(tmp_path / "page-approval.png")
 
     await approval.locator("button[data-decision=approve]").click()
     await expect(tab.locator("#status")).to_have_attribute("data-status", "done", timeout=60_000)
@@ -221,7 +225,10 @@ async def test_an_approval_is_answered_with_edited_arguments(browser_page: Any) 
     await approval.locator("textarea.args").fill('{"a": 20, "b": 22}')
     await approval.locator("button[data-decision=edit]").click()
     await expect(tab.locator("#status")).to_have_attribute("data-status", "done", timeout=60_000)
-    await expect(tab.locator(".call[data-tool=add] .result")).to_have_text("→ 42")
+    result = tab.locator(".call[data-tool=add] .result")
+    # LangChain's note to the model that a human replaced the call, then the tool's answer
+    await expect(result).to_contain_text('Executed instead: add with arguments {"a": 20, "b": 22}')
+    await expect(result).to_have_text(re.compile(r"Tool response:\s*42$"))
     await expect(tab.locator(".msg.ai .text").last).to_have_text(ANSWER)
 
 

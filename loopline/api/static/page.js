@@ -159,7 +159,13 @@ function onToolMessage(message) {
   if (!row) return;
   const result = row.querySelector(".result");
   result.className = `result${message.status === "error" ? " error" : ""}`;
-  result.textContent = `→ ${textOf(message.content)}`;
+  result.textContent = `→ ${shortened(textOf(message.content))}`;
+}
+
+// A long tool result is cut for reading; the whole of it is in the thread's state.
+function shortened(text) {
+  const limit = 240;
+  return text.length <= limit ? text : `${text.slice(0, limit)}… (${text.length} characters)`;
 }
 
 function renderMessages(messages) {
