@@ -6,7 +6,8 @@ server streaming its replies piece by piece.
 One run of an agent with a todo list, context editing and an approval gate: the todo
 list appears as the todos service accepted it, the approval is answered by a click, the
 tool's result and the context edits show, and the answer's text grows in the page as its
-tokens arrive. A second run answers the approval with edited arguments. Screenshots of
+tokens arrive. Other runs answer the approval with edited arguments, a rejection and
+a response in the tool's place. Screenshots of
 the first, waiting and done, are kept (``tests/artifacts/page-approval.png`` and
 ``page.png``, and in the test's tmp dir).
 
@@ -229,6 +230,27 @@ async def test_an_approval_is_answered_with_edited_arguments(browser_page: Any) 
     # LangChain's note to the model that a human replaced the call, then the tool's answer
     await expect(result).to_contain_text('Executed instead: add with arguments {"a": 20, "b": 22}')
     await expect(result).to_have_text(re.compile(r"Tool response:\s*42$"))
+    await expect(tab.locator(".msg.ai .text").last).to_have_text(ANSWER)
+
+
+@pytest.mark.parametrize(
+    ("decision", "shown"),
+    [
+        ("reject", "→ User rejected the tool call for `add` with reason: not now"),
+        ("respond", "→ not now"),  # the human answers for the tool, which does not run
+    ],
+)
+async def test_an_approval_is_rejected_or_answered_with_a_message(
+    browser_page: Any, decision: str, shown: str
+) -> None:
+    from playwright.async_api import expect
+
+    tab = browser_page
+    approval = await _send(tab, f"plan and add, {decision}")
+    await approval.locator("input.message").fill("not now")
+    await approval.locator(f"button[data-decision={decision}]").click()
+    await expect(tab.locator("#status")).to_have_attribute("data-status", "done", timeout=60_000)
+    await expect(tab.locator(".call[data-tool=add] .result")).to_have_text(shown)
     await expect(tab.locator(".msg.ai .text").last).to_have_text(ANSWER)
 
 

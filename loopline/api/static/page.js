@@ -164,7 +164,7 @@ function onToolMessage(message) {
 
 // A long tool result is cut for reading; the whole of it is in the thread's state.
 function shortened(text) {
-  const limit = 240;
+  const limit = 500;
   return text.length <= limit ? text : `${text.slice(0, limit)}… (${text.length} characters)`;
 }
 
@@ -261,8 +261,8 @@ function approvalCard(action) {
   card.append(el("div", "name", `${action.name}`));
   if (action.description) card.append(el("div", "description", action.description));
   const args = el("textarea", "args");
-  args.rows = 3;
   args.value = JSON.stringify(action.args, null, 1);
+  args.rows = Math.min(8, args.value.split("\n").length);
   args.setAttribute("aria-label", "arguments");
   const message = el("input", "message");
   message.placeholder = "message (reject: why; respond: the answer)";
@@ -386,8 +386,23 @@ async function follow(response, threadId) {
       response = await fetch(path, { headers: { ...headers(false), ...extra } });
     }
   }
-  await refreshActivity();
+  await Promise.all([refreshActivity(), fillResults(threadId)]);
   if ($("status").dataset.status === "running") setStatus("done");
+}
+
+// The results of calls a human rejected or answered (HumanInTheLoopMiddleware writes
+// them with the reply, not as tool runs: the stream shows no tool message for them)
+// from the thread's state.
+async function fillResults(threadId) {
+  if (!document.querySelector(".call .result.pending")) return;
+  try {
+    const state = await api("GET", `/threads/${threadId}/state`);
+    for (const message of state.values.messages || []) {
+      if (message.type === "tool") onToolMessage(message);
+    }
+  } catch (error) {
+    showError(error.message);
+  }
 }
 
 function onFrame(frame, seen) {
@@ -418,6 +433,7 @@ function onUpdate(update) {
     if (value && Array.isArray(value.todos)) renderTodos(value.todos);
   }
   refreshActivity();
+  if (page.thread && !update.__interrupt__) fillResults(page.thread);
 }
 
 let activityAsked = null;
