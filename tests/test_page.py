@@ -254,6 +254,39 @@ async def test_an_approval_is_rejected_or_answered_with_a_message(
     await expect(tab.locator(".msg.ai .text").last).to_have_text(ANSWER)
 
 
+async def test_a_thread_opened_by_its_address_shows_its_waiting_approval(
+    chromium: str, gateway: GatewayProcess
+) -> None:
+    """A run started elsewhere (plain HTTP) and stopped at its approval: the page opened
+    on the thread shows the conversation, the todos and the approval, and a click ends it."""
+    from playwright.async_api import async_playwright, expect
+
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        thread_id = (await http.post("/threads", json={})).json()["thread_id"]
+        body = {
+            "assistant_id": "planner",
+            "input": {"messages": [{"role": "user", "content": "hi"}]},
+        }
+        waited = (await http.post(f"/threads/{thread_id}/runs/wait", json=body)).json()
+    assert waited["__interrupt__"]
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            tab = await browser.new_page()
+            await tab.goto(f"{gateway.url}/ui?assistant=planner&thread={thread_id}")
+            approval = tab.locator(".approval[data-tool=add]")
+            await expect(approval).to_be_visible()
+            await expect(tab.locator(".msg.human .text")).to_have_text("hi")
+            assert await _todos(tab) == PLANNED
+            await approval.locator("button[data-decision=approve]").click()
+            done = tab.locator("#status")
+            await expect(done).to_have_attribute("data-status", "done", timeout=60_000)
+            await expect(tab.locator(".call[data-tool=add] .result")).to_have_text("→ 5")
+            assert await _todos(tab) == DONE
+        finally:
+            await browser.close()
+
+
 @pytest.mark.fast
 def test_the_page_follows_the_api_rules_for_who_may_open_it() -> None:
     """No keys: the page, like the API, is for this machine only. With keys its files
