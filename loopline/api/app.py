@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loopline.api import assistant_routes, run_routes, thread_routes
+from loopline.api import assistant_routes, page, run_routes, thread_routes
 from loopline.api.gateway import Gateway, gateway_of
 from loopline.api.runs import Busy
 from loopline.api.settings import Tenancy
@@ -100,6 +100,7 @@ ROUTES = [
     Route("/runs/wait", run_routes.wait, methods=["POST"]),
     Route("/runs/{run_id}/join", run_routes.join),
     Route("/runs/{run_id}/stream", run_routes.join_stream),
+    *page.ROUTES,  # the page to watch and steer runs (GET /ui)
 ]
 
 
