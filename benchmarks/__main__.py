@@ -2,7 +2,8 @@
 
 Writes ``benchmarks/results/README.md`` (the table, also printed), ``figures.json`` (every
 figure) and ``benchmarks.png`` (when matplotlib is installed). Options: ``--quick`` (small
-sizes, for a smoke run), ``--only step,throughput,flat,concurrency,context,recovery``,
+sizes, for a smoke run), ``--only step,throughput,flat,concurrency,context,recovery,streaming``
+(``--only streaming`` writes ``streaming.md`` and ``streaming.json`` alone),
 ``--redis-url URL`` (default: a private redis-server), ``--concurrency N`` (default
 2,000) and ``--no-10k`` (skip the 10,000-task attempt).
 """
@@ -22,13 +23,13 @@ import sys
 import time
 from typing import Any
 
-from benchmarks import report, suite
+from benchmarks import report, streaming, suite
 from benchmarks.stack import REPO_ROOT, RedisServer
 from loopline import lifetime
 from services.app import tune_gc
 from services.settings import Settings
 
-ALL = ("step", "throughput", "flat", "concurrency", "context", "recovery")
+ALL = ("step", "throughput", "flat", "concurrency", "context", "recovery", "streaming")
 
 
 def _log(message: str) -> None:
@@ -131,13 +132,33 @@ async def measure(args: argparse.Namespace, server: RedisServer) -> dict[str, An
         if not plan.conc_try_10k and plan.conc_n < 10_000:
             notes.append("10,000 tasks were not attempted in this run (`--quick` or `--no-10k`).")
         fig["concurrency_notes"] = notes
+    await measure_files(only, url, plan, fig)
+    return fig
+
+
+async def measure_files(only: set[str], url: str, plan: suite.Plan, fig: dict[str, Any]) -> None:
+    """The measurements that keep their own result files beside the table's."""
     if "context" in only:
         _log("context editing (benchmarks/context_editing.py)")
         fig["context_editing"] = await asyncio.to_thread(context_editing)
     if "recovery" in only:
         _log("recovery (benchmarks/recovery.py)")
         fig["recovery"] = await asyncio.to_thread(recovery, url)
-    return fig
+    if "streaming" in only:
+        _log("streaming: first token and token rate (benchmarks/streaming.py)")
+        fig["streaming"] = await streaming.streaming(url, plan.stream_rounds)
+        write_streaming(fig)
+
+
+def write_streaming(fig: dict[str, Any]) -> None:
+    """The streaming figures in files of their own, so that a run of them alone leaves
+    the other results as they were."""
+    report.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    markdown = streaming.to_markdown(fig["streaming"], fig["environment"])
+    (report.RESULTS_DIR / "streaming.md").write_text(markdown)
+    both = {"environment": fig["environment"], "streaming": fig["streaming"]}
+    (report.RESULTS_DIR / "streaming.json").write_text(json.dumps(both, indent=1))
+    print(markdown)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         fig = asyncio.run(measure(args, server))
     finally:
         server.stop()
+    if set(fig) <= {"environment", "streaming"}:
+        return 0  # streaming alone: its own files are written
     report.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     png = report.RESULTS_DIR / "benchmarks.png"
     if report.chart(fig, png):

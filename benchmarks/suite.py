@@ -49,6 +49,7 @@ class Plan:
     hop_round_trips: int = 300  # per round
     http_rounds: int = 3  # the end-to-end variant over HTTP
     http_tasks: int = 3
+    stream_rounds: int = 30  # streaming: interleaved runs of each client
     thr_tasks: int = 200
     thr_steps: int = 10
     thr_rounds: int = 3
@@ -72,6 +73,7 @@ def quick_plan() -> Plan:
         hop_round_trips=100,
         http_rounds=1,
         http_tasks=2,
+        stream_rounds=8,
         thr_tasks=50,
         thr_rounds=1,
         flat_steps=125,

@@ -453,9 +453,24 @@ class Agent:
         of them (``(mode, data)`` tuples); ``config``
         and ``multitask_strategy`` as for ``ainvoke``. loopline's own events (and
         ``Command(resume=...)``): ``astream_task_events``."""
-        from loopline.stream_modes import modes_of, stream_task
+        from loopline.stream_modes import modes_of
 
         modes, tagged = modes_of(stream_mode)
+        async for mode, data in self._stream_items(input, config, modes, kwargs):
+            yield (mode, data) if tagged else data
+
+    async def _stream_items(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        modes: list[str],
+        kwargs: dict[str, Any],
+        task_id: str | None = None,
+    ) -> AsyncIterator[tuple[str, Any]]:
+        """Submit ``input`` and yield its ``(mode, data)`` items (``astream``'s reading,
+        which ``astream_events`` builds on)."""
+        from loopline.stream_modes import stream_task
+
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         context = kwargs.pop("context", None)
         if kwargs:
@@ -465,7 +480,7 @@ class Agent:
                 "astream(Command(resume=...)) with stream modes is not supported yet: use "
                 "invoke(Command(...)) or astream_task_events(Command(...))"
             )
-        task_id = new_task_id()
+        task_id = task_id or new_task_id()
         inputs = [to_langchain(m) for m in _input_messages(input)]
         self._start_services()
         if "messages" in modes or "custom" in modes:
@@ -475,8 +490,31 @@ class Agent:
             input, task_id=task_id, config=config, multitask_strategy=strategy, context=context
         )
         async with self.client() as client:
-            async for mode, data in stream_task(client, task_id, modes, inputs):
-                yield (mode, data) if tagged else data
+            async for item in stream_task(client, task_id, modes, inputs):
+                yield item
+
+    async def astream_events(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        version: str = "v2",
+        **kwargs: Any,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """LangChain's ``astream_events(version="v2")``: the graph's and its nodes' chain
+        events, the chat model's start / stream / end and each tool's start / end, as
+        ``create_agent`` emits them (``loopline.stream_events``); ``config`` and
+        ``multitask_strategy`` as for ``ainvoke``."""
+        from loopline.stream_events import EVENTS_MODES, EventTranslator, events_of
+
+        if version != "v2":
+            raise ValueError(f"astream_events supports version='v2' only, not {version!r}")
+        task_id = new_task_id()
+        inputs = [to_langchain(m) for m in _input_messages(input)]
+        translator = EventTranslator(task_id, input, inputs, self.spec.system_prompt)
+        items = self._stream_items(input, config, list(EVENTS_MODES), kwargs, task_id)
+        async for event in events_of(items, translator):
+            yield event
 
     def stream(
         self,

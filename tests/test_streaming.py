@@ -15,11 +15,13 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langchain_core.messages import BaseMessage
 from langchain_core.messages import HumanMessage as LcHumanMessage
 from langchain_openai import ChatOpenAI
+from langgraph.types import Command
 
 import loopline.embedded
 from contracts import HumanMessage
@@ -345,3 +347,107 @@ async def test_a_reply_nobody_asked_to_stream_comes_whole_in_messages_mode(
         ("AIMessageChunk", TURNS[1].content, "model"),
     ]
     assert items[0][1][0].tool_calls[0]["args"] == {"a": 1, "b": 2}
+
+
+# -- astream_events(version="v2") ---------------------------------------------------------
+
+EVENT_METADATA = ("ls_integration", "langgraph_step", "langgraph_node", "langgraph_triggers")
+
+
+def event_data(value: Any) -> Any:
+    """An event's data as both sides must agree on it (messages by their shape, LangGraph
+    ``Command``s by their update)."""
+    if isinstance(value, BaseMessage):
+        return message_shape(value)
+    if isinstance(value, Command):
+        return {"Command": event_data(value.update)}
+    if isinstance(value, dict):
+        return {k: event_data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [event_data(v) for v in value]
+    return value
+
+
+def event_shape(event: dict[str, Any]) -> Any:
+    meta = metadata_shape(event["metadata"])
+    return (
+        event["event"],
+        event["name"],
+        event_data(event["data"]),
+        event["tags"],
+        len(event["parent_ids"]),
+        meta,
+    )
+
+
+def run_langchain_events(server: ScriptedOpenAIServer, prompt: str) -> list[dict[str, Any]]:
+    inputs: Any = {"messages": [{"role": "user", "content": prompt}]}
+
+    async def collect() -> list[dict[str, Any]]:
+        # an HTTP client of this event loop: langchain-openai shares its default async
+        # client between instances, which would outlive the loop of a previous asyncio.run
+        async with httpx.AsyncClient() as http:
+            model = ChatOpenAI(
+                model="gpt-4o-mini",
+                base_url=server.url,
+                api_key="test",
+                stream_usage=True,
+                http_async_client=http,
+            )
+            agent = lc_create_agent(model, tools=[tooling.add], system_prompt=SYSTEM_PROMPT)
+            return [e async for e in agent.astream_events(inputs, version="v2")]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return asyncio.run(collect())
+
+
+def check_same_events(lc_events: list[dict[str, Any]], ll_events: list[dict[str, Any]]) -> None:
+    expected = [event_shape(e) for e in lc_events]
+    got = [event_shape(e) for e in ll_events]
+    assert [e[:2] for e in got] == [e[:2] for e in expected]
+    for n, (a, b) in enumerate(zip(expected, got, strict=True)):
+        assert b == a, f"event {n} ({a[0]} {a[1]}) differs"
+    # the nesting: every event's parents are runs that started before it
+    started: set[str] = set()
+    for event in ll_events:
+        assert set(event["parent_ids"]) <= started, event["event"]
+        started.add(event["run_id"])
+    streamed = [e for e in ll_events if e["event"] == "on_chat_model_stream"]
+    assert len(streamed) > 5, "the answer came in many pieces"
+
+
+async def test_deployed_astream_events_match_langchain(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    lc_server, _ = servers
+    prompt = "events deployed"
+    lc_events = await asyncio.to_thread(run_langchain_events, lc_server, prompt)
+    settings = Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+    agent = create_agent(
+        "gpt-4o-mini", ["tests.tooling:add"], system_prompt=SYSTEM_PROMPT, settings=settings
+    )
+    inputs = {"messages": [{"role": "user", "content": prompt}]}
+    check_same_events(lc_events, [e async for e in agent.astream_events(inputs, version="v2")])
+    with pytest.raises(ValueError, match="version='v2'"):
+        await anext(agent.astream_events(inputs, version="v1"))
+
+
+async def test_embedded_astream_events_match_langchain(
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    lc_server, ll_server = servers
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
+    prompt = "events embedded"
+    lc_events = await asyncio.to_thread(run_langchain_events, lc_server, prompt)
+    agent = create_agent(
+        chat_model(ll_server),
+        [tooling.add],
+        system_prompt=SYSTEM_PROMPT,
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+    )
+    inputs = {"messages": [{"role": "user", "content": prompt}]}
+    check_same_events(lc_events, [e async for e in agent.astream_events(inputs, version="v2")])

@@ -256,9 +256,13 @@ class ScriptedServerProcess:
     (the JSON script format of ``contracts.replies``): a model endpoint over real HTTP that
     takes no CPU from the process measuring."""
 
-    def __init__(self, turns: list[dict[str, Any]], *, latency: float = 0.0) -> None:
+    def __init__(
+        self, turns: list[dict[str, Any]], *, latency: float = 0.0, chunk_delay: float = 0.0
+    ) -> None:
         self.turns = turns
         self.latency = latency
+        self.chunk_delay = chunk_delay
+        """Seconds between the streamed pieces of a reply: a model generating at a rate."""
         self.url = ""
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -276,6 +280,8 @@ class ScriptedServerProcess:
         args = ["--port", str(self.port), "--script", str(self._script)]
         if self.latency:
             args += ["--latency", str(self.latency)]
+        if self.chunk_delay:
+            args += ["--chunk-delay", str(self.chunk_delay)]
         self._proc = lifetime.spawn(
             [sys.executable, "-m", "loopline.testing.scripted", *args],
             cwd=SOURCE_ROOT,

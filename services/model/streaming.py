@@ -161,17 +161,22 @@ class ChunkPublisher:
         self.attempt = attempt
         self.model = model
         self.first = True
+        self.shown = False  # whether a batch with text (or a tool call) was cut
         self.buffer: list[dict[str, Any]] = []
         self._timer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # FIFO: batches reach the stream in the order cut
 
     def add(self, chunk: AIMessageChunk) -> None:
+        """Buffer a chunk; until the first text (or tool call) has gone out a chunk is
+        written at once, so that batching adds nothing to the time to the first token."""
         self.buffer.append(chunk.model_dump(exclude_defaults=True))
         if self._timer is None:
-            self._timer = asyncio.create_task(self._flush_later())
+            delay = self.batch_s if self.shown else 0.0
+            self.shown = self.shown or bool(chunk.content or chunk.tool_call_chunks)
+            self._timer = asyncio.create_task(self._flush_later(delay))
 
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(self.batch_s)
+    async def _flush_later(self, delay: float) -> None:
+        await asyncio.sleep(delay)
         self._timer = None
         await self._write(None)
 

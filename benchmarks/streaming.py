@@ -1,0 +1,195 @@
+"""Streaming as a client sees it: time to the first token and tokens per second.
+
+Three clients of the same streaming scripted server (its own process, a reply of
+``PIECES`` pieces, ``CHUNK_DELAY`` seconds apart, as a model generating at a rate), one run
+of each in turn per round so that the machine's load falls on all alike:
+
+- **langchain**: ``create_agent(ChatOpenAI(...)).astream(stream_mode="messages")``
+  in this process (the baseline);
+- **bus**: loopline with each service its own process, ``Agent.astream(stream_mode=
+  "messages")`` reading the task's chunk stream on Redis;
+- **gateway**: the same services behind ``loopline serve api`` (its own process),
+  ``langgraph_sdk``'s ``runs.stream(stream_mode="messages-tuple")``, a stateless run.
+
+First token: from the call to the first chunk with text. Token rate: text chunks after
+the first, over the time from the first to the last.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain.agents import create_agent as lc_create_agent
+from langchain_openai import ChatOpenAI
+from langgraph_sdk import get_client
+
+from benchmarks.stack import Services, drop_prefix, new_prefix
+from benchmarks.suite import pct
+from loopline.agent import create_agent
+from loopline.client import Client
+from loopline.testing.processes import GatewayProcess, ScriptedServerProcess
+from services.settings import Settings
+
+PIECE = "token "  # the scripted server streams a reply in pieces of about 8 characters
+PIECES = 100
+CHUNK_DELAY = 0.004  # 250 pieces a second: a fast model
+MODEL = "gpt-4o-mini"
+ASSISTANT = "streaming"
+SIDES = ("langchain", "bus", "gateway")
+
+
+@dataclass
+class Timing:
+    """One run as its client saw it."""
+
+    first_s: float = 0.0
+    stamps: list[float] = field(default_factory=list)  # when each text chunk arrived
+
+    def rate(self) -> float:
+        if len(self.stamps) < 2 or self.stamps[-1] <= self.stamps[0]:
+            return float("nan")
+        return (len(self.stamps) - 1) / (self.stamps[-1] - self.stamps[0])
+
+
+async def timed(texts: AsyncIterator[str]) -> Timing:
+    """Times the text pieces of one streamed reply, from now."""
+    start = time.perf_counter()
+    timing = Timing()
+    async for text in texts:
+        if text:
+            timing.stamps.append(time.perf_counter())
+    if timing.stamps:
+        timing.first_s = timing.stamps[0] - start
+    return timing
+
+
+def prompt_input(prompt: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": prompt}]}
+
+
+async def agent_texts(agent: Any, prompt: str) -> AsyncIterator[str]:
+    """LangChain's agent and loopline's Agent alike: ``astream(stream_mode="messages")``."""
+    async for chunk, _ in agent.astream(prompt_input(prompt), stream_mode="messages"):
+        yield str(chunk.content)
+
+
+async def gateway_texts(sdk: Any, prompt: str) -> AsyncIterator[str]:
+    parts = sdk.runs.stream(
+        None, ASSISTANT, input=prompt_input(prompt), stream_mode="messages-tuple"
+    )
+    async for part in parts:
+        if part.event == "messages":
+            yield str(part.data[0].get("content", ""))
+
+
+def summary(runs: list[Timing], baseline: list[Timing] | None) -> dict[str, Any]:
+    firsts = [t.first_s for t in runs]
+    rates = [t.rate() for t in runs]
+    out: dict[str, Any] = {
+        "first_token_p50_ms": pct(firsts, 50) * 1000,
+        "first_token_p99_ms": pct(firsts, 99) * 1000,
+        "tokens_per_s_p50": pct(rates, 50),
+        "runs": len(runs),
+        "pieces_per_run": [len(t.stamps) for t in runs][:1],
+    }
+    if baseline is not None:
+        base = summary(baseline, None)
+        out["first_token_overhead_p50_ms"] = out["first_token_p50_ms"] - base["first_token_p50_ms"]
+        out["first_token_ratio_p50"] = out["first_token_p50_ms"] / base["first_token_p50_ms"]
+        out["tokens_per_s_ratio"] = out["tokens_per_s_p50"] / base["tokens_per_s_p50"]
+    return out
+
+
+async def streaming(url: str, rounds: int) -> dict[str, Any]:
+    """``rounds`` runs of each side, interleaved, after one warm-up run each."""
+    prefix = new_prefix()
+    reply = [{"content": PIECE * (PIECES * 8 // len(PIECE))}]
+    runs: dict[str, list[Timing]] = {side: [] for side in SIDES}
+    with ScriptedServerProcess(reply, chunk_delay=CHUNK_DELAY) as model_server:
+        env = {"OPENAI_BASE_URL": model_server.url, "OPENAI_API_KEY": "unused"}
+        with Services(url, prefix, env=env), GatewayProcess(url, prefix, env=env) as api:
+            sdk = get_client(url=api.url, api_key=None)
+            sides = await _sides(url, prefix, model_server.url, sdk)
+            try:
+                for r in range(rounds + 1):
+                    for side, run in sides.items():
+                        timing = await timed(run(f"stream r{r} {side}"))
+                        if r > 0:  # round 0 warms every side up
+                            runs[side].append(timing)
+            finally:
+                await sdk.http.client.aclose()
+    drop_prefix(url, prefix)
+    base = runs["langchain"]
+    return {
+        "langchain": summary(base, None),
+        "bus": summary(runs["bus"], base),
+        "gateway": summary(runs["gateway"], base),
+        "pieces": PIECES,
+        "chunk_delay_ms": CHUNK_DELAY * 1000,
+    }
+
+
+async def _sides(
+    url: str, prefix: str, model_url: str, sdk: Any
+) -> dict[str, Callable[[str], AsyncIterator[str]]]:
+    """Each side's streamed texts for a prompt, by name; loopline's agent deployed under
+    ``ASSISTANT`` for the gateway."""
+    settings = Settings(redis_url=url, prefix=prefix)
+    ours = create_agent(MODEL, settings=settings)
+    async with Client(url, prefix) as client:
+        await client.deploy(ours, name=ASSISTANT)
+    model = ChatOpenAI(model=MODEL, base_url=model_url, api_key="unused", stream_usage=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = lc_create_agent(model)
+    return {
+        "langchain": lambda prompt: agent_texts(theirs, prompt),
+        "bus": lambda prompt: agent_texts(ours, prompt),
+        "gateway": lambda prompt: gateway_texts(sdk, prompt),
+    }
+
+
+def to_markdown(fig: dict[str, Any], environment: dict[str, Any]) -> str:
+    """The streaming table, with the run's conditions."""
+    lines = [
+        "# Streaming: first token and token rate, as a client sees them",
+        "",
+        f"Run {environment.get('when', '')} on {environment.get('machine', '')}; Redis: "
+        f"{environment.get('redis', '')}. The machine was shared with other work while this "
+        "ran (see the load average): absolute figures are noisy, the ratios compare runs "
+        "interleaved in the same rounds.",
+        "",
+        f"Same scripted server (its own process): one reply of {fig['pieces']} pieces, "
+        f"{fig['chunk_delay_ms']:g} ms apart. {fig['langchain']['runs']} runs per side.",
+        "",
+        "| side | first token p50 | p99 | overhead p50 vs in-process | tokens/s p50 | "
+        "rate vs in-process |",
+        "|---|---|---|---|---|---|",
+    ]
+    names = {
+        "langchain": "LangChain `create_agent` in-process `astream(messages)`",
+        "bus": "loopline, services as processes, `Agent.astream(messages)` on the bus",
+        "gateway": "loopline, `loopline serve api` + `langgraph_sdk` `runs.stream`",
+    }
+    for side in SIDES:
+        row = fig[side]
+        overhead = row.get("first_token_overhead_p50_ms")
+        ratio = row.get("tokens_per_s_ratio")
+        lines.append(
+            f"| {names[side]} | {row['first_token_p50_ms']:.1f} ms | "
+            f"{row['first_token_p99_ms']:.1f} ms | "
+            f"{'' if overhead is None else f'{overhead:+.1f} ms'} | "
+            f"{row['tokens_per_s_p50']:.0f} | "
+            f"{'' if ratio is None else f'{ratio:.2f}x'} |"
+        )
+    lines += [
+        "",
+        "Targets (issue 17): first-token overhead at most 2 ms p50 over in-process, no "
+        "lower token rate.",
+        "",
+    ]
+    return "\n".join(lines)
