@@ -461,6 +461,7 @@ async def test_an_attack_in_the_registry_is_refused_by_the_services_under_their_
     assert recorder.authorizations == [] and recorder.chat_requests() == []
     assert not refused_service_commands(bus)
 
+
 async def test_the_http_gateway_serves_its_tenant_under_the_api_user(
     bus: Bus, services: None
 ) -> None:

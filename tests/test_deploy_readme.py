@@ -191,7 +191,7 @@ def test_the_deploy_sections_compose_commands_run_as_written(
             timeout=60,
         )
         assert left.stdout.strip() == "", left.stdout
-        assert (copy / ".env").read_text().count("LOOPLINE_ACL_") == 8
+        assert (copy / ".env").read_text().count("LOOPLINE_ACL_") == len(acl.ROLES)
     finally:
         cleanup = "export COMPOSE_FILE=docker-compose.yml:deploy/compose.demo.yml\n"
         cleanup += "docker-compose down -v --remove-orphans -t 5\n"
