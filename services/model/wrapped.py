@@ -16,6 +16,7 @@ from langchain_core.messages import SystemMessage as LcSystemMessage
 from contracts.agent import AgentSpec, MiddlewareSpec
 from contracts.events import AppliedEdit, StructuredOutcome
 from contracts.messages import AIMessage, Message, from_langchain, to_langchain
+from services import custom_stream
 from services.agent_view import system_message, tool_schemas
 from services.hooks import HookSet, call_wrapped, lg_runtime
 from services.model.chat import build_chat_model
@@ -276,6 +277,9 @@ async def call_with_middleware(
     async def call_model(req: Any) -> Any:
         if known is not None:
             refuse_unknown_tools(req.tools, known)
+        writer = custom_stream.current()
+        if writer is not None:  # what the chain wrote goes out before the reply's chunks
+            await writer.flush()
         model = req.model
         settings = dict(req.model_settings)
         used = None
