@@ -27,7 +27,7 @@ from contracts.messages import (
     from_langchain,
     to_langchain,
 )
-from loopline.client import Client, TaskFailedError
+from loopline.client import Client
 from loopline.conversation import (
     RunConfig,
     decisions_of,
@@ -36,6 +36,7 @@ from loopline.conversation import (
     max_model_calls,
     snapshot,
 )
+from loopline.errors import TaskFailedError, failure_of
 from loopline.threads import ThreadValues
 from services.errors import ConfigurationError
 from services.settings import Settings
@@ -296,7 +297,7 @@ class Agent:
             else:
                 _, outcome = await client.outcome(task_id, after=after)
             if isinstance(outcome, TaskFailed):
-                raise TaskFailedError(outcome)
+                raise failure_of(outcome)
             if isinstance(outcome, ToolInterrupted):  # a decision the call's schema refused
                 raise ValueError(f"decision for call {outcome.call.id} refused: {outcome.error}")
             open_calls = (

@@ -50,6 +50,7 @@ from contracts.events import (
     TaskSubmitted,
     TodosUpdated,
     ToolCompleted,
+    ToolFailed,
     ToolInterrupted,
     ToolRequested,
     ToolResumed,
@@ -86,8 +87,9 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(
         "loop",
         lambda n: n.loop,
-        (ModelResponded, ModelFailed, ToolCompleted, ToolInterrupted),
-        "model (replies, failures), tools and todos (tool results, per-call approvals)",
+        (ModelResponded, ModelFailed, ToolCompleted, ToolFailed, ToolInterrupted),
+        "model (replies, failures), tools and todos (tool results and failures, per-call "
+        "approvals)",
         "loop",
         "Results coming back to the loop, which applies each as one atomic transition of "
         "the task's state. Replies and tool results of agents without loop-stage hooks do "

@@ -31,6 +31,7 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
+from loopline.errors import TaskFailedError as TaskFailedError  # re-exported
 from loopline.threads import ThreadReader
 from services import deployed
 from services.redisconn import async_client
@@ -127,14 +128,6 @@ def _spec_of(agent: Any) -> tuple[AgentSpec, int | None]:
     if isinstance(spec, AgentSpec):  # an Agent from create_agent
         return spec, getattr(agent, "max_steps", None)
     raise TypeError(f"cannot deploy {agent!r}: give an AgentSpec, an Agent or an agent file")
-
-
-class TaskFailedError(RuntimeError):
-    """The task ended without an answer; ``event`` says why."""
-
-    def __init__(self, event: TaskFailed) -> None:
-        super().__init__(event.reason)
-        self.event = event
 
 
 class Client:
@@ -441,6 +434,8 @@ class Client:
                 return
 
     async def wait(self, task_id: str) -> TaskCompleted:
+        """The task's completion; ``TaskFailedError`` (with the ``TaskFailed`` event)
+        when it failed (``Agent.invoke`` raises the original exception instead)."""
         async for _, event in self.events(task_id):
             if isinstance(event, TaskFailed):
                 raise TaskFailedError(event)

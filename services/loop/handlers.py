@@ -11,6 +11,7 @@ from contracts.events import (
     RunDequeued,
     TaskSubmitted,
     ToolCompleted,
+    ToolFailed,
     ToolInterrupted,
 )
 from services import approvals
@@ -44,6 +45,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             await loop.tool_completed(event)
         elif isinstance(event, ModelFailed):
             await loop.model_failed(event)
+        elif isinstance(event, ToolFailed):
+            await loop.tool_failed(event)
         elif isinstance(event, ToolInterrupted):
             await loop.tool_interrupted(event)
         else:

@@ -17,6 +17,7 @@ from contracts.messages import AIMessage, Message, from_langchain
 from services.agent_view import system_message
 from services.editing.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
+from services.failures import exception_info, failure_text
 from services.hooks import hooks_for
 from services.middleware import ratelimit
 from services.model import streaming
@@ -24,7 +25,6 @@ from services.model.chat import ModelPool, prompt_of
 from services.model.lcview import LangChainViews
 from services.model.wrapped import ModelCaller, call_with_middleware
 from services.runtime import Handler, Runtime
-from services.secrets import scrub
 from services.spec import structured
 from services.tasks.handover import LoopHandOver
 
@@ -98,7 +98,8 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     step=event.step,
                     agent_id=event.agent_id,
                     # a provider may echo the key it was given: no secret on the bus
-                    error=scrub(f"{type(exc).__name__}: {exc}"),
+                    error=failure_text(exc),
+                    exception=exception_info(exc),
                 ),
             )
             return

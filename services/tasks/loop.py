@@ -24,6 +24,7 @@ from contracts.events import (
     CancelRequested,
     DecisionsSubmitted,
     Event,
+    ExceptionInfo,
     ModelFailed,
     ModelResponded,
     RunDequeued,
@@ -33,6 +34,7 @@ from contracts.events import (
     TaskFailed,
     TaskSubmitted,
     ToolCompleted,
+    ToolFailed,
     ToolInterrupted,
     dump_event,
     parse_event,
@@ -41,6 +43,7 @@ from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
 from services import approvals, deployed
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent, Refused, UnknownTask
+from services.failures import exception_info, failure_text
 from services.hooks import HookSet, hooks_for
 from services.runtime import Runtime
 from services.secrets import scrub
@@ -305,8 +308,22 @@ class Loop:
         state = await self.store.apply(
             event.task_id,
             FailTask(
-                failed_event=self._failed(event.task_id, event.step, reason),
+                failed_event=self._failed(event.task_id, event.step, reason, event.exception),
                 cause=Cause.model_failed(event.step),
+            ),
+        )
+        await self._emit(event.task_id, self._known(state, event.task_id))
+
+    async def tool_failed(self, event: ToolFailed) -> None:
+        """A tool raised: the task fails with its exception, as LangChain's agent lets a
+        tool's exception propagate (the step's other calls may still finish; their
+        results change nothing)."""
+        reason = f"tool {event.call.name!r} failed at step {event.step}: {event.error}"
+        state = await self.store.apply(
+            event.task_id,
+            FailTask(
+                failed_event=self._failed(event.task_id, event.step, reason, event.exception),
+                cause=Cause.tool_failed(event.step, event.call.id),
             ),
         )
         await self._emit(event.task_id, self._known(state, event.task_id))
@@ -592,10 +609,10 @@ class Loop:
         except ValueError as exc:
             if decisions is not None:  # decisions that do not fit: reject them, keep waiting
                 raise BadEvent(f"decisions rejected: {exc}") from exc
-            await self._fail_now(tid, f"{type(exc).__name__}: {exc}")
+            await self._fail_with(tid, exc)
             return None
-        except Exception as exc:  # a hook that raises ends the task, with the reason
-            await self._fail_now(tid, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a hook that raises ends the task with its exception
+            await self._fail_with(tid, exc)
             return None
         hooked.decided = {**turn.decided, **hooked.decided}
         return hooked
@@ -637,7 +654,7 @@ class Loop:
         try:
             outcome = await start_step(hooks, state.step, transcript, extra)
         except Exception as exc:  # a hook that raises (a limit with exit "error") ends it
-            await self._fail_now(task_id, f"{type(exc).__name__}: {exc}")
+            await self._fail_with(task_id, exc)
             return None
         completed = TaskCompleted(task_id=task_id, steps=state.step - 1, answer=outcome.answer)
         return await self.store.apply(
@@ -658,26 +675,40 @@ class Loop:
     # -- failures ----------------------------------------------------------------------
 
     @staticmethod
-    def _failed(task_id: str, step: int, reason: str) -> bytes:
-        return dump_event(TaskFailed(task_id=task_id, step=step, reason=reason))
+    def _failed(
+        task_id: str, step: int, reason: str, exception: ExceptionInfo | None = None
+    ) -> bytes:
+        failed = TaskFailed(task_id=task_id, step=step, reason=reason, exception=exception)
+        return dump_event(failed)
 
     async def _fail_at_current_step(
-        self, task_id: str, reason: str, cause: str | None
+        self,
+        task_id: str,
+        reason: str,
+        cause: str | None,
+        exception: ExceptionInfo | None = None,
     ) -> TaskState:
         """Fail a running task at whatever step it is on (one transition, applied once)."""
         step = await self.store.current_step(task_id)
         return await self.store.apply(
             task_id,
             FailTask(
-                failed_event=self._failed(task_id, step, reason),
+                failed_event=self._failed(task_id, step, reason, exception),
                 cause=cause or Cause.failed(step),
             ),
         )
 
-    async def _fail_now(self, task_id: str, reason: str) -> TaskState:
-        state = await self._fail_at_current_step(task_id, scrub(reason), None)
+    async def _fail_now(
+        self, task_id: str, reason: str, exception: ExceptionInfo | None = None
+    ) -> TaskState:
+        state = await self._fail_at_current_step(task_id, scrub(reason), None, exception)
         await self._emit(task_id, state)
         return state
+
+    async def _fail_with(self, task_id: str, exc: Exception) -> TaskState:
+        """A middleware hook raised: the task fails with its exception (``invoke``
+        raises it again, as LangChain's agent lets it propagate)."""
+        return await self._fail_now(task_id, failure_text(exc), exception_info(exc))
 
 
 def _structured_response(event: ModelResponded, turn: ModelTurn) -> Any:

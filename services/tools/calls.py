@@ -28,9 +28,10 @@ from typing import Any
 from langchain_core.tools import BaseTool
 from redis.exceptions import RedisError
 
-from contracts.events import ToolRequested, ToolResumed
+from contracts.events import ExceptionInfo, ToolRequested, ToolResumed
 from contracts.messages import Message, ToolCall, ToolMessage
 from services import approvals
+from services.failures import exception_info, failure_text
 from services.runtime import Runtime
 from services.spec import toolbox
 from services.tasks.issued import Admission, IssuedCalls
@@ -54,7 +55,21 @@ class Parked:
     decision: dict[str, Any] | None = None
 
 
-Outcome = ToolMessage | Parked
+@dataclass(frozen=True)
+class Failed:
+    """A call whose tool raised (no ``wrap_tool_call`` middleware turned the exception
+    into a message): the task fails with it. Recorded like a result, so a redelivery
+    reports the same failure instead of running the tool again."""
+
+    error: str
+    exception: ExceptionInfo
+
+    @classmethod
+    def of(cls, exc: Exception) -> Failed:
+        return cls(failure_text(exc), exception_info(exc))
+
+
+Outcome = ToolMessage | Parked | Failed
 Limit = Callable[[], AbstractAsyncContextManager[None]]
 
 
@@ -133,8 +148,11 @@ class ToolCalls:
             # record also parks calls for humans.
             if await self.issued.admit(event) is Admission.LATE:
                 return None
-            result = await run_tool(job.tool, call, limit=job.limit)
-            return await self._record_done(calls_key, result)
+            try:
+                result: ToolMessage | Failed = await run_tool(job.tool, call, limit=job.limit)
+            except Exception as exc:  # the tool's own exception: the task fails with it
+                result = Failed.of(exc)
+            return await self._record_done(calls_key, call.id, result)
         # The check and the lease in one script: the round trip the lease took anyway.
         admission = await self.issued.admit(event, lease=self._first_marker(job))
         if admission is Admission.LATE:
@@ -228,12 +246,14 @@ class ToolCalls:
         call = job.call
         if record.get("state") == "done":
             return ToolMessage.model_validate(record["message"])
+        if record.get("state") == "failed":
+            return Failed(record["error"], ExceptionInfo.model_validate(record["exception"]))
         if float(record.get("until", 0)) > time.time():
             # This duplicate stays pending and is retried (by then the result is recorded
             # and gets re-published).
             raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
         if not toolbox.is_idempotent(job.tool) and record.get("started", True):
-            return await self._record_done(calls_key, unknown_outcome(call))
+            return await self._record_done(calls_key, call.id, unknown_outcome(call))
         await self.rt.redis.hset(calls_key, call.id, self._first_marker(job))
         return await self._run_leased(job, decision)
 
@@ -244,11 +264,13 @@ class ToolCalls:
         renew = asyncio.create_task(self._keep_lease(lease))
         try:
             outcome = await self._run_chain(job, decision, lease)
+        except Exception as exc:  # the tool's (or a wrapper's) exception: the task fails
+            outcome = Failed.of(exc)
         finally:
             await self._release(lease, renew)
         if isinstance(outcome, Parked):  # after the lease stopped: nothing overwrites it
             return await self._park(calls_key, job.call.id, outcome)
-        return await self._record_done(calls_key, outcome)
+        return await self._record_done(calls_key, job.call.id, outcome)
 
     async def _run_chain(self, job: Job, decision: dict[str, Any] | None, lease: Lease) -> Outcome:
         """The tool, inside its wrap_tool_call middleware when it has any."""
@@ -313,9 +335,16 @@ class ToolCalls:
         kept = json.loads(found) if found else {}
         return Parked(kept.get("request") or {}, kept.get("response_schema"))
 
-    async def _record_done(self, calls_key: str, message: ToolMessage) -> ToolMessage:
+    async def _record_done(
+        self, calls_key: str, call_id: str, outcome: ToolMessage | Failed
+    ) -> ToolMessage | Failed:
         """Recorded with the entry's ack and the result's publication (one script), so a
         redelivery after the commit finds it and re-publishes instead of running again."""
-        record = {"state": "done", "message": message.model_dump(mode="json")}
-        await self.rt.write(calls_key, message.tool_call_id, json.dumps(record))
-        return message
+        record: dict[str, Any]
+        if isinstance(outcome, Failed):
+            exception = outcome.exception.model_dump(mode="json")
+            record = {"state": "failed", "error": outcome.error, "exception": exception}
+        else:
+            record = {"state": "done", "message": outcome.model_dump(mode="json")}
+        await self.rt.write(calls_key, call_id, json.dumps(record))
+        return outcome

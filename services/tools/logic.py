@@ -1,4 +1,8 @@
-"""Running one tool call the way LangChain's ToolNode does, errors included."""
+"""Running one tool call the way LangChain's ToolNode does in ``create_agent``, errors
+included: invalid arguments (LangGraph's ``ToolInvocationError``) are answered with
+ToolNode's message; any other exception of the tool propagates (the task fails with it),
+unless a ``wrap_tool_call`` middleware (``ToolErrorMiddleware``, ``ToolRetryMiddleware``
+with ``on_failure="continue"``, a user's own) turns it into a message."""
 
 from __future__ import annotations
 
@@ -13,20 +17,11 @@ from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from contracts.messages import Message, ToolCall, ToolMessage, from_langchain
-from services.secrets import scrub
 from services.tool_errors import (
     INVALID_TOOL_NAME_ERROR_TEMPLATE,
-    TOOL_CALL_ERROR_TEMPLATE,
     TOOL_INVOCATION_ERROR_TEMPLATE,
 )
 from services.tools.threads import ToolAborted
-
-
-def failure_message(call: ToolCall, exc: Exception) -> ToolMessage:
-    """The model's answer for a tool that raised, as LangChain's ToolNode words it, with
-    no secret of this process in it (a tool's error may hold its connection URL)."""
-    content = scrub(TOOL_CALL_ERROR_TEMPLATE.format(error=repr(exc)))
-    return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
 
 
 def refused(call: ToolCall, available: list[str]) -> ToolMessage:
@@ -116,13 +111,13 @@ async def run_tool(
     tool: BaseTool,
     call: ToolCall,
     *,
-    raise_errors: bool = False,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
 ) -> ToolMessage:
-    """Invoke the tool with the call; a raising tool answers with an error message (as
-    ToolNode with ``handle_tool_errors=True``), invalid arguments with ToolNode's text.
-    ``limit``: the call's time limit (``services.tools.limits``); a call past it fails
-    with ``TimeoutError``."""
+    """Invoke the tool with the call. Invalid arguments are answered with ToolNode's
+    text (``ToolInvocationError``'s message); the tool's own exception propagates, as
+    ToolNode's default error handler in ``create_agent`` re-raises it. ``limit``: the
+    call's time limit (``services.tools.limits``); a call past it raises
+    ``TimeoutError``."""
     payload: dict[str, Any] = {
         "id": call.id,
         "name": call.name,
@@ -137,10 +132,6 @@ async def run_tool(
             tool_name=call.name, tool_kwargs=call.args, error=_validation_text(exc)
         )
         return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
-    except Exception as exc:  # the tool's own failure is an answer for the model
-        if raise_errors:  # inside wrap_tool_call: retry middleware must see the exception
-            raise
-        return failure_message(call, exc)
     message = from_langchain(result) if not isinstance(result, str) else None
     if isinstance(message, ToolMessage):
         return message
@@ -208,7 +199,8 @@ async def run_wrapped(
     A per-call human approval inside the chain raises ``approvals.Interrupted`` (no
     ``decision`` yet: the caller parks the call) or gets ``decision`` from ``interrupt()``;
     a decision that does not fit raises ``approvals.DecisionRefused``. ``before_tool``
-    is awaited when the chain reaches the tool itself."""
+    is awaited when the chain reaches the tool itself. An exception that no wrapper
+    turned into a message propagates."""
     from langchain_core.messages import ToolMessage as LcToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
@@ -231,18 +223,14 @@ async def run_wrapped(
         answer = await run_tool(
             target,
             ToolCall(id=wanted["id"], name=wanted["name"], args=wanted.get("args", {})),
-            raise_errors=True,
             limit=limit,
         )
         return to_langchain(answer)
 
-    try:
-        with approvals.answering_call(decision):
-            result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r)
-    except (approvals.Interrupted, approvals.DecisionRefused):
-        raise  # not the call's outcome: it waits for a (valid) human decision
-    except Exception as exc:  # what no wrapper handled: an error answer, as without them
-        return failure_message(call, exc)
+    # What no wrapper handled propagates: the task fails with it, as in LangChain. An
+    # approval's Interrupted / DecisionRefused is not an outcome: the call waits.
+    with approvals.answering_call(decision):
+        result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r)
     if not isinstance(result, LcToolMessage):
         return ToolMessage(
             content=f"Error: wrap_tool_call returned {type(result).__name__}, not a ToolMessage",
