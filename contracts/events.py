@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from contracts.agent import AgentSpec
+from contracts.agent import AgentSpec, RunMode
 from contracts.messages import AIMessage, Message, ToolCall, ToolMessage
 from contracts.todos import Todo
 
@@ -69,6 +69,10 @@ class TaskSubmitted(Event):
     """LangChain's ``config["tags"]``: recorded with the run and in its trace."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """LangChain's ``config["metadata"]``: recorded with the run and in its trace."""
+    run_mode: RunMode | None = None
+    """``"sync"`` from ``invoke``/``stream``, ``"async"`` from ``ainvoke``/``astream``:
+    which variant of each middleware hook runs (``AgentSpec.run_mode``). None: the async
+    variant where there is one."""
 
     @property
     def agent_name(self) -> str:

@@ -7,12 +7,11 @@ the model may be any in-process objects.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec
+from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec, RunMode
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
@@ -37,6 +36,7 @@ from loopline.conversation import (
     snapshot,
 )
 from loopline.errors import TaskFailedError, failure_of
+from loopline.syncrun import iter_sync, run_sync
 from loopline.threads import ThreadValues
 from services.errors import ConfigurationError
 from services.settings import Settings
@@ -260,8 +260,11 @@ class Agent:
         task_id: str | None = None,
         config: Mapping[str, Any] | None = None,
         multitask_strategy: str = "reject",
+        run_mode: RunMode | None = None,
     ) -> str:
-        """Submit a task (with ``config``'s thread: a run of it) and return its id at once."""
+        """Submit a task (with ``config``'s thread: a run of it) and return its id at once.
+        ``run_mode``: ``"sync"`` runs the sync variant of each middleware hook, as
+        LangChain's ``invoke`` does, ``"async"`` the async one (``ainvoke``)."""
         run = self._run_config(config)
         self._start_services()
         messages = _input_messages(input)
@@ -282,6 +285,7 @@ class Agent:
                 run_name=run.run_name,
                 tags=run.tags,
                 metadata=run.metadata,
+                run_mode=run_mode,
             )
 
     async def aresult(
@@ -347,7 +351,7 @@ class Agent:
     def resume(
         self, task_id: str, decisions: Sequence[dict[str, Any]] | Mapping[str, Any]
     ) -> dict[str, Any]:
-        return asyncio.run(self.aresume(task_id, decisions))
+        return run_sync(self.aresume(task_id, decisions))
 
     async def acancel(self, task_id: str, reason: str = "cancelled by request") -> None:
         async with self.client() as client:
@@ -359,14 +363,22 @@ class Agent:
         """LangChain's ``ainvoke``: ``input`` the new messages, or ``Command(resume=...)``
         answering the thread's waiting interrupt(s); ``config`` LangChain's (thread id,
         recursion limit, run name, tags, metadata); ``multitask_strategy`` for a thread
-        that has a run going (default ``reject``)."""
+        that has a run going (default ``reject``). Middleware run their async hooks
+        (``abefore_model``, ``awrap_model_call``, ...), as LangChain's ``ainvoke``."""
+        return await self._ainvoke(input, config, "async", **kwargs)
+
+    async def _ainvoke(
+        self, input: Any, config: Mapping[str, Any] | None, run_mode: RunMode, **kwargs: Any
+    ) -> dict[str, Any]:
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         kwargs.pop("version", None)  # LangGraph's output version: one shape here
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
             return await self._aresume_thread(input, config)
-        task_id = await self.asubmit(input, config=config, multitask_strategy=strategy)
+        task_id = await self.asubmit(
+            input, config=config, multitask_strategy=strategy, run_mode=run_mode
+        )
         result = await self.aresult(task_id)
         if self._run_config(config).thread_id is not None:
             result = await self._thread_result(result, config)
@@ -375,11 +387,10 @@ class Agent:
     def invoke(
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> dict[str, Any]:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.ainvoke(input, config, **kwargs))
-        raise RuntimeError("invoke() called inside a running event loop; use ainvoke()")
+        """LangChain's ``invoke``: blocks until the run ends, also inside a running event
+        loop (async code, Jupyter), as LangChain's does. Middleware run their sync hooks
+        (``before_model``, ``wrap_model_call``, ...)."""
+        return run_sync(self._ainvoke(input, config, "sync", **kwargs))
 
     async def astream(
         self,
@@ -395,6 +406,17 @@ class Agent:
         default, as LangGraph's), or a list of them (``(mode, data)`` tuples); ``config``
         and ``multitask_strategy`` as for ``ainvoke``. loopline's own events (and
         ``Command(resume=...)``): ``astream_task_events``."""
+        async for item in self._astream(input, config, stream_mode, "async", **kwargs):
+            yield item
+
+    async def _astream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        stream_mode: str | Sequence[str],
+        run_mode: RunMode,
+        **kwargs: Any,
+    ) -> AsyncGenerator[Any, None]:
         from loopline.stream_modes import modes_of, stream_task
 
         modes, tagged = modes_of(stream_mode)
@@ -412,7 +434,13 @@ class Agent:
         if "messages" in modes:
             async with self.client() as client:
                 await client.stream_replies(task_id, self.settings.stream_ttl_s)
-        await self.asubmit(input, task_id=task_id, config=config, multitask_strategy=strategy)
+        await self.asubmit(
+            input,
+            task_id=task_id,
+            config=config,
+            multitask_strategy=strategy,
+            run_mode=run_mode,
+        )
         async with self.client() as client:
             async for mode, data in stream_task(client, task_id, modes, inputs):
                 yield (mode, data) if tagged else data
@@ -425,12 +453,9 @@ class Agent:
         stream_mode: str | Sequence[str] = "values",
         **kwargs: Any,
     ) -> Iterator[Any]:
-        """``astream`` for synchronous callers (not inside a running event loop)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return iter_async(self.astream(input, config, stream_mode=stream_mode, **kwargs))
-        raise RuntimeError("stream() called inside a running event loop; use astream()")
+        """``astream`` for synchronous callers (also inside a running event loop); the
+        middleware's sync hooks run, as in LangChain's ``stream``."""
+        return iter_sync(self._astream(input, config, stream_mode, "sync", **kwargs))
 
     async def astream_task_events(
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
@@ -458,7 +483,7 @@ class Agent:
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> Iterator[AnyEvent]:
         """``astream_task_events`` for synchronous code."""
-        return iter_async(self.astream_task_events(input, config, **kwargs))
+        return iter_sync(self.astream_task_events(input, config, **kwargs))
 
     async def aevents(self, task_id: str, *, after: str = "0") -> AsyncIterator[AnyEvent]:
         async with self.client() as client:
@@ -486,7 +511,7 @@ class Agent:
         return snapshot(self.spec, state, interrupts, parent_run=parent)
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
-        return asyncio.run(self.aget_state(config, subgraphs=subgraphs))
+        return run_sync(self.aget_state(config, subgraphs=subgraphs))
 
     async def aget_state_history(
         self, config: Mapping[str, Any], **kwargs: Any
@@ -504,7 +529,7 @@ class Agent:
             yield snapshot(self.spec, state, parent_run=parent)
 
     def get_state_history(self, config: Mapping[str, Any], **kwargs: Any) -> Iterator[Any]:
-        return iter_async(self.aget_state_history(config, **kwargs))
+        return iter_sync(self.aget_state_history(config, **kwargs))
 
     async def _interrupts(self, client: Client, state: ThreadValues) -> list[Any]:
         """The interrupts a waiting run of the thread asked (batched: one, by run and
@@ -542,20 +567,6 @@ class Agent:
             return result
         snap = await self.aget_state(config or {})
         return {**result, "__interrupt__": list(snap.interrupts)}
-
-
-def iter_async(source: AsyncIterator[Any]) -> Iterator[Any]:
-    """An async iterator drained in a private event loop, for synchronous callers."""
-    loop = asyncio.new_event_loop()
-    try:
-        while True:
-            try:
-                yield loop.run_until_complete(source.__anext__())
-            except StopAsyncIteration:
-                return
-    finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
 
 
 def _input_messages(input: dict[str, Any]) -> list[Message]:

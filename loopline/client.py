@@ -13,7 +13,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from contracts.agent import AgentSpec, DeployedAgent
+from contracts.agent import AgentSpec, DeployedAgent, RunMode
 from contracts.chunks import ChunkBatch
 from contracts.events import (
     MULTITASK_STRATEGIES,
@@ -205,6 +205,7 @@ class Client:
         run_name: str | None = None,
         tags: Sequence[str] = (),
         metadata: Mapping[str, Any] | None = None,
+        run_mode: RunMode | None = None,
     ) -> str:
         """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
         ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
@@ -229,6 +230,7 @@ class Client:
             run_name=run_name,
             tags=list(tags),
             metadata=dict(metadata or {}),
+            run_mode=run_mode,
             **fields,
         )
         data = event.model_dump_json()

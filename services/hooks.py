@@ -30,13 +30,24 @@ def _base() -> Any:
     return AgentMiddleware
 
 
+def implements(instance: Any, name: str) -> bool:
+    """Whether the middleware's class overrides ``name`` (``before_model``,
+    ``abefore_model``, ...) of ``AgentMiddleware``, as LangChain decides."""
+    return getattr(type(instance), name, None) is not getattr(_base(), name, None)
+
+
 def overrides(instance: Any, hook: str) -> bool:
     """Whether the middleware implements a hook (sync or async), as LangChain decides."""
-    base = _base()
-    cls = type(instance)
-    sync = getattr(cls, hook, None) is not getattr(base, hook, None)
-    asyn = getattr(cls, f"a{hook}", None) is not getattr(base, f"a{hook}", None)
-    return bool(sync or asyn)
+    return implements(instance, hook) or implements(instance, f"a{hook}")
+
+
+NO_SYNC_NODE = (
+    'No synchronous function provided to "{name}".\nEither initialize with a synchronous '
+    "function or invoke via the async API (ainvoke, astream, etc.)"
+)
+"""LangGraph's error (``RunnableCallable.invoke``) for an async-only before/after hook of
+a run started by ``invoke``; ``wrap_*`` hooks raise LangChain's own NotImplementedError
+from ``AgentMiddleware``'s default of the missing variant."""
 
 
 @dataclass
@@ -46,6 +57,8 @@ class HookSet:
     instances: list[tuple[int, Any]] = field(default_factory=list)
     context: Any = None
     """The run's context (``AgentSpec.context``): what ``runtime.context`` gives a hook."""
+    mode: str | None = None
+    """``AgentSpec.run_mode``: which variant of each hook runs."""
 
     def with_hook(self, hook: str) -> list[tuple[int, Any]]:
         return [(i, m) for i, m in self.instances if overrides(m, hook)]
@@ -67,6 +80,7 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
         found = HookSet(
             [(i, build(m)) for i, m in enumerate(spec.middleware) if m.type not in NATIVE],
             context=spec.context,
+            mode=spec.run_mode,
         )
         if len(_cache) >= HOOK_SETS_CACHED:
             _cache.clear()
@@ -86,13 +100,16 @@ def lg_runtime(context: Any = None) -> Any:
 
 
 async def call_state_hook(
-    instance: Any, hook: str, state: dict[str, Any], context: Any = None
+    instance: Any, hook: str, state: dict[str, Any], context: Any = None, mode: str | None = None
 ) -> dict[str, Any]:
-    """One before/after hook; async variant when implemented, else the sync one in a thread
-    (LangChain runs sync hooks in async agents the same way)."""
-    base = _base()
+    """One before/after hook, the variant LangGraph's node runs: a sync run (``mode``
+    ``"sync"``) the sync one (an async-only hook fails as LangGraph's node does);
+    otherwise the async one when implemented, else the sync one in a thread (LangGraph
+    runs sync hooks of async runs the same way)."""
     runtime = lg_runtime(context)
-    if getattr(type(instance), f"a{hook}", None) is not getattr(base, f"a{hook}", None):
+    if mode == "sync" and not implements(instance, hook):
+        raise TypeError(NO_SYNC_NODE.format(name=f"a{hook}"))
+    if mode != "sync" and implements(instance, f"a{hook}"):
         result = await getattr(instance, f"a{hook}")(state, runtime)
     else:
         result = await asyncio.to_thread(getattr(instance, hook), state, runtime)
@@ -160,7 +177,7 @@ async def run_state_hooks(
     changed = False
     for _, instance in chain:
         state = {"messages": state_messages, **state_extra}
-        update = await call_state_hook(instance, hook, state, hooks.context)
+        update = await call_state_hook(instance, hook, state, hooks.context, hooks.mode)
         if not update:
             continue
         jump = update.pop("jump_to", None)
@@ -202,12 +219,26 @@ def without_stand_in_ids(messages: Sequence[Any]) -> list[Any]:
 Call = Callable[[Any], Awaitable[Any]]
 
 
+def _runs_async(instance: Any, hook: str, mode: str | None) -> bool:
+    """Which variant of a wrap hook runs: the run's (the other one's absence raises
+    LangChain's NotImplementedError from ``AgentMiddleware``'s default), or, for a task
+    that did not say (``mode`` None), the async one where implemented."""
+    if mode is not None:
+        return mode == "async"
+    return implements(instance, f"a{hook}")
+
+
 async def call_wrapped(
-    instances: Sequence[Any], hook: str, request: Any, base: Call, normalize: Callable[[Any], Any]
+    instances: Sequence[Any],
+    hook: str,
+    request: Any,
+    base: Call,
+    normalize: Callable[[Any], Any],
+    mode: str | None = None,
 ) -> Any:
-    """``instances[0]`` outermost; each may call its handler zero or more times."""
+    """``instances[0]`` outermost; each may call its handler zero or more times.
+    ``mode``: the run's (``AgentSpec.run_mode``)."""
     loop = asyncio.get_running_loop()
-    base_cls = _base()
 
     async def run(i: int, req: Any) -> Any:
         if i == len(instances):
@@ -217,7 +248,7 @@ async def call_wrapped(
         async def inner(r: Any) -> Any:
             return await run(i + 1, r)
 
-        if getattr(type(instance), f"a{hook}", None) is not getattr(base_cls, f"a{hook}", None):
+        if _runs_async(instance, hook, mode):
             return normalize(await getattr(instance, f"a{hook}")(req, inner))
 
         def sync_inner(r: Any) -> Any:

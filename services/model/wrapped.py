@@ -235,7 +235,9 @@ async def call_with_middleware(
         return ModelResponse(result=[reply, *answers], structured_response=value)
 
     chain = chain_of(spec, hooks, transcript, messages, edits)
-    response = await call_wrapped(chain, "wrap_model_call", request, call_model, _normalize)
+    response = await call_wrapped(
+        chain, "wrap_model_call", request, call_model, _normalize, hooks.mode
+    )
     replies = [m for m in response.result if isinstance(m, LcAIMessage)]
     if not replies:
         raise TypeError("the wrap_model_call chain returned no AI message")

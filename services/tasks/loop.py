@@ -201,6 +201,8 @@ class Loop:
             spec, max_steps = event.agent, event.max_steps
             if event.overrides:
                 raise BadEvent("overrides apply to deployed agents; an inline spec is whole")
+        if event.run_mode is not None:  # invoke or ainvoke: that variant of each hook
+            spec = spec.model_copy(update={"run_mode": event.run_mode})
         try:
             check_agent(spec)  # once per distinct middleware spec: cached
         except InvalidSpec as exc:

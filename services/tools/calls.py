@@ -83,6 +83,8 @@ class Job:
     call: ToolCall
     wrappers: list[Any]
     limit: Limit
+    mode: str | None = None
+    """The run's ``AgentSpec.run_mode``: which variant of ``wrap_tool_call`` runs."""
 
 
 # KEYS: the task's calls hash. ARGV: call id, running marker. Takes a parked call for its
@@ -295,6 +297,7 @@ class ToolCalls:
                 messages,
                 before_tool=tool_starts,
                 limit=job.limit,
+                mode=job.mode,
             )
         except approvals.Interrupted as asked:
             return Parked(approvals.as_jsonable(asked.value), asked.response_schema)

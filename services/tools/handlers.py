@@ -135,6 +135,7 @@ class ToolsService:
             event.call,
             wrappers,
             limit=lambda: self.limits.limit(event.task_id, timeout_s),
+            mode=hooks.mode,
         )
         if isinstance(event, ToolResumed):
             return await self.calls.resume(job, event)

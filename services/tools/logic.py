@@ -189,6 +189,7 @@ async def run_wrapped(
     messages: Sequence[Message] = (),
     before_tool: Callable[[], Awaitable[None]] | None = None,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
+    mode: str | None = None,
 ) -> ToolMessage:
     """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
     middleware outermost, as LangChain composes it. The state a wrapper sees is
@@ -230,7 +231,7 @@ async def run_wrapped(
     # What no wrapper handled propagates: the task fails with it, as in LangChain. An
     # approval's Interrupted / DecisionRefused is not an outcome: the call waits.
     with approvals.answering_call(decision):
-        result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r)
+        result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r, mode)
     if not isinstance(result, LcToolMessage):
         return ToolMessage(
             content=f"Error: wrap_tool_call returned {type(result).__name__}, not a ToolMessage",
