@@ -570,15 +570,15 @@ class Agent:
 
 
 def _input_messages(input: dict[str, Any]) -> list[Message]:
-    if not isinstance(input, dict) or "messages" not in input:
+    """The new messages of ``input``; none (``{"messages": []}`` or ``{}``) is a run
+    too, whose model call gets no messages, as LangChain's agent makes it."""
+    if not isinstance(input, dict):
         raise TypeError('input must be a dict with "messages", like {"messages": [...]}')
-    raw = input["messages"]
+    raw = input.get("messages", [])
+    if raw is None:
+        raise TypeError('"messages" must be a list of messages or a string, not None')
     if isinstance(raw, str):
         raw = [{"role": "user", "content": raw}]
-    if not raw:
-        # LangChain would call the model with no messages; the loop refuses such a task,
-        # so the caller hears it here rather than from a task that fails after submitting.
-        raise ValueError('the input needs at least one message: "messages" is empty')
     return [m if isinstance(m, MESSAGE_TYPES) else from_langchain(m) for m in raw]
 
 

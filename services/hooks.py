@@ -222,8 +222,10 @@ Call = Callable[[Any], Awaitable[Any]]
 def _runs_async(instance: Any, hook: str, mode: str | None) -> bool:
     """Which variant of a wrap hook runs: the run's (the other one's absence raises
     LangChain's NotImplementedError from ``AgentMiddleware``'s default), or, for a task
-    that did not say (``mode`` None), the async one where implemented."""
-    if mode is not None:
+    that did not say (``mode`` None) and for loopline's own middleware
+    (``runs_in_any_mode``: the rate limit, the context editor's place in the chain),
+    the async one where implemented."""
+    if mode is not None and not getattr(instance, "runs_in_any_mode", False):
         return mode == "async"
     return implements(instance, f"a{hook}")
 

@@ -48,6 +48,7 @@ from services.hooks import HookSet, hooks_for
 from services.runtime import Runtime
 from services.secrets import scrub
 from services.spec.validation import InvalidSpec, check_agent
+from services.tasks import invalid_calls
 from services.tasks.hookrun import ModelTurn, model_turn, start_step
 from services.tasks.issued import call_digests
 from services.tasks.per_call import PerCallApprovals
@@ -107,8 +108,8 @@ class Loop:
     # -- events ------------------------------------------------------------------------
 
     async def task_submitted(self, event: TaskSubmitted) -> None:
-        if not event.messages:
-            raise BadEvent("TaskSubmitted needs at least one message")
+        # no messages is a task too: the model is called with none (or with the thread's
+        # and the system prompt), as LangChain's agent calls it
         spec, max_steps = await self._agent_of(event)
         claim = None
         if event.thread_id is not None:
@@ -132,9 +133,10 @@ class Loop:
         rt = self.rt
         # Messages get ids as LangGraph gives them, so middleware can replace them by id;
         # derived from the task id, so a redelivery stores the same ones.
+        # Malformed tool calls answered as LangChain's model node answers them.
         inputs = [
             m if m.id else m.model_copy(update={"id": f"{event.task_id}:in:{i}"})
-            for i, m in enumerate(event.messages)
+            for i, m in enumerate(invalid_calls.answered(event.messages))
         ]
         agent_id = await rt.save_agent(spec)
         submitted_event = dump_event(event)
@@ -161,7 +163,7 @@ class Loop:
                 submitted_event=submitted_event,
                 step_event=step_event,
                 retention=rt.settings.retention_s,
-                messages=claim.messages + messages,
+                messages=invalid_calls.answered_stored(claim.messages + messages),
                 todos=claim.todos,
                 extra=carried_extra(claim.extra, hooks or HookSet()),
                 thread_id=event.thread_id,
