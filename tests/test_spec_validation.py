@@ -463,14 +463,16 @@ def test_a_loop_service_dead_letters_a_bad_task_submitted_with_the_reason(redis_
 
 
 @pytest.mark.fast
-def test_an_input_with_no_messages_is_refused_before_anything_is_published(
-    redis_url: str, prefix: str
-) -> None:
+def test_an_input_with_no_messages_is_a_task_as_in_langchain(redis_url: str, prefix: str) -> None:
+    # LangChain's agent runs an empty input (its model call gets no messages): loopline
+    # submits it as a task instead of refusing it; only a None is bad input
     agent = create_agent("gpt-4o-mini", redis_url=redis_url, settings=Settings(prefix=prefix))
-    with pytest.raises(ValueError, match="needs at least one message"):
-        asyncio.run(agent.ainvoke({"messages": []}))
-    with pytest.raises(ValueError, match="needs at least one message"):
-        agent.invoke({"messages": []})
+    task_id = asyncio.run(agent.asubmit({"messages": []}))
+    with pytest.raises(TypeError, match='"messages" must be a list'):
+        asyncio.run(agent.asubmit({"messages": None}))
     r = syncredis.Redis.from_url(redis_url)
-    assert r.xlen(Names(prefix).tasks) == 0
+    entries = r.xrange(Names(prefix).tasks)
     r.close()
+    (entry,) = entries
+    submitted = TaskSubmitted.model_validate_json(entry[1][DATA_FIELD.encode()])
+    assert (submitted.task_id, submitted.messages) == (task_id, [])
