@@ -42,16 +42,24 @@ def respond(body: dict[str, Any]) -> Reply:
     """By scenario (the prompt's second word); ``primary`` is a model that is down."""
     if body.get("model") == "primary":
         raise RuntimeError("primary model is down")
-    text = first_user_text(body)
-    words = text.split()
-    name, side = words[1], words[2]
-    turn = sum(1 for m in body["messages"] if m.get("role") == "assistant")
     if "response_format" in body:  # LLMToolSelector's selection
         return Reply(content='{"tools": ["add"]}')
-    if "Messages to summarize" in str(body["messages"]):
-        return Reply(content="SUMMARY: adding")
+    if "Messages to summarize" in str(body["messages"]):  # the summary keeps the prompt
+        return Reply(content="SUMMARY: " + " ".join(_prompt(body).split()[:4]))
+    if first_user_text(body).startswith("Here is a summary"):
+        return Reply(content="summarized done")  # after the history was summarized
+    words = _prompt(body).split()
+    name, side = words[1], words[2]
+    turn = sum(1 for m in body["messages"] if m.get("role") == "assistant")
     turns = SCRIPTS[name](side, words[3] if len(words) > 3 else "")
     return turns[min(turn, len(turns) - 1)]
+
+
+def _prompt(body: dict[str, Any]) -> str:
+    """The scenario's prompt (``mw SCRIPT SIDE TAG``): in the first user message that
+    holds one (after summarization, the summary does)."""
+    texts = [str(m.get("content")) for m in body["messages"] if m.get("role") == "user"]
+    return next((t[t.find("mw ") :] for t in texts if "mw " in t), first_user_text(body))
 
 
 SCRIPTS: dict[str, Callable[[str, str], list[Reply]]] = {
@@ -171,12 +179,13 @@ def stack(
 def untagged(value: Any, prompt: str) -> str:
     text = str(value)
     for side in SIDES:
-        text = text.replace(f"{prompt} {side}", prompt).replace(f"-{side}'", "'")
+        text = text.replace(f"{prompt} {side}", prompt)
+        text = text.replace(f"-{side}'", "'").replace(f'-{side}"', '"')
     return text
 
 
 def requests_of(server: ScriptedOpenAIServer, prompt: str) -> list[str]:
-    return [untagged(r, prompt) for r in server.chat_requests() if prompt in first_user_text(r)]
+    return [untagged(r, prompt) for r in server.chat_requests() if prompt in str(r["messages"])]
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
