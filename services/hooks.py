@@ -225,6 +225,7 @@ async def run_state_hooks(
             state_messages = merge_messages(state_messages, update.pop("messages"))
             changed = True
         for key, value in update.items():
+            _check_storable(instance, hook, key, value)
             state_extra[key] = value
             changed = True
         if jump and can_jump(instance, hook, jump):
@@ -280,6 +281,19 @@ def _replayed(recorded: dict[str, Any]) -> dict[str, Any]:
             to_langchain(MESSAGE_ADAPTER.validate_python(m)) for m in out["messages"]
         ]
     return out
+
+
+def _check_storable(instance: Any, hook: str, key: str, value: Any) -> None:
+    """A state key is stored with the task as JSON, for the hooks of any process: a value
+    that is not JSON (a live shell session, say) fails the task with this reason rather
+    than leaving it undeliverable."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{type(instance).__name__}.{hook} returned state {key!r} that is not JSON "
+            f"({type(value).__name__}): loopline stores a task's state as JSON"
+        ) from exc
 
 
 STAND_IN_ID = "loopline-stand-in:"
