@@ -307,10 +307,13 @@ def _check_rebuilds(instance: Any, args: dict[str, Any]) -> None:
 
 def _comparable(instance: Any) -> dict[str, Any]:
     """The instance's attributes, a PII detector as what it was given (LangChain wraps a
-    function or a pattern in a closure of its own, new for every instance)."""
+    function or a pattern in a closure of its own, new for every instance, and builds its
+    redaction rule and stream transformers from the arguments)."""
     found = dict(vars(instance))
     if isinstance(instance, lc.PIIMiddleware) and "detector" in found:
         found["detector"] = _given_detector(instance.pii_type, found["detector"])
+        for derived in ("_resolved_rule", "transformers"):  # made from the arguments above
+            found.pop(derived, None)
     return found
 
 
