@@ -21,7 +21,7 @@ import redis as syncredis
 from langchain.agents.middleware import AgentMiddleware, HostExecutionPolicy, ShellToolMiddleware
 
 from contracts.agent import AgentSpec, MiddlewareSpec
-from contracts.events import TaskSubmitted, dump_event
+from contracts.events import TaskSubmitted, dump_event, parse_event
 from contracts.messages import HumanMessage
 from contracts.streams import DATA_FIELD, Names
 from loopline.agent import create_agent
@@ -318,24 +318,23 @@ def test_middleware_built_in_code_give_specs_that_pass(monkeypatch: pytest.Monke
 # -- what must be JSON ---------------------------------------------------------------------
 
 
-SHELL_REFUSED = (
-    "ShellToolMiddleware cannot run deployed: it keeps a live shell session in the agent "
-    "state (not JSON, so the state cannot be stored with the task) and would run commands "
-    "on the tools service's host"
-)
-
-
 @pytest.mark.fast
-def test_shell_tool_middleware_is_refused_deployed_for_its_state_that_json_cannot_hold() -> None:
+def test_shell_tool_middleware_is_refused_for_its_state_that_json_cannot_hold() -> None:
+    expected = (
+        "ShellToolMiddleware: state field shell_session_resources is not JSON-serializable "
+        "(_SessionResources): a task's state is stored as JSON between its stages"
+    )
     shell = ShellToolMiddleware(execution_policy=HostExecutionPolicy())
-    with pytest.raises(ValueError) as caught:
-        to_spec(shell, embedded=False)
-    assert str(caught.value) == SHELL_REFUSED
+    with pytest.raises(InvalidSpec) as caught:  # embedded: LangChain's instance, checked
+        check_middleware(to_spec(shell, embedded=True))
+    assert str(caught.value) == expected
+    with pytest.raises(ValueError, match=r"^ShellToolMiddleware cannot run deployed: "):
+        to_spec(shell, embedded=False)  # refused before its state is looked at
 
 
 @pytest.mark.fast
 def test_create_agent_refuses_shell_tool_middleware_at_the_call(redis_url: str) -> None:
-    with pytest.raises(ValueError, match=r"^ShellToolMiddleware cannot run deployed: "):
+    with pytest.raises(ValueError, match=r"^ShellToolMiddleware cannot run deployed: .*shell"):
         create_agent("gpt-4o-mini", middleware=[ShellToolMiddleware()], redis_url=redis_url)
 
 
@@ -465,16 +464,17 @@ def test_a_loop_service_dead_letters_a_bad_task_submitted_with_the_reason(redis_
 
 
 @pytest.mark.fast
-def test_an_input_with_no_messages_is_a_task_as_in_langchain(redis_url: str, prefix: str) -> None:
-    # LangChain's agent runs an empty input (its model call gets no messages): loopline
-    # submits it as a task instead of refusing it; only a None is bad input
+def test_an_input_with_no_messages_is_a_task_as_langchain_runs_it(
+    redis_url: str, prefix: str
+) -> None:
+    """LangChain's agent calls the model with no messages (tests/test_input_parity.py
+    compares the runs); ``None`` is refused, as LangGraph refuses it."""
     agent = create_agent("gpt-4o-mini", redis_url=redis_url, settings=Settings(prefix=prefix))
-    task_id = asyncio.run(agent.asubmit({"messages": []}))
-    with pytest.raises(TypeError, match='"messages" must be a list'):
+    task_ids = [asyncio.run(agent.asubmit(given)) for given in ({"messages": []}, {})]
+    with pytest.raises(TypeError, match="not None"):
         asyncio.run(agent.asubmit({"messages": None}))
     r = syncredis.Redis.from_url(redis_url)
     entries = r.xrange(Names(prefix).tasks)
     r.close()
-    (entry,) = entries
-    submitted = TaskSubmitted.model_validate_json(entry[1][DATA_FIELD.encode()])
-    assert (submitted.task_id, submitted.messages) == (task_id, [])
+    submitted = [parse_event(fields[DATA_FIELD.encode()]) for _, fields in entries]
+    assert [(e.task_id, e.messages) for e in submitted] == [(t, []) for t in task_ids]

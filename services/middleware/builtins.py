@@ -294,7 +294,7 @@ def _check_rebuilds(instance: Any, args: dict[str, Any]) -> None:
         rebuilt = cls(args[first], **rest)
     else:
         rebuilt = cls(**args)
-    before, after = vars(instance), vars(rebuilt)
+    before, after = _comparable(instance), _comparable(rebuilt)
     differ = sorted(
         k for k in before.keys() | after.keys() if not _same(before.get(k), after.get(k))
     )
@@ -303,6 +303,18 @@ def _check_rebuilds(instance: Any, args: dict[str, Any]) -> None:
             f"{cls.__name__}: its constructor arguments cannot be read back without loss "
             f"(attributes {', '.join(differ)} differ)"
         )
+
+
+def _comparable(instance: Any) -> dict[str, Any]:
+    """The instance's attributes, a PII detector as what it was given (LangChain wraps a
+    function or a pattern in a closure of its own, new for every instance, and builds its
+    redaction rule and stream transformers from the arguments)."""
+    found = dict(vars(instance))
+    if isinstance(instance, lc.PIIMiddleware) and "detector" in found:
+        found["detector"] = _given_detector(instance.pii_type, found["detector"])
+        for derived in ("_resolved_rule", "transformers"):  # made from the arguments above
+            found.pop(derived, None)
+    return found
 
 
 def _same(a: Any, b: Any) -> bool:
