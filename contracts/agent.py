@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.messages import SystemMessage
 
+RunMode = Literal["sync", "async"]
+"""How a run was started: LangChain's ``invoke`` (sync) or ``ainvoke`` (async)."""
+
 
 class MiddlewareSpec(BaseModel):
     """One middleware: its class name and constructor parameters.
@@ -147,6 +150,13 @@ class AgentSpec(BaseModel):
     message_name: str | None = None
     """``create_agent(name=...)`` as LangChain sets it on the agent's AI messages (None:
     no name was given, the AI messages have none)."""
+    run_mode: RunMode | None = None
+    """Which variant of each middleware hook runs, as LangChain picks it: ``"sync"`` for
+    a run started by ``invoke``/``stream`` (``before_model``, ``wrap_model_call``; an
+    async-only hook fails as LangChain's does), ``"async"`` for ``ainvoke``/``astream``
+    (``abefore_model``, ...; a sync-only ``wrap_*`` hook fails, a sync-only node hook
+    runs in a thread). None (a task from the bus or the CLI): the async variant where
+    there is one, else the sync one. Set per task from ``TaskSubmitted.run_mode``."""
 
     @property
     def agent_id(self) -> str:
@@ -160,6 +170,7 @@ class AgentSpec(BaseModel):
             "system_message",
             "context_schema",
             "state_schema",
+            "run_mode",
         )
         exclude = {k for k in optional if getattr(self, k) is None}
         canonical = json.dumps(

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from contracts.agent import AgentSpec
+from contracts.agent import AgentSpec, RunMode
 from contracts.messages import AIMessage, Message, ToolCall, ToolMessage
 from contracts.todos import Todo
 
@@ -73,6 +73,10 @@ class TaskSubmitted(Event):
     """LangChain's ``config["tags"]``: recorded with the run and in its trace."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """LangChain's ``config["metadata"]``: recorded with the run and in its trace."""
+    run_mode: RunMode | None = None
+    """``"sync"`` from ``invoke``/``stream``, ``"async"`` from ``ainvoke``/``astream``:
+    which variant of each middleware hook runs (``AgentSpec.run_mode``). None: the async
+    variant where there is one."""
 
     @property
     def agent_name(self) -> str:
@@ -243,6 +247,30 @@ class ModelResumed(Event):
     answers: list[Any]
 
 
+class ExceptionInfo(BaseModel):
+    """The exception a task failed with, as data: where its class lives and its message.
+
+    A client raises an exception of this class again (``loopline.errors``), as LangChain's
+    ``invoke`` raises the tool's or the model's own exception. The class is only looked up,
+    never chosen to run: a client resolves ``type`` only among Python's built-in exception
+    classes and in modules that are already imported or inside its allow-list, takes it
+    only when it is an ``Exception`` class, and calls nothing but that class with
+    ``message`` (or makes the instance without calling its code at all)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    type: str = Field(min_length=1, max_length=512)
+    """``module:QualName`` of the exception's class (``builtins:ValueError``)."""
+    message: str
+    """The exception's one argument when it had one string argument (so ``str()`` of the
+    rebuilt exception is the original's, ``KeyError`` included), else its ``str()``."""
+
+    @property
+    def name(self) -> str:
+        """The class's own name (``ValueError``)."""
+        return self.type.rpartition(":")[2].rpartition(".")[2]
+
+
 class ModelFailed(Event):
     """Model → loop: the model call for ``step`` failed for good."""
 
@@ -250,6 +278,8 @@ class ModelFailed(Event):
     step: int
     agent_id: str
     error: str
+    exception: ExceptionInfo | None = None
+    """The model call's own exception (the task fails with it)."""
 
 
 class ToolRequested(Event):
@@ -282,6 +312,20 @@ class ToolCompleted(Event):
     """A tool that returned ``Command(update=...)``: the state keys it sets besides its
     message (JSON), applied to the task's state when the step's results join, in call
     order, as LangGraph applies a step's writes."""
+
+
+class ToolFailed(Event):
+    """Tools → loop: a tool call raised (and no ``wrap_tool_call`` middleware turned the
+    exception into a message): the task fails with the tool's exception, as LangChain's
+    agent lets it propagate. Invalid arguments are not a failure: they are answered with
+    a tool message (``ToolCompleted``), as LangChain answers ``ToolInvocationError``."""
+
+    type: Literal["ToolFailed"] = "ToolFailed"
+    step: int
+    agent_id: str
+    call: ToolCall
+    error: str
+    exception: ExceptionInfo | None = None
 
 
 class ToolInterrupted(Event):
@@ -366,6 +410,10 @@ class TaskFailed(Event):
     type: Literal["TaskFailed"] = "TaskFailed"
     step: int
     reason: str
+    exception: ExceptionInfo | None = None
+    """The exception the task failed with, when one did (a tool's, the model's, a
+    middleware hook's): what ``invoke`` raises again. None for failures that are not an
+    exception of the agent's code (a cancel, a deadline, a refused event, lost state)."""
 
 
 class DeadLettered(Event):
@@ -400,6 +448,7 @@ AnyEvent = Annotated[
     | ModelFailed
     | ToolRequested
     | ToolCompleted
+    | ToolFailed
     | ToolInterrupted
     | ToolResumed
     | TodosUpdated
@@ -425,6 +474,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ModelFailed,
     ToolRequested,
     ToolCompleted,
+    ToolFailed,
     ToolInterrupted,
     ToolResumed,
     TodosUpdated,

@@ -38,8 +38,8 @@ class Names:
 
     @property
     def loop(self) -> str:
-        """ModelResponded, ModelFailed, ToolCompleted. Published by model, tools, todos;
-        consumed by loop."""
+        """ModelResponded, ModelFailed, ToolCompleted, ToolFailed. Published by model,
+        tools, todos; consumed by loop."""
         return f"{self.prefix}:loop"
 
     @property

@@ -1,7 +1,8 @@
 """loopline: LLM agents as an event-driven pipeline on Redis Streams."""
 
 from loopline.agent import Agent, create_agent, subscribe
-from loopline.client import Client, TaskFailedError
+from loopline.client import Client
+from loopline.errors import TaskFailedError
 from loopline.user_errors import install as _show_user_errors_in_one_line
 from services.spec.toolbox import idempotent
 

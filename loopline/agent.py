@@ -7,12 +7,11 @@ the model may be any in-process objects.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec
+from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec, RunMode
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
@@ -27,7 +26,7 @@ from contracts.messages import (
     from_langchain,
     to_langchain,
 )
-from loopline.client import Client, TaskFailedError
+from loopline.client import Client
 from loopline.conversation import (
     RunConfig,
     answers_of,
@@ -36,6 +35,8 @@ from loopline.conversation import (
     snapshot,
     waiting_interrupts,
 )
+from loopline.errors import TaskFailedError, failure_of
+from loopline.syncrun import iter_sync, run_sync
 from services.errors import ConfigurationError
 from services.hooks import hooks_for
 from services.settings import Settings
@@ -275,10 +276,13 @@ class Agent:
         config: Mapping[str, Any] | None = None,
         multitask_strategy: str = "reject",
         context: Any = None,
+        run_mode: RunMode | None = None,
     ) -> str:
         """Submit a task (with ``config``'s thread: a run of it) and return its id at once.
         ``context``: the run's context (LangGraph's ``Runtime.context``): a dict, or an
-        instance of the agent's ``context_schema``."""
+        instance of the agent's ``context_schema``. ``run_mode``: ``"sync"`` runs the sync
+        variant of each middleware hook, as LangChain's ``invoke`` does, ``"async"`` the
+        async one (``ainvoke``)."""
         run = self._run_config(config)
         self._start_services()
         messages = _input_messages(input)
@@ -314,6 +318,7 @@ class Agent:
                 run_name=run.run_name,
                 tags=run.tags,
                 metadata=run.metadata,
+                run_mode=run_mode,
             )
 
     async def aresult(
@@ -330,7 +335,7 @@ class Agent:
             else:
                 _, outcome = await client.outcome(task_id, after=after)
             if isinstance(outcome, TaskFailed):
-                raise TaskFailedError(outcome)
+                raise failure_of(outcome)
             if isinstance(outcome, ToolInterrupted):  # a decision the call's schema refused
                 raise ValueError(f"decision for call {outcome.call.id} refused: {outcome.error}")
             open_calls = []
@@ -391,7 +396,7 @@ class Agent:
     def resume(
         self, task_id: str, decisions: Sequence[dict[str, Any]] | Mapping[str, Any]
     ) -> dict[str, Any]:
-        return asyncio.run(self.aresume(task_id, decisions))
+        return run_sync(self.aresume(task_id, decisions))
 
     async def aanswer(self, task_id: str, answers: Mapping[str, Any]) -> dict[str, Any]:
         """Answer a waiting task's interrupts by id (``Interrupt.id``: each
@@ -412,7 +417,13 @@ class Agent:
         """LangChain's ``ainvoke``: ``input`` the new messages, or ``Command(resume=...)``
         answering the thread's waiting interrupt(s); ``config`` LangChain's (thread id,
         recursion limit, run name, tags, metadata); ``multitask_strategy`` for a thread
-        that has a run going (default ``reject``)."""
+        that has a run going (default ``reject``). Middleware run their async hooks
+        (``abefore_model``, ``awrap_model_call``, ...), as LangChain's ``ainvoke``."""
+        return await self._ainvoke(input, config, "async", **kwargs)
+
+    async def _ainvoke(
+        self, input: Any, config: Mapping[str, Any] | None, run_mode: RunMode, **kwargs: Any
+    ) -> dict[str, Any]:
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         context = kwargs.pop("context", None)
         kwargs.pop("version", None)  # LangGraph's output version: one shape here
@@ -421,7 +432,7 @@ class Agent:
         if is_command(input):
             return await self._aresume_thread(input, config)
         task_id = await self.asubmit(
-            input, config=config, multitask_strategy=strategy, context=context
+            input, config=config, multitask_strategy=strategy, context=context, run_mode=run_mode
         )
         result = await self.aresult(task_id)
         if self._run_config(config).thread_id is not None:
@@ -431,11 +442,10 @@ class Agent:
     def invoke(
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> dict[str, Any]:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.ainvoke(input, config, **kwargs))
-        raise RuntimeError("invoke() called inside a running event loop; use ainvoke()")
+        """LangChain's ``invoke``: blocks until the run ends, also inside a running event
+        loop (async code, Jupyter), as LangChain's does. Middleware run their sync hooks
+        (``before_model``, ``wrap_model_call``, ...)."""
+        return run_sync(self._ainvoke(input, config, "sync", **kwargs))
 
     async def astream(
         self,
@@ -453,10 +463,21 @@ class Agent:
         of them (``(mode, data)`` tuples); ``config``
         and ``multitask_strategy`` as for ``ainvoke``. loopline's own events (and
         ``Command(resume=...)``): ``astream_task_events``."""
+        async for item in self._astream(input, config, stream_mode, "async", **kwargs):
+            yield item
+
+    async def _astream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        stream_mode: str | Sequence[str],
+        run_mode: RunMode,
+        **kwargs: Any,
+    ) -> AsyncGenerator[Any, None]:
         from loopline.stream_modes import modes_of
 
         modes, tagged = modes_of(stream_mode)
-        async for mode, data in self._stream_items(input, config, modes, kwargs):
+        async for mode, data in self._stream_items(input, config, modes, kwargs, run_mode):
             yield (mode, data) if tagged else data
 
     async def _stream_items(
@@ -465,10 +486,11 @@ class Agent:
         config: Mapping[str, Any] | None,
         modes: list[str],
         kwargs: dict[str, Any],
+        run_mode: RunMode,
         task_id: str | None = None,
     ) -> AsyncIterator[tuple[str, Any]]:
         """Submit ``input`` and yield its ``(mode, data)`` items (``astream``'s reading,
-        which ``astream_events`` builds on)."""
+        which ``astream_events`` builds on); hooks run their ``run_mode`` variants."""
         from loopline.stream_modes import stream_task
 
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
@@ -487,7 +509,12 @@ class Agent:
             async with self.client() as client:
                 await client.stream_replies(task_id, self.settings.stream_ttl_s)
         await self.asubmit(
-            input, task_id=task_id, config=config, multitask_strategy=strategy, context=context
+            input,
+            task_id=task_id,
+            config=config,
+            multitask_strategy=strategy,
+            context=context,
+            run_mode=run_mode,
         )
         async with self.client() as client:
             async for item in stream_task(client, task_id, modes, inputs):
@@ -512,7 +539,7 @@ class Agent:
         task_id = new_task_id()
         inputs = [to_langchain(m) for m in _input_messages(input)]
         translator = EventTranslator(task_id, input, inputs, self.spec.system_prompt)
-        items = self._stream_items(input, config, list(EVENTS_MODES), kwargs, task_id)
+        items = self._stream_items(input, config, list(EVENTS_MODES), kwargs, "async", task_id)
         async for event in events_of(items, translator):
             yield event
 
@@ -524,12 +551,9 @@ class Agent:
         stream_mode: str | Sequence[str] = "values",
         **kwargs: Any,
     ) -> Iterator[Any]:
-        """``astream`` for synchronous callers (not inside a running event loop)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return iter_async(self.astream(input, config, stream_mode=stream_mode, **kwargs))
-        raise RuntimeError("stream() called inside a running event loop; use astream()")
+        """``astream`` for synchronous callers (also inside a running event loop); the
+        middleware's sync hooks run, as in LangChain's ``stream``."""
+        return iter_sync(self._astream(input, config, stream_mode, "sync", **kwargs))
 
     async def astream_task_events(
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
@@ -560,7 +584,7 @@ class Agent:
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> Iterator[AnyEvent]:
         """``astream_task_events`` for synchronous code."""
-        return iter_async(self.astream_task_events(input, config, **kwargs))
+        return iter_sync(self.astream_task_events(input, config, **kwargs))
 
     async def aevents(self, task_id: str, *, after: str = "0") -> AsyncIterator[AnyEvent]:
         async with self.client() as client:
@@ -588,7 +612,7 @@ class Agent:
         return snapshot(self.spec, state, waits, parent_run=parent)
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
-        return asyncio.run(self.aget_state(config, subgraphs=subgraphs))
+        return run_sync(self.aget_state(config, subgraphs=subgraphs))
 
     async def aget_state_history(
         self, config: Mapping[str, Any], **kwargs: Any
@@ -606,7 +630,7 @@ class Agent:
             yield snapshot(self.spec, state, parent_run=parent)
 
     def get_state_history(self, config: Mapping[str, Any], **kwargs: Any) -> Iterator[Any]:
-        return iter_async(self.aget_state_history(config, **kwargs))
+        return iter_sync(self.aget_state_history(config, **kwargs))
 
     async def _aresume_thread(
         self, command: Any, config: Mapping[str, Any] | None
@@ -632,20 +656,6 @@ class Agent:
         return {**result, "__interrupt__": list(snap.interrupts)}
 
 
-def iter_async(source: AsyncIterator[Any]) -> Iterator[Any]:
-    """An async iterator drained in a private event loop, for synchronous callers."""
-    loop = asyncio.new_event_loop()
-    try:
-        while True:
-            try:
-                yield loop.run_until_complete(source.__anext__())
-            except StopAsyncIteration:
-                return
-    finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-
-
 def _input_state(input: dict[str, Any]) -> dict[str, Any]:
     """The input's state keys besides ``messages`` (those the agent's input schema takes
     start the task's state; the loop drops the others, as LangGraph does)."""
@@ -653,15 +663,15 @@ def _input_state(input: dict[str, Any]) -> dict[str, Any]:
 
 
 def _input_messages(input: dict[str, Any]) -> list[Message]:
-    if not isinstance(input, dict) or "messages" not in input:
+    """The new messages of ``input``; none (``{"messages": []}`` or ``{}``) is a run
+    too, whose model call gets no messages, as LangChain's agent makes it."""
+    if not isinstance(input, dict):
         raise TypeError('input must be a dict with "messages", like {"messages": [...]}')
-    raw = input["messages"]
+    raw = input.get("messages", [])
+    if raw is None:
+        raise TypeError('"messages" must be a list of messages or a string, not None')
     if isinstance(raw, str):
         raw = [{"role": "user", "content": raw}]
-    if not raw:
-        # LangChain would call the model with no messages; the loop refuses such a task,
-        # so the caller hears it here rather than from a task that fails after submitting.
-        raise ValueError('the input needs at least one message: "messages" is empty')
     return [m if isinstance(m, MESSAGE_TYPES) else from_langchain(m) for m in raw]
 
 

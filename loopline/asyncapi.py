@@ -52,6 +52,7 @@ from contracts.events import (
     TaskSubmitted,
     TodosUpdated,
     ToolCompleted,
+    ToolFailed,
     ToolInterrupted,
     ToolRequested,
     ToolResumed,
@@ -88,8 +89,9 @@ CHANNELS: tuple[Channel, ...] = (
     Channel(
         "loop",
         lambda n: n.loop,
-        (ModelResponded, ModelInterrupted, ModelFailed, ToolCompleted, ToolInterrupted),
-        "model (replies, interrupts, failures), tools and todos (tool results, their interrupts)",
+        (ModelResponded, ModelInterrupted, ModelFailed, ToolCompleted, ToolFailed, ToolInterrupted),
+        "model (replies, interrupts, failures), tools and todos (tool results and failures, "
+        "their interrupts)",
         "loop",
         "Results coming back to the loop, which applies each as one atomic transition of "
         "the task's state. Replies and tool results of agents without loop-stage hooks do "

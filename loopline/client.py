@@ -13,7 +13,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from contracts.agent import AgentSpec, DeployedAgent
+from contracts.agent import AgentSpec, DeployedAgent, RunMode
 from contracts.chunks import ChunkBatch
 from contracts.events import (
     MULTITASK_STRATEGIES,
@@ -31,6 +31,7 @@ from contracts.events import (
 )
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
+from loopline.errors import TaskFailedError as TaskFailedError  # re-exported
 from loopline.threads import ThreadReader
 from services import deployed
 from services.redisconn import async_client
@@ -129,14 +130,6 @@ def _spec_of(agent: Any) -> tuple[AgentSpec, int | None]:
     raise TypeError(f"cannot deploy {agent!r}: give an AgentSpec, an Agent or an agent file")
 
 
-class TaskFailedError(RuntimeError):
-    """The task ended without an answer; ``event`` says why."""
-
-    def __init__(self, event: TaskFailed) -> None:
-        super().__init__(event.reason)
-        self.event = event
-
-
 class Client:
     def __init__(self, url: str, prefix: str = "loopline") -> None:
         self.url = url
@@ -217,6 +210,7 @@ class Client:
         tags: Sequence[str] = (),
         metadata: Mapping[str, Any] | None = None,
         state: Mapping[str, Any] | None = None,
+        run_mode: RunMode | None = None,
     ) -> str:
         """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
         ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
@@ -244,6 +238,7 @@ class Client:
             run_name=run_name,
             tags=list(tags),
             metadata=dict(metadata or {}),
+            run_mode=run_mode,
             **fields,
         )
         data = event.model_dump_json()
@@ -488,6 +483,8 @@ class Client:
                 return
 
     async def wait(self, task_id: str) -> TaskCompleted:
+        """The task's completion; ``TaskFailedError`` (with the ``TaskFailed`` event)
+        when it failed (``Agent.invoke`` raises the original exception instead)."""
         async for _, event in self.events(task_id):
             if isinstance(event, TaskFailed):
                 raise TaskFailedError(event)

@@ -38,7 +38,8 @@ from contracts.events import (
     ToolCompleted,
 )
 from contracts.messages import to_langchain
-from loopline.client import Client, LostTaskWatch, TaskFailedError
+from loopline.client import Client, LostTaskWatch
+from loopline.errors import TaskFailedError, failure_of
 
 STREAM_MODES = ("messages", "updates", "values", "custom")
 Item = tuple[str, Any]
@@ -181,7 +182,7 @@ class ModeTranslator:
         if isinstance(event, TaskCompleted):
             self.done = True
         elif isinstance(event, TaskFailed):
-            raise TaskFailedError(event)
+            raise failure_of(event)
         elif isinstance(event, ApprovalRequested):
             self.done = True  # waiting for a human: LangGraph's stream ends at an interrupt
             if "updates" in self.modes:

@@ -34,13 +34,24 @@ def _base() -> Any:
     return AgentMiddleware
 
 
+def implements(instance: Any, name: str) -> bool:
+    """Whether the middleware's class overrides ``name`` (``before_model``,
+    ``abefore_model``, ...) of ``AgentMiddleware``, as LangChain decides."""
+    return getattr(type(instance), name, None) is not getattr(_base(), name, None)
+
+
 def overrides(instance: Any, hook: str) -> bool:
     """Whether the middleware implements a hook (sync or async), as LangChain decides."""
-    base = _base()
-    cls = type(instance)
-    sync = getattr(cls, hook, None) is not getattr(base, hook, None)
-    asyn = getattr(cls, f"a{hook}", None) is not getattr(base, f"a{hook}", None)
-    return bool(sync or asyn)
+    return implements(instance, hook) or implements(instance, f"a{hook}")
+
+
+NO_SYNC_NODE = (
+    'No synchronous function provided to "{name}".\nEither initialize with a synchronous '
+    "function or invoke via the async API (ainvoke, astream, etc.)"
+)
+"""LangGraph's error (``RunnableCallable.invoke``) for an async-only before/after hook of
+a run started by ``invoke``; ``wrap_*`` hooks raise LangChain's own NotImplementedError
+from ``AgentMiddleware``'s default of the missing variant."""
 
 
 @dataclass
@@ -53,6 +64,8 @@ class HookSet:
     ``runtime.context`` gives a hook and ``ToolRuntime.context`` a tool."""
     state_schema: Any = None
     """The agent's ``state_schema`` class (None: LangChain's ``AgentState``)."""
+    mode: str | None = None
+    """``AgentSpec.run_mode``: which variant of each hook runs."""
 
     def with_hook(self, hook: str) -> list[tuple[int, Any]]:
         return [(i, m) for i, m in self.instances if overrides(m, hook)]
@@ -83,6 +96,7 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
             [(i, build(m)) for i, m in enumerate(spec.middleware) if m.type not in NATIVE],
             context=schemas.run_context(spec),
             state_schema=schemas.state_schema(spec),
+            mode=spec.run_mode,
         )
         if len(_cache) >= HOOK_SETS_CACHED:
             _cache.clear()
@@ -116,17 +130,21 @@ async def call_state_hook(
     state: dict[str, Any],
     context: Any = None,
     answers: Answers | None = None,
+    mode: str | None = None,
 ) -> dict[str, Any]:
-    """One before/after hook; async variant when implemented, else the sync one in a thread
-    (LangChain runs sync hooks in async agents the same way). It runs as a LangGraph node
+    """One before/after hook, the variant LangGraph's node runs: a sync run (``mode``
+    ``"sync"``) the sync one (an async-only hook fails as LangGraph's node does);
+    otherwise the async one when implemented, else the sync one in a thread (LangGraph
+    runs sync hooks of async runs the same way). It runs as a LangGraph node
     (``services.interrupts.node``): an ``interrupt()`` in it gets its answer from
     ``answers``, or raises ``NodeInterrupted`` when it has none."""
-    base = _base()
     runtime = lg_runtime(context)
     node = node_name(instance, hook)
     answers = answers or Answers(scope="")
+    if mode == "sync" and not implements(instance, hook):
+        raise TypeError(NO_SYNC_NODE.format(name=f"a{hook}"))
     with interrupts.node(node, answers.scope, answers.of(node), runtime):
-        if getattr(type(instance), f"a{hook}", None) is not getattr(base, f"a{hook}", None):
+        if mode != "sync" and implements(instance, f"a{hook}"):
             result = await getattr(instance, f"a{hook}")(state, runtime)
         else:
             result = await asyncio.to_thread(getattr(instance, hook), state, runtime)
@@ -199,7 +217,7 @@ async def run_state_hooks(
     changed = False
     for _, instance in chain:
         state = {"messages": state_messages, **state_extra}
-        update = await _node_update(instance, hook, state, hooks.context, answers)
+        update = await _node_update(instance, hook, state, hooks.context, answers, hooks.mode)
         if not update:
             continue
         jump = update.pop("jump_to", None)
@@ -207,6 +225,7 @@ async def run_state_hooks(
             state_messages = merge_messages(state_messages, update.pop("messages"))
             changed = True
         for key, value in update.items():
+            _check_storable(instance, hook, key, value)
             state_extra[key] = value
             changed = True
         if jump and can_jump(instance, hook, jump):
@@ -215,7 +234,12 @@ async def run_state_hooks(
 
 
 async def _node_update(
-    instance: Any, hook: str, state: dict[str, Any], context: Any, answers: Answers | None
+    instance: Any,
+    hook: str,
+    state: dict[str, Any],
+    context: Any,
+    answers: Answers | None,
+    mode: str | None = None,
 ) -> dict[str, Any]:
     """A hook's update: called, or (resuming a step where it ran to its end before a
     later node waited) the update it gave then, as LangGraph keeps a finished node's
@@ -223,7 +247,7 @@ async def _node_update(
     node = node_name(instance, hook)
     if answers is not None and node in answers.done:
         return _replayed(answers.done[node])
-    update = await call_state_hook(instance, hook, state, context, answers)
+    update = await call_state_hook(instance, hook, state, context, answers, mode)
     if answers is not None:
         recorded = _recorded(update)
         if recorded is not None:
@@ -259,6 +283,19 @@ def _replayed(recorded: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _check_storable(instance: Any, hook: str, key: str, value: Any) -> None:
+    """A state key is stored with the task as JSON, for the hooks of any process: a value
+    that is not JSON (a live shell session, say) fails the task with this reason rather
+    than leaving it undeliverable."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{type(instance).__name__}.{hook} returned state {key!r} that is not JSON "
+            f"({type(value).__name__}): loopline stores a task's state as JSON"
+        ) from exc
+
+
 STAND_IN_ID = "loopline-stand-in:"
 
 
@@ -286,6 +323,17 @@ def without_stand_in_ids(messages: Sequence[Any]) -> list[Any]:
 Call = Callable[[Any], Awaitable[Any]]
 
 
+def _runs_async(instance: Any, hook: str, mode: str | None) -> bool:
+    """Which variant of a wrap hook runs: the run's (the other one's absence raises
+    LangChain's NotImplementedError from ``AgentMiddleware``'s default), or, for a task
+    that did not say (``mode`` None) and for loopline's own middleware
+    (``runs_in_any_mode``: the rate limit, the context editor's place in the chain),
+    the async one where implemented."""
+    if mode is not None and not getattr(instance, "runs_in_any_mode", False):
+        return mode == "async"
+    return implements(instance, f"a{hook}")
+
+
 async def call_wrapped(
     instances: Sequence[Any],
     hook: str,
@@ -293,11 +341,12 @@ async def call_wrapped(
     base: Call,
     normalize: Callable[[Any], Any],
     entered: Callable[[], None] | None = None,
+    mode: str | None = None,
 ) -> Any:
     """``instances[0]`` outermost; each may call its handler zero or more times.
-    ``entered``: called each time a layer (or the base) is entered, before it runs."""
+    ``entered``: called each time a layer (or the base) is entered, before it runs;
+    ``mode``: the run's (``AgentSpec.run_mode``)."""
     loop = asyncio.get_running_loop()
-    base_cls = _base()
 
     async def run(i: int, req: Any) -> Any:
         if entered is not None:
@@ -309,7 +358,7 @@ async def call_wrapped(
         async def inner(r: Any) -> Any:
             return await run(i + 1, r)
 
-        if getattr(type(instance), f"a{hook}", None) is not getattr(base_cls, f"a{hook}", None):
+        if _runs_async(instance, hook, mode):
             return normalize(await getattr(instance, f"a{hook}")(req, inner))
 
         def sync_inner(r: Any) -> Any:

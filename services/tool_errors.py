@@ -5,7 +5,6 @@ answers an invalid ``write_todos`` call as ToolNode answers invalid arguments.""
 INVALID_TOOL_NAME_ERROR_TEMPLATE = (
     "Error: {requested_tool} is not a valid tool, try one of [{available_tools}]."
 )
-TOOL_CALL_ERROR_TEMPLATE = "Error: {error}\n Please fix your mistakes."
 TOOL_INVOCATION_ERROR_TEMPLATE = (
     "Error invoking tool '{tool_name}' with kwargs {tool_kwargs} with error:\n"
     " {error}\n"

@@ -426,15 +426,18 @@ async def test_decisions_for_a_task_that_is_not_waiting_are_refused(loop: LoopSe
 
 
 async def test_a_refused_submission_ends_for_its_client(loop: LoopService, rt: Runtime) -> None:
-    await loop.send(TaskSubmitted(task_id="empty", agent=SPEC, messages=[]))
-    (letter,) = await events_on(rt.redis, rt.names.dlq, DeadLettered)
-    assert letter.error == "BadEvent: TaskSubmitted needs at least one message"
-    (failed,) = await loop.log("empty")
-    assert isinstance(failed, TaskFailed)
-    assert failed.reason == (
-        "the loop stage could not handle TaskSubmitted: "
-        "BadEvent: TaskSubmitted needs at least one message"
+    # (an empty submission is a task, as LangChain runs an empty input: refused here is
+    # an inline spec with overrides)
+    refused = TaskSubmitted(
+        task_id="refused", agent=SPEC, messages=[], overrides={"system_prompt": "x"}
     )
+    await loop.send(refused)
+    (letter,) = await events_on(rt.redis, rt.names.dlq, DeadLettered)
+    why = "BadEvent: overrides apply to deployed agents; an inline spec is whole"
+    assert letter.error == why
+    (failed,) = await loop.log("refused")
+    assert isinstance(failed, TaskFailed)
+    assert failed.reason == f"the loop stage could not handle TaskSubmitted: {why}"
     assert await loop.nothing_pending()
 
 

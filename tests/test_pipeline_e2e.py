@@ -3,6 +3,7 @@ real ChatOpenAI over HTTP to the scripted server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from contracts import (
 )
 from contracts.streams import DATA_FIELD, Names
 from loopline.agentfile import agent_from_dict
-from loopline.client import Client
+from loopline.client import Client, TaskFailedError
 from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
@@ -40,7 +41,7 @@ def parallel_turns(record: str) -> list[Reply]:
         Reply(
             tool_calls=(
                 ScriptedToolCall("add", {"a": 2, "b": 3}),
-                ScriptedToolCall("fail_always", {"reason": "no network"}),
+                ScriptedToolCall("add", {"a": "two", "b": 3}),  # invalid: answered
                 ScriptedToolCall("slow_echo", {"text": "left", "seconds": 0.6, "record": record}),
                 ScriptedToolCall("slow_echo", {"text": "right", "seconds": 0.6, "record": record}),
                 ScriptedToolCall("not_a_tool", {}),
@@ -48,6 +49,17 @@ def parallel_turns(record: str) -> list[Reply]:
         ),
         Reply(content="2 + 3 = 5, and the failing tool failed."),
     ]
+
+
+FAILING = [
+    Reply(
+        tool_calls=(
+            ScriptedToolCall("add", {"a": 2, "b": 3}),
+            ScriptedToolCall("fail_always", {"reason": "no network"}),
+        )
+    ),
+    Reply(content="never asked"),
+]
 
 
 LOOPING = [Reply(tool_calls=(ScriptedToolCall("add", {"a": 1, "b": 1}),))] * 50
@@ -61,6 +73,7 @@ def growing_turns(steps: int) -> list[Reply]:
 RECORD = f"/tmp/loopline-slow-echo-{uuid.uuid4().hex[:8]}.jsonl"
 SCRIPTS = {
     "parallel": parallel_turns(RECORD),
+    "failing": FAILING,
     "looping": LOOPING,
     "grow": growing_turns(30),
 }
@@ -110,14 +123,18 @@ async def test_parallel_tool_calls_with_an_error(
     assert [r.tool_call_id for r in results if isinstance(r, ToolMessage)] == [
         c.id for c in ai.tool_calls
     ]
-    by_name = {c.name: r for c, r in zip(ai.tool_calls, results, strict=True)}
-    assert by_name["add"].content == "5"
-    assert isinstance(by_name["fail_always"], ToolMessage)
-    assert by_name["fail_always"].status == "error"
-    assert by_name["fail_always"].content == (
-        "Error: RuntimeError('cannot do it: no network')\n Please fix your mistakes."
+    by_name = {
+        (c.name, str(c.args.get("a"))): r for c, r in zip(ai.tool_calls, results, strict=True)
+    }
+    assert by_name["add", "2"].content == "5"
+    invalid = by_name["add", "two"]
+    assert isinstance(invalid, ToolMessage) and invalid.status == "error"
+    assert invalid.content == (  # LangChain's ToolInvocationError message
+        "Error invoking tool 'add' with kwargs {'a': 'two', 'b': 3} with error:\n"
+        " a: Input should be a valid integer, unable to parse string as an integer\n"
+        " Please fix the error and try again."
     )
-    refused = by_name["not_a_tool"]
+    refused = by_name["not_a_tool", "None"]
     assert isinstance(refused, ToolMessage) and refused.status == "error"
     assert "not_a_tool is not a valid tool" in str(refused.content)
 
@@ -148,6 +165,29 @@ async def test_parallel_tool_calls_with_an_error(
     assert kinds.count("StepStarted") == 2
     assert kinds.count("ToolCompleted") == 5
     assert kinds.count("ModelResponded") == 2
+
+
+async def test_a_tool_that_raises_fails_the_task_with_its_exception(
+    stack: ServiceProcesses, scripted: ScriptedOpenAIServer
+) -> None:
+    """As LangChain's agent lets the exception propagate: the step's other call still
+    reports, the model is not asked again, the task's failure names the exception."""
+    prompt = f"failing {uuid.uuid4().hex}"
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(spec(), [HumanMessage(content=prompt)])
+        with pytest.raises(TaskFailedError) as failed:
+            await client.wait(task_id)
+        await asyncio.sleep(0.3)  # the other call's result, if it comes late, changes nothing
+        log = [event async for _, event in client.events(task_id, follow=False)]
+    event = failed.value.event
+    assert event.exception is not None
+    assert event.exception.type == "builtins:RuntimeError"
+    assert event.exception.message == "cannot do it: no network"
+    assert event.reason == (
+        "tool 'fail_always' failed at step 1: RuntimeError: cannot do it: no network"
+    )
+    assert [e.type for e in log].count("TaskFailed") == 1
+    assert len(requests_for(scripted, prompt)) == 1
     # each reply says how long its model call took in the model service: an HTTP round
     # trip to the scripted server, so more than nothing and less than the whole task
     durations = [e.model_ms for e in log if isinstance(e, ModelResponded)]

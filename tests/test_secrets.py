@@ -168,9 +168,9 @@ async def test_no_secret_in_any_event_log_line_status_or_stats(tmp_path: Path) -
                 async with Client(server.url, prefix) as client:
                     by_tool = await client.submit(spec, [HumanMessage(content="leak tool")])
                     by_model = await client.submit(spec, [HumanMessage(content="leak model")])
-                    await asyncio.wait_for(client.wait(by_tool), 60)
-                    with pytest.raises(TaskFailedError):
-                        await asyncio.wait_for(client.wait(by_model), 60)
+                    for failing in (by_tool, by_model):  # a tool's error fails its task
+                        with pytest.raises(TaskFailedError):
+                            await asyncio.wait_for(client.wait(failing), 60)
                     events = [
                         event.model_dump_json()
                         for task_id in (by_tool, by_model)
@@ -285,7 +285,9 @@ def test_a_run_with_a_password_and_a_key_shows_neither_anywhere(tmp_path: Path) 
         server.stop()
     done, quoted, leaky = outcomes
     assert isinstance(done, TaskCompleted) and done.answer == "3"
-    assert isinstance(quoted, TaskCompleted)  # the model read the tool's error, masked
+    assert isinstance(quoted, TaskFailed)  # with the tool's error, masked
+    assert quoted.exception is not None
+    assert quoted.exception.message == "cannot call the service with key ***"
     assert "cannot call the service with key ***" in stored
     assert isinstance(leaky, TaskFailed) and "Incorrect API key provided: ***" in leaky.reason
     assert letters >= 1

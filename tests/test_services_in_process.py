@@ -73,7 +73,7 @@ async def test_parallel_calls_join_in_call_order_and_the_task_completes(
         Reply(
             tool_calls=(
                 ScriptedToolCall("add", {"a": 2, "b": 3}),
-                ScriptedToolCall("fail_always", {"reason": "no network"}),
+                ScriptedToolCall("add", {"a": [], "b": 3}),  # invalid arguments: answered
                 ScriptedToolCall("not_a_tool", {}),
             )
         ),
@@ -91,8 +91,24 @@ async def test_parallel_calls_join_in_call_order_and_the_task_completes(
     results = [m for m in messages if isinstance(m, ToolMessage)]
     assert [r.tool_call_id for r in results] == [c.id for c in ai.tool_calls]
     assert results[0].text() == "5"
-    assert results[1].status == "error" and "no network" in results[1].text()
+    assert results[1].status == "error" and "Error invoking tool 'add'" in results[1].text()
     assert results[2].status == "error" and "not_a_tool" in results[2].text()
+
+
+async def test_a_tool_that_raises_fails_its_task_with_the_exception(
+    deployment: tuple[str, str],
+) -> None:
+    redis_url, prefix = deployment
+    call = ScriptedToolCall("fail_always", {"reason": "no network"})
+    prompt = scripted_prompt(Reply(tool_calls=(call,)), Reply(content="never"))
+    async with Client(redis_url, prefix) as client:
+        task_id = await client.submit(SPEC, [HumanMessage(content=prompt)])
+        _, outcome = await asyncio.wait_for(client.outcome(task_id), 30)
+        log = [e async for _, e in client.events(task_id, follow=False)]
+    assert isinstance(outcome, TaskFailed) and outcome.exception is not None
+    assert outcome.exception.type == "builtins:RuntimeError"
+    assert outcome.exception.message == "cannot do it: no network"
+    assert "ToolFailed" not in [e.type for e in log]  # the loop's input, not the task's log
 
 
 async def test_the_step_limit_ends_a_task_that_never_answers(

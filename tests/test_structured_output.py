@@ -25,7 +25,7 @@ from contracts import HumanMessage
 from contracts.agent import AgentSpec, ModelSpec
 from loopline import create_agent
 from loopline.agentfile import agent_from_dict
-from loopline.client import Client, TaskFailedError
+from loopline.client import Client
 from loopline.testing.scripted import ScriptedOpenAIServer
 from services.errors import ConfigurationError
 from services.settings import Settings
@@ -142,10 +142,9 @@ async def test_no_retry_fails_as_langchain_raises(
 ) -> None:
     with pytest.raises(StructuredOutputValidationError) as raised:
         run_langchain(FAILING, servers[0])
-    with pytest.raises(TaskFailedError) as failed:
+    with pytest.raises(StructuredOutputValidationError) as failed:
         await deployed(FAILING, stack).ainvoke({"messages": FAILING.prompt})
-    assert str(raised.value) in str(failed.value)
-    assert "StructuredOutputValidationError" in str(failed.value)
+    assert str(failed.value) == str(raised.value)
 
 
 def test_a_schema_outside_the_allow_list_is_refused(

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from contracts import HumanMessage, ToolMessage
+from contracts import ExceptionInfo, HumanMessage, TaskFailed, ToolMessage
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.testing.scripted import (
@@ -60,10 +60,21 @@ def prompt_for(tool: str, args: dict[str, object]) -> str:
 
 
 async def run_task(client: Client, prompt: str, **extra: object) -> list[object]:
+    """The messages of a task that completes."""
     spec = agent_from_dict({"model": "gpt-4o-mini", "tools": TOOLS, **extra})[0]
     task_id = await client.submit(spec, [HumanMessage(content=prompt)])
     await asyncio.wait_for(client.wait(task_id), 60)
     return list(await client.messages(task_id))
+
+
+async def failure(client: Client, prompt: str, **extra: object) -> ExceptionInfo:
+    """The exception a task failed with (a tool's exception fails its task, as in
+    LangChain; a call past its time limit raises TimeoutError)."""
+    spec = agent_from_dict({"model": "gpt-4o-mini", "tools": TOOLS, **extra})[0]
+    task_id = await client.submit(spec, [HumanMessage(content=prompt)])
+    _, outcome = await asyncio.wait_for(client.outcome(task_id), 60)
+    assert isinstance(outcome, TaskFailed) and outcome.exception is not None, outcome
+    return outcome.exception
 
 
 def tool_result(messages: list[object]) -> ToolMessage:
@@ -73,10 +84,10 @@ def tool_result(messages: list[object]) -> ToolMessage:
 
 async def test_hung_calls_time_out_and_free_their_slots(stack: ServiceProcesses) -> None:
     """Ten calls that hang (sync and async) on eight tool slots, each past its 1 s limit:
-    every task gets the timeout as its tool's error, and a task after them completes."""
+    every task fails with the call's TimeoutError, and a task after them completes."""
     async with Client(stack.redis_url, stack.prefix) as client:
         hung = [
-            run_task(client, prompt_for("hang" if i % 2 else "hang_async", {"seconds": 3600}))
+            failure(client, prompt_for("hang" if i % 2 else "hang_async", {"seconds": 3600}))
             for i in range(TOOL_SLOTS + 2)
         ]
         started = time.monotonic()
@@ -84,10 +95,9 @@ async def test_hung_calls_time_out_and_free_their_slots(stack: ServiceProcesses)
         took = time.monotonic() - started
         after = await run_task(client, prompt_for("add", {"a": 2, "b": 3}))
 
-    for messages in results:
-        result = tool_result(messages)
-        assert result.status == "error"
-        assert "TimeoutError" in result.text() and "did not finish within 1 s" in result.text()
+    for raised in results:
+        assert raised.type == "builtins:TimeoutError"
+        assert raised.message == "the call did not finish within 1 s"
     assert took < 30  # two rounds of 1 s timeouts, not 3600 s
     assert tool_result(after).text() == "5"
     assert stack.alive("tools")
@@ -96,27 +106,29 @@ async def test_hung_calls_time_out_and_free_their_slots(stack: ServiceProcesses)
 async def test_the_agent_and_the_tool_set_their_own_timeouts(stack: ServiceProcesses) -> None:
     async with Client(stack.redis_url, stack.prefix) as client:
         by_agent = await run_task(client, prompt_for("hang", {"seconds": 1.5}), tool_timeout_s=5)
-        by_tool = await run_task(
+        by_tool = await failure(
             client,
             prompt_for("hang", {"seconds": 3600}),
             tool_timeout_s=60,
             tool_timeouts={"hang": 0.5},
         )
     assert tool_result(by_agent).text() == "woke up"
-    assert "did not finish within 0.5 s" in tool_result(by_tool).text()
+    assert by_tool.message == "the call did not finish within 0.5 s"
 
 
 @pytest.mark.parametrize(
     ("tool", "raised"), [("exit_now", "SystemExit"), ("interrupt_async", "KeyboardInterrupt")]
 )
-async def test_a_tool_raising_a_base_exception_fails_only_its_call(
+async def test_a_tool_raising_a_base_exception_fails_only_its_task(
     stack: ServiceProcesses, tool: str, raised: str
 ) -> None:
+    """Its task fails (with ``ToolAborted``: the client never raises SystemExit or
+    KeyboardInterrupt again), the service lives on and runs the next task."""
     async with Client(stack.redis_url, stack.prefix) as client:
-        messages = await run_task(client, prompt_for(tool, {"code": 3}))
+        aborted = await failure(client, prompt_for(tool, {"code": 3}))
         after = await run_task(client, prompt_for("add", {"a": 1, "b": 1}))
-    result = tool_result(messages)
-    assert result.status == "error" and f"the tool raised {raised}: 3" in result.text()
+    assert aborted.type == "services.tools.threads:ToolAborted"
+    assert aborted.message == f"the tool raised {raised}: 3"
     assert stack.alive("tools")
     assert tool_result(after).text() == "2"
 
@@ -172,8 +184,8 @@ async def test_too_many_stuck_threads_make_the_tools_service_exit(
     env = {"LOOPLINE_TOOL_TIMEOUT_S": "0.5", "LOOPLINE_TOOL_STUCK_MAX": "1"}
     with services(redis_url, scripted, **env) as procs:
         async with Client(procs.redis_url, procs.prefix) as client:
-            hung = [run_task(client, prompt_for("hang", {"seconds": 3600})) for _ in range(2)]
-            await asyncio.gather(*hung)
+            hung = [failure(client, prompt_for("hang", {"seconds": 3600})) for _ in range(2)]
+            assert {e.type for e in await asyncio.gather(*hung)} == {"builtins:TimeoutError"}
         (tools,) = procs.procs["tools"]
         tools.wait(timeout=30)
         assert "handing this process's work over and exiting" in procs.output("tools")

@@ -109,3 +109,22 @@ def leak_redis_url() -> str:
     """Fail with the service's Redis URL (and so its password) in the error, as a
     careless tool might."""
     raise RuntimeError(f"cannot reach {os.environ['REDIS_URL']}")
+
+
+class QuotaExceeded(Exception):
+    """A user's exception whose constructor takes more than a message (a client rebuilds
+    it without running its constructor)."""
+
+    def __init__(self, used: int, limit: int) -> None:
+        super().__init__(f"quota exceeded: {used} of {limit}")
+        self.used, self.limit = used, limit
+
+
+def explode(x: int) -> str:
+    """A tool that raises ValueError (LangChain's agent lets it propagate)."""
+    raise ValueError(f"bad x={x}")
+
+
+def spend(amount: int) -> str:
+    """A tool that raises the user's own exception class."""
+    raise QuotaExceeded(amount, 10)

@@ -30,7 +30,7 @@ from contracts.events import (
 from contracts.messages import to_langchain
 from loopline.api.records import RunRecord
 from loopline.api.tenant import Tenant
-from loopline.client import LostTaskWatch, TaskFailedError
+from loopline.client import LostTaskWatch
 from loopline.stream_modes import Item, ModeTranslator
 
 Position = tuple[int, int, int]
@@ -113,12 +113,11 @@ class PositionedTranslator(ModeTranslator):
         for entry_id, event in events:
             out.extend(self._placed_chunks(self._release_before(event)))
             first = made.get(entry_id, 0)
-            try:
-                items = self._event(event)
-            except TaskFailedError as exc:
+            if isinstance(event, TaskFailed):  # the translator would raise its exception
                 self.done = True
-                out.append(("log", entry_position(entry_id, first), Failed(exc.event)))
+                out.append(("log", entry_position(entry_id, first), Failed(event)))
                 return out
+            items = self._event(event)
             made[entry_id] = first + len(items)
             out.extend(
                 ("log", entry_position(entry_id, first + k), item) for k, item in enumerate(items)

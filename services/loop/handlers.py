@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from contracts.events import (
     AnyEvent,
     CancelRequested,
@@ -12,6 +15,7 @@ from contracts.events import (
     RunDequeued,
     TaskSubmitted,
     ToolCompleted,
+    ToolFailed,
     ToolInterrupted,
 )
 from services.errors import BadEvent, Refused
@@ -36,18 +40,20 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         else:  # refused on its own: the producers' stream never moves a task otherwise
             raise Refused(f"{event.type} does not belong on the tasks stream")
 
+    # what each result coming back to the loop does to its task
+    on_result: dict[type[Any], Callable[[Any], Awaitable[None]]] = {
+        ModelResponded: loop.model_responded,
+        ToolCompleted: loop.tool_completed,
+        ModelFailed: loop.model_failed,
+        ToolFailed: loop.tool_failed,
+        ToolInterrupted: loop.tool_interrupted,
+        ModelInterrupted: loop.model_interrupted,
+    }
+
     async def on_loop_event(event: AnyEvent) -> None:
-        if isinstance(event, ModelResponded):
-            await loop.model_responded(event)
-        elif isinstance(event, ToolCompleted):
-            await loop.tool_completed(event)
-        elif isinstance(event, ModelFailed):
-            await loop.model_failed(event)
-        elif isinstance(event, ToolInterrupted):
-            await loop.tool_interrupted(event)
-        elif isinstance(event, ModelInterrupted):
-            await loop.model_interrupted(event)
-        else:
+        apply = on_result.get(type(event))
+        if apply is None:
             raise BadEvent(f"{event.type} does not belong on the loop stream")
+        await apply(event)
 
     return {rt.names.tasks: on_task, rt.names.loop: on_loop_event}

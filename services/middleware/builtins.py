@@ -198,6 +198,158 @@ def _context_size(value: Any) -> Any:
     return value
 
 
+REFUSED_DEPLOYED: dict[str, str] = {
+    "ToolErrorMiddleware": (
+        "its on_error / aon_error handlers are code held by the instance, and they decide "
+        "which exceptions become messages; they do not travel to the tools service (run "
+        "the agent embedded, or write a wrap_tool_call middleware class importable by path)"
+    ),
+    "LLMToolEmulator": (
+        "it answers tool calls with a chat model object of its own, which does not travel "
+        "to the tools service"
+    ),
+    "ModelRouterMiddleware": (
+        "its classifier and model choices are model objects (with their own endpoints and "
+        "config) that do not travel to the model service, which serves models by name"
+    ),
+    "AutoModeMiddleware": (
+        "its classifier is a decision-model object that does not travel to the tools service"
+    ),
+    "ShellToolMiddleware": (
+        "it keeps a live shell session in the agent state (not JSON, so the state cannot "
+        "be stored with the task) and would run commands on the tools service's host"
+    ),
+    "FilesystemFileSearchMiddleware": (
+        "its Glob and Grep tools read the file system of the process that runs them: "
+        "deployed, the tools service's host, not the client's root_path"
+    ),
+    "ModelRefusalMiddleware": (
+        "it reads the provider's standard refusal content blocks, which the model "
+        "service's ChatOpenAI replies do not carry as such; it is not run on the bus"
+    ),
+    "ProviderToolSearchMiddleware": (
+        "it injects a provider's server-side tool search tool and deferred tool schemas, "
+        "which the model service's OpenAI-compatible endpoints do not offer"
+    ),
+}
+"""LangChain 1.5 built-ins that cannot run deployed, and why: refused when an agent is
+registered (``services.spec.validation``) and when ``create_agent`` converts them with
+REDIS_URL set. Embedded (no REDIS_URL), LangChain's instance runs as it is."""
+
+ATTRIBUTE_OF: dict[tuple[str, str], str] = {
+    ("ToolRetryMiddleware", "tools"): "_tool_filter",
+    ("ToolErrorMiddleware", "tools"): "_tool_filter",
+}
+"""Constructor parameters a LangChain built-in keeps under another attribute (its own
+``tools`` attribute is the middleware's tool registry, always empty)."""
+
+
+def constructor_args(instance: Any) -> dict[str, Any]:
+    """The keyword arguments that build ``instance`` again, read back from the attributes
+    it keeps them under (``ATTRIBUTE_OF``, ``models`` for a fallback's models) and checked:
+    an instance built from them must hold exactly the same attributes, or the conversion
+    would lose something (``ValueError`` names what differs)."""
+    cls = type(instance)
+    args: dict[str, Any] = {}
+    for name, parameter in inspect.signature(cls.__init__).parameters.items():
+        if name == "self" or parameter.kind is parameter.VAR_KEYWORD:
+            continue
+        value = _read_back(instance, builtin_name(cls), name)
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            if value is not _MISSING and value:  # a fallback's additional models
+                args[name] = value
+            continue
+        if value is _MISSING or value is parameter.default:
+            continue
+        if parameter.default is parameter.empty or not _same(value, parameter.default):
+            args[name] = value
+    if _derived_token_counter(args.get("token_counter")):
+        del args["token_counter"]  # LangChain's default, specialised for its model
+    if "detector" in args and isinstance(instance, lc.PIIMiddleware):
+        detector = _given_detector(instance.pii_type, args.pop("detector"))
+        if detector is not None:
+            args["detector"] = detector
+    _check_rebuilds(instance, args)
+    return args
+
+
+_MISSING = object()
+
+
+def _read_back(instance: Any, class_name: str, name: str) -> Any:
+    if class_name == "ModelFallbackMiddleware" and name == "first_model":
+        return instance.models[0]
+    if class_name == "ModelFallbackMiddleware" and name == "additional_models":
+        return list(instance.models[1:])
+    return getattr(instance, ATTRIBUTE_OF.get((class_name, name), name), _MISSING)
+
+
+def _check_rebuilds(instance: Any, args: dict[str, Any]) -> None:
+    cls = type(instance)
+    if builtin_name(cls) == "ModelFallbackMiddleware":
+        rebuilt = cls(args["first_model"], *args.get("additional_models", []))
+    elif builtin_name(cls) in ("PIIMiddleware", "HumanInTheLoopMiddleware"):
+        first = "pii_type" if builtin_name(cls) == "PIIMiddleware" else "interrupt_on"
+        rest = {k: v for k, v in args.items() if k != first}
+        rebuilt = cls(args[first], **rest)
+    else:
+        rebuilt = cls(**args)
+    before, after = _comparable(instance), _comparable(rebuilt)
+    differ = sorted(
+        k for k in before.keys() | after.keys() if not _same(before.get(k), after.get(k))
+    )
+    if differ:
+        raise ValueError(
+            f"{cls.__name__}: its constructor arguments cannot be read back without loss "
+            f"(attributes {', '.join(differ)} differ)"
+        )
+
+
+def _comparable(instance: Any) -> dict[str, Any]:
+    """The instance's attributes, a PII detector as what it was given (LangChain wraps a
+    function or a pattern in a closure of its own, new for every instance, and builds its
+    redaction rule and stream transformers from the arguments)."""
+    found = dict(vars(instance))
+    if isinstance(instance, lc.PIIMiddleware) and "detector" in found:
+        found["detector"] = _given_detector(instance.pii_type, found["detector"])
+        for derived in ("_resolved_rule", "transformers"):  # made from the arguments above
+            found.pop(derived, None)
+    return found
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether an attribute of the instance and of its rebuilt copy hold the same: equal,
+    or made the same way per instance (a partial, a closure such as the detector
+    LangChain's PIIMiddleware resolves a regex to, a dataclass or tuple holding them)."""
+    import dataclasses
+    import types
+    from functools import partial
+
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, partial):  # a default made per instance
+        return (
+            _same(a.func, b.func)
+            and _same(a.args, b.args)
+            and _same(sorted(a.keywords.items()), sorted(b.keywords.items()))
+        )
+    if isinstance(a, tuple | list):  # PII's tuple of partials
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, types.FunctionType):  # a closure made per instance
+        cells = [c.cell_contents for c in a.__closure__ or ()]
+        others = [c.cell_contents for c in b.__closure__ or ()]
+        return a.__code__ is b.__code__ and _same(cells, others)
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        fields = [f.name for f in dataclasses.fields(a)]
+        return all(_same(getattr(a, f), getattr(b, f)) for f in fields)
+    try:
+        return bool(a == b)
+    except Exception:  # objects whose comparison fails count as different
+        return False
+
+
 def params_of(instance: Any) -> dict[str, Any]:
     """Constructor arguments of a LangChain middleware instance, read back from the
     attributes it keeps under the same names (what every built-in does)."""

@@ -108,6 +108,9 @@ class RateLimitMiddleware(AgentMiddleware):
         self.window_seconds = window_seconds
         self.key = key
 
+    runs_in_any_mode = True
+    """loopline's own: its async hook runs for sync runs (``invoke``) too."""
+
     def to_spec(self) -> MiddlewareSpec:
         params = {
             "requests_per_minute": self.requests_per_minute,

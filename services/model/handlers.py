@@ -21,6 +21,7 @@ from services.agent_view import system_message
 from services.custom_stream import CustomWriter, writing
 from services.editing.engine import apply_edits
 from services.errors import BadEvent, PayloadTooLarge
+from services.failures import exception_info
 from services.hooks import hooks_for, lg_runtime
 from services.interrupts import NodeInterrupted
 from services.middleware import ratelimit
@@ -117,6 +118,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     agent_id=event.agent_id,
                     # a provider may echo the key it was given: no secret on the bus
                     error=scrub(failure_text(exc)),
+                    exception=exception_info(exc),
                 ),
             )
             return

@@ -20,6 +20,7 @@ from services import custom_stream
 from services.agent_view import system_message, tool_schemas
 from services.hooks import HookSet, call_wrapped, lg_runtime
 from services.model.chat import build_chat_model
+from services.model.lcview import with_invalid_calls_answered
 from services.spec import structured
 from services.spec.models import bind_tools
 
@@ -75,15 +76,22 @@ class EditsAtPosition:
             return False
         return _model_name(request.model, self.spec) == self.spec.model.model_name
 
+    runs_in_any_mode = True
+    """loopline's own place in the chain: async for sync runs too."""
+
     async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return await handler(self._edited(request))
+
+    def _edited(self, request: Any) -> Any:
+        """The request with the edited view."""
         from services.editing.engine import apply_edits
 
         if not request.messages:  # as LangChain's: nothing to edit
-            return await handler(request)
+            return request
         if self._decided_for(request):
             assert self.edits is not None
             if not self.edits:
-                return await handler(request)
+                return request
             view = apply_edits(self.transcript, self.edits)
             # only what an edit changed is converted again (LangChain hands equal copies)
             edited = [
@@ -96,7 +104,7 @@ class EditsAtPosition:
                 system_message=request.system_message,
                 model=_model_name(request.model, self.spec),
             )
-        return await handler(request.override(messages=edited))
+        return request.override(messages=edited)
 
 
 def _model_name(model: Any, spec: AgentSpec) -> str:
@@ -263,7 +271,7 @@ async def call_with_middleware(
     messages = [to_langchain(m) for m in transcript]
     request = ModelRequest(
         model=build_chat_model(spec.model),
-        messages=messages,
+        messages=with_invalid_calls_answered(messages),
         system_message=_system_message(spec),
         tools=[schema_tool(schema) for schema in tool_schemas(spec)],
         response_format=structured.strategy_of(rf) if rf is not None else None,
@@ -312,7 +320,13 @@ async def call_with_middleware(
     chain = chain_of(spec, hooks, transcript, messages, edits)
     commands = StateCommands()
     response = await call_wrapped(
-        chain, "wrap_model_call", request, call_model, commands.normalize, commands.entered
+        chain,
+        "wrap_model_call",
+        request,
+        call_model,
+        commands.normalize,
+        commands.entered,
+        hooks.mode,
     )
     replies = [m for m in response.result if isinstance(m, LcAIMessage)]
     if not replies:

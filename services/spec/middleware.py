@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -20,9 +21,11 @@ from contracts.agent import MiddlewareSpec
 from services.errors import ConfigurationError
 from services.middleware.builtins import (
     BY_NAME,
+    REFUSED_DEPLOYED,
     Remembers,
     build_builtin,
     builtin_name,
+    constructor_args,
     params_of,
 )
 from services.middleware.context_editing import ContextEditingMiddleware
@@ -64,6 +67,48 @@ def _remembered_spec(middleware: Remembers) -> MiddlewareSpec:
     )
 
 
+def _portable(
+    middleware: Any, make: Callable[[], MiddlewareSpec], embedded: bool
+) -> MiddlewareSpec:
+    """``make()``'s spec, or, when the instance cannot travel as data without loss, the
+    instance itself in this process (embedded) or a clear refusal (deployed)."""
+    name = builtin_name(type(middleware))
+    try:
+        return make()
+    except ValueError as exc:  # NotPortable, or arguments that cannot be read back
+        if embedded:
+            return MiddlewareSpec(type=local.register_instance(middleware))
+        raise ValueError(f"{name} cannot travel to the services: {exc}") from exc
+
+
+def _langchain_builtin_spec(middleware: Any, embedded: bool) -> MiddlewareSpec:
+    """LangChain's own instance: its constructor arguments read back (and checked), the
+    models in them by name; built-ins that cannot run deployed stay in-process embedded
+    and are refused otherwise (``REFUSED_DEPLOYED``, with the reason)."""
+    name = builtin_name(type(middleware))
+    if name in REFUSED_DEPLOYED:
+        if embedded:
+            return MiddlewareSpec(type=local.register_instance(middleware))
+        raise ValueError(f"{name} cannot run deployed: {REFUSED_DEPLOYED[name]}")
+    return _portable(
+        middleware,
+        lambda: _remembered_spec(build_builtin(name, constructor_args(middleware))),
+        embedded,
+    )
+
+
+def refused_reason(type_name: str) -> str | None:
+    """Why a spec's middleware type cannot run deployed, if it names such a built-in (by
+    name or by its path in ``langchain.agents.middleware``)."""
+    module, _, attr = type_name.rpartition(":")
+    name = attr or type_name
+    if module and not module.startswith("langchain.agents.middleware"):
+        return None
+    if name in REFUSED_DEPLOYED:
+        return f"{name} cannot run deployed: {REFUSED_DEPLOYED[name]}"
+    return None
+
+
 def to_spec(middleware: Any, *, embedded: bool = False) -> MiddlewareSpec:
     """A spec for a loopline middleware, a LangChain built-in, a user middleware, or a
     spec/dict as given. ``embedded``: in-process instances may stay in-process."""
@@ -72,7 +117,7 @@ def to_spec(middleware: Any, *, embedded: bool = False) -> MiddlewareSpec:
     if isinstance(middleware, dict):
         return MiddlewareSpec.model_validate(middleware)
     if isinstance(middleware, Remembers):
-        return _remembered_spec(middleware)
+        return _portable(middleware, lambda: _remembered_spec(middleware), embedded)
     if hasattr(middleware, "to_spec"):
         spec: MiddlewareSpec = middleware.to_spec()
         # functions among its parameters (a token_counter) travel as references
@@ -89,8 +134,10 @@ def to_spec(middleware: Any, *, embedded: bool = False) -> MiddlewareSpec:
             token_counter=getattr(middleware, "token_counter", None),
         ).to_spec()
         return MiddlewareSpec(type=made.type, params=params.to_json(made.params))
-    if name in BY_NAME and type(middleware).__module__.startswith("langchain.agents"):
-        return _remembered_spec(build_builtin(name, params_of(middleware)))
+    if type(middleware).__module__.startswith("langchain.agents.middleware") and (
+        name in BY_NAME or name in REFUSED_DEPLOYED
+    ):
+        return _langchain_builtin_spec(middleware, embedded)
     if not isinstance(middleware, AgentMiddleware):
         raise ValueError(f"{middleware!r} is not a middleware (subclass AgentMiddleware)")
     if embedded:
@@ -114,6 +161,9 @@ def _import_path(instance: Any) -> str | None:
 
 def from_spec(spec: MiddlewareSpec) -> Any:
     """Build (and so validate) the middleware a spec names."""
+    refused = refused_reason(spec.type)
+    if refused is not None:
+        raise ValueError(refused)
     if spec.type in NATIVE:  # with the functions its parameters name (a token_counter)
         return BUILTIN[spec.type].from_spec(
             MiddlewareSpec(type=spec.type, params=params.from_json(spec.params))

@@ -12,18 +12,59 @@ from typing import Any
 from services.spec import imports, local
 
 CALLABLE_KEY = "callable"
+JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+class NotPortable(ValueError):
+    """A parameter that cannot travel as JSON without loss (a model object other than a
+    ``ChatOpenAI`` on the operator's endpoint, an object of another kind). Raised before
+    anything is serialized: a model holding an endless iterator is never walked."""
 
 
 def to_json(value: Any) -> Any:
+    if isinstance(value, JSON_SCALARS):
+        return value
     if isinstance(value, dict):
         return {k: to_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_json(v) for v in value]
-    if hasattr(value, "model_name") and hasattr(value, "invoke"):
-        return f"openai:{value.model_name}"
+    if _is_chat_model(value):
+        return _model_name(value)
     if inspect.isfunction(value) or inspect.isbuiltin(value):
         return {CALLABLE_KEY: _callable_ref(value)}
-    return value
+    raise NotPortable(f"a {type(value).__name__} object does not travel as data")
+
+
+def _is_chat_model(value: Any) -> bool:
+    from langchain_core.language_models import BaseChatModel
+
+    return isinstance(value, BaseChatModel)
+
+
+def _model_name(model: Any) -> str:
+    """``openai:NAME`` for a ChatOpenAI the model service can serve as it is: on the
+    default endpoint (``OPENAI_BASE_URL``), with no settings the name would lose."""
+    import os
+
+    kind = type(model).__name__
+    if kind != "ChatOpenAI":
+        raise NotPortable(
+            f"a {kind} model object does not travel to the services (they serve models by "
+            "name, with ChatOpenAI on the operator's endpoints); give 'openai:NAME'"
+        )
+    base_url = getattr(model, "openai_api_base", None)
+    if base_url and base_url != os.environ.get("OPENAI_BASE_URL"):
+        raise NotPortable(
+            f"ChatOpenAI(base_url={base_url!r}) does not travel: endpoints are the "
+            "operator's (LOOPLINE_MODELS, OPENAI_BASE_URL); give 'openai:NAME'"
+        )
+    for setting in ("temperature", "max_tokens", "top_p", "seed", "model_kwargs"):
+        if getattr(model, setting, None) not in (None, {}):
+            raise NotPortable(
+                f"ChatOpenAI({setting}=...) does not travel inside a middleware's "
+                "parameters (only its name does); give 'openai:NAME'"
+            )
+    return f"openai:{model.model_name}"
 
 
 def _callable_ref(func: Any) -> str:

@@ -32,7 +32,7 @@ from services.spec import (
     structured,
     toolbox,
 )
-from services.spec.middleware import BUILTIN, NATIVE, from_spec
+from services.spec.middleware import BUILTIN, NATIVE, from_spec, refused_reason
 from services.spec.params import CALLABLE_KEY
 
 
@@ -107,7 +107,12 @@ def check_response_format(rf: ResponseFormatSpec) -> None:
 def check_deployable(spec: AgentSpec) -> None:
     """What a registration checks beyond ``check_agent``: the spec must run in other
     processes (nothing ``local:``), its model must be one this deployment may run, and
-    every tool and middleware must import and build (inside the allow-list)."""
+    every tool and middleware must import and build (inside the allow-list), and no
+    middleware may be a built-in that cannot run deployed (named with the reason)."""
+    for middleware in spec.middleware:
+        refused = refused_reason(middleware.type)
+        if refused is not None:
+            raise InvalidSpec(refused)
     check_agent(spec)
     problem = endpoints.model_problem(spec.model)
     if problem:

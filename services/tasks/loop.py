@@ -24,6 +24,7 @@ from contracts.events import (
     CancelRequested,
     DecisionsSubmitted,
     Event,
+    ExceptionInfo,
     ModelFailed,
     ModelInterrupted,
     ModelRequested,
@@ -36,6 +37,7 @@ from contracts.events import (
     TaskFailed,
     TaskSubmitted,
     ToolCompleted,
+    ToolFailed,
     ToolInterrupted,
     dump_event,
     parse_event,
@@ -45,11 +47,13 @@ from services import deployed
 from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent, Refused, UnknownTask
+from services.failures import exception_info, failure_text
 from services.hooks import HookSet, hooks_for
 from services.interrupts import Answers, Asked, NodeInterrupted, ResumeRefused, interrupt_id
 from services.runtime import Runtime
 from services.secrets import scrub
 from services.spec.validation import InvalidSpec, check_agent
+from services.tasks import invalid_calls
 from services.tasks.hookrun import ModelTurn, model_turn, start_step
 from services.tasks.issued import call_digests
 from services.tasks.per_call import PerCallApprovals
@@ -109,8 +113,8 @@ class Loop:
     # -- events ------------------------------------------------------------------------
 
     async def task_submitted(self, event: TaskSubmitted) -> None:
-        if not event.messages:
-            raise BadEvent("TaskSubmitted needs at least one message")
+        # no messages is a task too: the model is called with none (or with the thread's
+        # and the system prompt), as LangChain's agent calls it
         spec, max_steps = await self._agent_of(event)
         claim = None
         if event.thread_id is not None:
@@ -134,9 +138,10 @@ class Loop:
         rt = self.rt
         # Messages get ids as LangGraph gives them, so middleware can replace them by id;
         # derived from the task id, so a redelivery stores the same ones.
+        # Malformed tool calls answered as LangChain's model node answers them.
         inputs = [
             m if m.id else m.model_copy(update={"id": f"{event.task_id}:in:{i}"})
-            for i, m in enumerate(event.messages)
+            for i, m in enumerate(invalid_calls.answered(event.messages))
         ]
         agent_id = await rt.save_agent(spec)
         submitted_event = dump_event(event)
@@ -168,7 +173,7 @@ class Loop:
                 submitted_event=submitted_event,
                 step_event=step_event,
                 retention=rt.settings.retention_s,
-                messages=claim.messages + messages,
+                messages=invalid_calls.answered_stored(claim.messages + messages),
                 todos=claim.todos,
                 extra=carried,
                 thread_id=event.thread_id,
@@ -220,6 +225,8 @@ class Loop:
             spec, max_steps = event.agent, event.max_steps
             if event.overrides:
                 raise BadEvent("overrides apply to deployed agents; an inline spec is whole")
+        if event.run_mode is not None:  # invoke or ainvoke: that variant of each hook
+            spec = spec.model_copy(update={"run_mode": event.run_mode})
         try:
             check_agent(spec)  # once per distinct middleware spec: cached
         except InvalidSpec as exc:
@@ -372,7 +379,7 @@ class Loop:
         state = await self.store.apply(
             event.task_id,
             FailTask(
-                failed_event=self._failed(event.task_id, event.step, reason),
+                failed_event=self._failed(event.task_id, event.step, reason, event.exception),
                 cause=Cause.model_failed(event.step),
             ),
         )
@@ -392,6 +399,20 @@ class Loop:
         asked = Asked(event.request, event.interrupt_id, event.response_schema)
         waiting = NodeInterrupted(MODEL_NODE, asked)
         await self._wait(tid, step, waiting, dump_event(event.requested), "model", answers)
+
+    async def tool_failed(self, event: ToolFailed) -> None:
+        """A tool raised: the task fails with its exception, as LangChain's agent lets a
+        tool's exception propagate (the step's other calls may still finish; their
+        results change nothing)."""
+        reason = f"tool {event.call.name!r} failed at step {event.step}: {event.error}"
+        state = await self.store.apply(
+            event.task_id,
+            FailTask(
+                failed_event=self._failed(event.task_id, event.step, reason, event.exception),
+                cause=Cause.tool_failed(event.step, event.call.id),
+            ),
+        )
+        await self._emit(event.task_id, self._known(state, event.task_id))
 
     async def tool_interrupted(self, event: ToolInterrupted) -> None:
         await self.per_call.interrupted(event)
@@ -678,10 +699,10 @@ class Loop:
         except (ValueError, ResumeRefused) as exc:
             if answers.answered:  # answers that do not fit: refuse them, keep waiting
                 raise BadEvent(f"decisions rejected: {exc}") from exc
-            await self._fail_now(tid, f"{type(exc).__name__}: {exc}")
+            await self._fail_with(tid, exc)
             return None
-        except Exception as exc:  # a hook that raises ends the task, with the reason
-            await self._fail_now(tid, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a hook that raises ends the task with its exception
+            await self._fail_with(tid, exc)
             return None
         hooked.decided = {**turn.decided, **hooked.decided}
         return hooked
@@ -762,7 +783,7 @@ class Loop:
         except Exception as exc:  # a hook that raises (a limit with exit "error") ends it
             if answers.answered and isinstance(exc, ValueError):
                 raise BadEvent(f"decisions rejected: {exc}") from exc
-            await self._fail_now(task_id, f"{type(exc).__name__}: {exc}")
+            await self._fail_with(task_id, exc)
             return None
         completed = TaskCompleted(task_id=task_id, steps=state.step - 1, answer=outcome.answer)
         return await self.store.apply(
@@ -783,26 +804,40 @@ class Loop:
     # -- failures ----------------------------------------------------------------------
 
     @staticmethod
-    def _failed(task_id: str, step: int, reason: str) -> bytes:
-        return dump_event(TaskFailed(task_id=task_id, step=step, reason=reason))
+    def _failed(
+        task_id: str, step: int, reason: str, exception: ExceptionInfo | None = None
+    ) -> bytes:
+        failed = TaskFailed(task_id=task_id, step=step, reason=reason, exception=exception)
+        return dump_event(failed)
 
     async def _fail_at_current_step(
-        self, task_id: str, reason: str, cause: str | None
+        self,
+        task_id: str,
+        reason: str,
+        cause: str | None,
+        exception: ExceptionInfo | None = None,
     ) -> TaskState:
         """Fail a running task at whatever step it is on (one transition, applied once)."""
         step = await self.store.current_step(task_id)
         return await self.store.apply(
             task_id,
             FailTask(
-                failed_event=self._failed(task_id, step, reason),
+                failed_event=self._failed(task_id, step, reason, exception),
                 cause=cause or Cause.failed(step),
             ),
         )
 
-    async def _fail_now(self, task_id: str, reason: str) -> TaskState:
-        state = await self._fail_at_current_step(task_id, scrub(reason), None)
+    async def _fail_now(
+        self, task_id: str, reason: str, exception: ExceptionInfo | None = None
+    ) -> TaskState:
+        state = await self._fail_at_current_step(task_id, scrub(reason), None, exception)
         await self._emit(task_id, state)
         return state
+
+    async def _fail_with(self, task_id: str, exc: Exception) -> TaskState:
+        """A middleware hook raised: the task fails with its exception (``invoke``
+        raises it again, as LangChain's agent lets it propagate)."""
+        return await self._fail_now(task_id, failure_text(exc), exception_info(exc))
 
 
 MODEL_NODE = "model"

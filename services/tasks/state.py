@@ -68,6 +68,11 @@ class Cause:
         return f"model-failed:{step}"
 
     @staticmethod
+    def tool_failed(step: int, call_id: str) -> str:
+        """A tool call of the step raised (the task fails with its exception)."""
+        return f"tool-failed:{step}:{call_id}"
+
+    @staticmethod
     def hooks(step: int) -> str:
         """The before_model hooks of a step, applied."""
         return f"bm:{step}"

@@ -30,11 +30,12 @@ from typing import Any
 from langchain_core.tools import BaseTool
 from redis.exceptions import RedisError
 
-from contracts.events import ToolRequested, ToolResumed
+from contracts.events import ExceptionInfo, ToolRequested, ToolResumed
 from contracts.messages import Message, ToolCall, ToolMessage
 from services import interrupts
+from services.failures import exception_info, failure_text
 from services.hooks import lg_runtime
-from services.interrupts import NodeInterrupted, ResumeRefused
+from services.interrupts import NodeInterrupted, ResumeRefused, is_waiting
 from services.runtime import Runtime
 from services.spec import toolbox
 from services.tasks.issued import Admission, IssuedCalls
@@ -68,7 +69,21 @@ class Parked:
     """How many of the call's interrupts were answered before this one."""
 
 
-Outcome = Answered | Parked
+@dataclass(frozen=True)
+class Failed:
+    """A call whose tool raised (no ``wrap_tool_call`` middleware turned the exception
+    into a message): the task fails with it. Recorded like a result, so a redelivery
+    reports the same failure instead of running the tool again."""
+
+    error: str
+    exception: ExceptionInfo
+
+    @classmethod
+    def of(cls, exc: Exception) -> Failed:
+        return cls(failure_text(exc), exception_info(exc))
+
+
+Outcome = Answered | Parked | Failed
 Limit = Callable[[], AbstractAsyncContextManager[None]]
 
 
@@ -90,6 +105,8 @@ class Job:
     writer: Callable[[Any], None] | None = None
     available: tuple[str, ...] = ()
     """The agent's tool names, for the answer to an unknown tool."""
+    mode: str | None = None
+    """The run's ``AgentSpec.run_mode``: which variant of ``wrap_tool_call`` runs."""
 
     @property
     def scope(self) -> str:
@@ -180,7 +197,7 @@ class ToolCalls:
             outcome = await self._run_chain(job, (), None)
             if isinstance(outcome, Parked):
                 return await self._park(calls_key, call.id, outcome)
-            return await self._record_done(calls_key, outcome)
+            return await self._record_done(calls_key, call.id, outcome)
         # The check and the lease in one script: the round trip the lease took anyway.
         admission = await self.issued.admit(event, lease=self._first_marker(job))
         if admission is Admission.LATE:
@@ -274,12 +291,14 @@ class ToolCalls:
         call = job.call
         if record.get("state") == "done":
             return Answered(ToolMessage.model_validate(record["message"]), record.get("update"))
+        if record.get("state") == "failed":
+            return Failed(record["error"], ExceptionInfo.model_validate(record["exception"]))
         if float(record.get("until", 0)) > time.time():
             # This duplicate stays pending and is retried (by then the result is recorded
             # and gets re-published).
             raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
         if not job.idempotent and record.get("started", True):
-            return await self._record_done(calls_key, Answered(unknown_outcome(call)))
+            return await self._record_done(calls_key, call.id, Answered(unknown_outcome(call)))
         await self.rt.redis.hset(calls_key, call.id, self._first_marker(job))
         return await self._run_leased(job, answers)
 
@@ -294,12 +313,14 @@ class ToolCalls:
             await self._release(lease, renew)
         if isinstance(outcome, Parked):  # after the lease stopped: nothing overwrites it
             return await self._park(calls_key, job.call.id, outcome)
-        return await self._record_done(calls_key, outcome)
+        return await self._record_done(calls_key, job.call.id, outcome)
 
     async def _run_chain(self, job: Job, answers: Sequence[Any], lease: Lease | None) -> Outcome:
         """The tool, inside its wrap_tool_call middleware when it has any, as a LangGraph
         node: an ``interrupt()`` in either parks the call (``Parked``) or gets its answer
-        from ``answers``, in order."""
+        from ``answers``, in order. An exception that no wrapper turned into a message
+        (and that is no wait) is the call's ``Failed`` outcome: the task fails with it,
+        as LangChain's agent lets a tool's exception propagate."""
         try:
             with interrupts.node("tools", job.scope, answers, lg_runtime(job.context)):
                 return await self._run_tool(job, lease)
@@ -316,6 +337,10 @@ class ToolCalls:
                 decision=answers[-1],
                 answered=len(answers) - 1,
             )
+        except Exception as exc:  # the tool's (or a wrapper's) exception: the task fails
+            if is_waiting(exc):
+                raise  # a wait the node did not turn into NodeInterrupted: not a failure
+            return Failed.of(exc)
 
     async def _run_tool(self, job: Job, lease: Lease | None) -> Answered:
         call = job.call
@@ -342,6 +367,7 @@ class ToolCalls:
             limit=job.limit,
             runtime=self._runtime_of(job, state),
             available=job.available,
+            mode=job.mode,
         )
 
     async def _agent_state(self, task_id: str) -> AgentState:
@@ -411,14 +437,21 @@ class ToolCalls:
             kept.get("request"), kept.get("response_schema"), answered=kept.get("answered", 0)
         )
 
-    async def _record_done(self, calls_key: str, answer: Answered) -> Answered:
+    async def _record_done(
+        self, calls_key: str, call_id: str, outcome: Answered | Failed
+    ) -> Answered | Failed:
         """Recorded with the entry's ack and the result's publication (one script), so a
         redelivery after the commit finds it and re-publishes instead of running again."""
-        record: dict[str, Any] = {
-            "state": "done",
-            "message": answer.message.model_dump(mode="json"),
-        }
-        if answer.update is not None:
-            record["update"] = answer.update
-        await self.rt.write(calls_key, answer.message.tool_call_id, json.dumps(record))
-        return answer
+        """Recorded with the entry's ack and the result's publication (one script), so a
+        redelivery after the commit finds it and re-publishes instead of running again
+        (a failure too: the task fails with the same exception, the tool runs once)."""
+        record: dict[str, Any]
+        if isinstance(outcome, Failed):
+            exception = outcome.exception.model_dump(mode="json")
+            record = {"state": "failed", "error": outcome.error, "exception": exception}
+        else:
+            record = {"state": "done", "message": outcome.message.model_dump(mode="json")}
+            if outcome.update is not None:
+                record["update"] = outcome.update
+        await self.rt.write(calls_key, call_id, json.dumps(record))
+        return outcome

@@ -13,7 +13,14 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from contracts.agent import AgentSpec
-from contracts.events import AnyEvent, ToolCompleted, ToolInterrupted, ToolRequested, ToolResumed
+from contracts.events import (
+    AnyEvent,
+    ToolCompleted,
+    ToolFailed,
+    ToolInterrupted,
+    ToolRequested,
+    ToolResumed,
+)
 from services.agent_view import middleware_tools
 from services.custom_stream import CustomWriter, writing
 from services.errors import (
@@ -28,7 +35,7 @@ from services.runtime import Handler, Runtime
 from services.spec import toolbox
 from services.tasks.handover import LoopHandOver
 from services.tasks.issued import Admission
-from services.tools.calls import Job, Outcome, Parked, ToolCalls
+from services.tools.calls import Failed, Job, Outcome, Parked, ToolCalls
 from services.tools.limits import CallLimits, timeout_of
 from services.tools.logic import Answered, guarded, refused, too_large
 from services.tools.threads import ToolThreads
@@ -70,6 +77,8 @@ class ToolsService:
             raise
         if isinstance(outcome, Parked):
             await self._report_parked(event, outcome)
+        elif isinstance(outcome, Failed):
+            await self._report_failed(event, outcome)
         elif outcome is not None:
             await self._report_done(event, spec, outcome)
 
@@ -131,6 +140,7 @@ class ToolsService:
             context=hooks.context,
             writer=writer,
             available=tuple(tools),
+            mode=hooks.mode,
         )
         with writing(writer, hooks.context):
             if isinstance(event, ToolResumed):
@@ -153,6 +163,20 @@ class ToolsService:
                 error=parked.error,
                 decision=parked.decision,
                 answered=parked.answered,
+            ),
+        )
+
+    async def _report_failed(self, event: CallEvent, failed: Failed) -> None:
+        """The loop fails the task with the tool's exception (rare: no fused path)."""
+        await self.rt.publish(
+            self.rt.names.loop,
+            ToolFailed(
+                task_id=event.task_id,
+                step=event.step,
+                agent_id=event.agent_id,
+                call=event.call,
+                error=failed.error,
+                exception=failed.exception,
             ),
         )
 

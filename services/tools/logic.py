@@ -1,4 +1,8 @@
-"""Running one tool call the way LangChain's ToolNode does, errors included."""
+"""Running one tool call the way LangChain's ToolNode does in ``create_agent``, errors
+included: invalid arguments (LangGraph's ``ToolInvocationError``) are answered with
+ToolNode's message; any other exception of the tool propagates (the task fails with it),
+unless a ``wrap_tool_call`` middleware (``ToolErrorMiddleware``, ``ToolRetryMiddleware``
+with ``on_failure="continue"``, a user's own) turns it into a message."""
 
 from __future__ import annotations
 
@@ -16,10 +20,8 @@ from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from pydantic import ValidationError
 
 from contracts.messages import Message, ToolCall, ToolMessage, from_langchain
-from services.secrets import scrub
 from services.tool_errors import (
     INVALID_TOOL_NAME_ERROR_TEMPLATE,
-    TOOL_CALL_ERROR_TEMPLATE,
     TOOL_INVOCATION_ERROR_TEMPLATE,
 )
 from services.tools.threads import ToolAborted
@@ -46,13 +48,6 @@ COMMAND_GOTO = (
     "Error: tool '{tool_name}' returned a Command with goto/graph/resume; loopline applies "
     "a tool's Command(update=...) only."
 )
-
-
-def failure_message(call: ToolCall, exc: Exception) -> ToolMessage:
-    """The model's answer for a tool that raised, as LangChain's ToolNode words it, with
-    no secret of this process in it (a tool's error may hold its connection URL)."""
-    content = scrub(TOOL_CALL_ERROR_TEMPLATE.format(error=repr(exc)))
-    return ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
 
 
 def refused(call: ToolCall, available: list[str]) -> ToolMessage:
@@ -142,15 +137,15 @@ async def run_tool(
     tool: BaseTool,
     call: ToolCall,
     *,
-    raise_errors: bool = False,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
     runtime: Any = None,
 ) -> Answered:
-    """Invoke the tool with the call; a raising tool answers with an error message (as
-    ToolNode with ``handle_tool_errors=True``), invalid arguments with ToolNode's text.
-    ``limit``: the call's time limit (``services.tools.limits``); a call past it fails
-    with ``TimeoutError``. ``runtime``: the call's ``ToolRuntime`` (``tool_runtime``),
-    for a tool that takes one or an ``Injected*`` argument."""
+    """Invoke the tool with the call. Invalid arguments are answered with ToolNode's
+    text (``ToolInvocationError``'s message); the tool's own exception propagates, as
+    ToolNode's default error handler in ``create_agent`` re-raises it. ``limit``: the
+    call's time limit (``services.tools.limits``); a call past it raises
+    ``TimeoutError``. ``runtime``: the call's ``ToolRuntime`` (``tool_runtime``), for a
+    tool that takes one or an ``Injected*`` argument."""
     payload: dict[str, Any] = {
         "id": call.id,
         "name": call.name,
@@ -172,10 +167,6 @@ async def run_tool(
         return Answered(
             ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
         )
-    except Exception as exc:  # the tool's own failure is an answer for the model
-        if raise_errors:  # inside wrap_tool_call: retry middleware must see the exception
-            raise
-        return Answered(failure_message(call, exc))
     return answered(tool, call, result)
 
 
@@ -205,10 +196,10 @@ def _command_answer(tool: BaseTool | None, call: ToolCall, command: Any) -> Answ
         return error(COMMAND_GOTO.format(tool_name=call.name))
     payload = {"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"}
     node = _command_checker(tool)
-    try:  # LangGraph's own check: the update holds exactly the call's ToolMessage
-        checked = node._validate_tool_command(command, payload, "tool_calls")
-    except Exception as exc:
-        return Answered(failure_message(call, exc))
+    # LangGraph's own check: the update holds exactly the call's ToolMessage (what it
+    # raises propagates, as out of LangGraph's tool node, where the check is outside the
+    # tool's error handling)
+    checked = node._validate_tool_command(command, payload, "tool_calls")
     update = dict(checked.update or {})
     messages = list(update.pop("messages", []))
     own = [m for m in messages if isinstance(m, LcToolMessage) and m.tool_call_id == call.id]
@@ -318,6 +309,7 @@ async def run_wrapped(
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
     runtime: Any = None,
     available: Sequence[str] = (),
+    mode: str | None = None,
 ) -> Answered:
     """The call inside the agent's ``wrap_tool_call`` chain (retries, users' own), first
     middleware outermost, as LangChain composes it. The state a wrapper sees is
@@ -328,17 +320,19 @@ async def run_wrapped(
     An ``interrupt()`` in the chain or the tool (a per-call human approval, say) passes
     through, as does an answer that does not fit it: the caller runs the chain as a node
     (``services.interrupts.node``), which parks the call or gives the answers.
-    ``before_tool`` is awaited when the chain reaches the tool itself. ``runtime``: the
-    call's ``ToolRuntime`` (``request.runtime``, and what the tool gets injected). ``tool``
-    None: a tool the agent does not define (middleware added it to the model's tools),
-    which a wrapper may give (``request.override(tool=...)``); else the call is answered
-    as an unknown tool, naming the ``available`` ones, as LangGraph's tool node does."""
+    An exception that no wrapper turned into a message propagates (the task fails with
+    it, as in LangChain). ``before_tool`` is awaited when the chain reaches the tool
+    itself. ``runtime``: the call's ``ToolRuntime`` (``request.runtime``, and what the
+    tool gets injected). ``tool`` None: a tool the agent does not define (middleware
+    added it to the model's tools), which a wrapper may give (``request.override(tool=
+    ...)``); else the call is answered as an unknown tool, naming the ``available`` ones,
+    as LangGraph's tool node does.
+    ``mode``: the run's ``AgentSpec.run_mode`` (which variant of each wrapper runs)."""
     from langchain_core.messages import ToolMessage as LcToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
     from contracts.messages import to_langchain
     from services.hooks import call_wrapped
-    from services.interrupts import is_waiting
 
     request = ToolCallRequest(
         tool_call={"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"},
@@ -358,7 +352,6 @@ async def run_wrapped(
         answer = await run_tool(
             target,
             ToolCall(id=wanted["id"], name=wanted["name"], args=wanted.get("args", {})),
-            raise_errors=True,
             limit=limit,
             runtime=req.runtime,
         )
@@ -369,12 +362,11 @@ async def run_wrapped(
         # the wrappers see the Command the tool returned, as in LangChain
         return Command(update={**answer.update, "messages": [to_langchain(answer.message)]})
 
-    try:
-        result = await call_wrapped(wrappers, "wrap_tool_call", request, execute, lambda r: r)
-    except Exception as exc:  # what no wrapper handled: an error answer, as without them
-        if is_waiting(exc):
-            raise  # not the call's outcome: it waits for a (valid) answer
-        return Answered(failure_message(call, exc))
+    # What no wrapper handled propagates: the task fails with it, as in LangChain (an
+    # interrupt passes through the same way: the node running the chain parks the call).
+    result = await call_wrapped(
+        wrappers, "wrap_tool_call", request, execute, lambda r: r, mode=mode
+    )
     from langgraph.types import Command
 
     if not isinstance(result, LcToolMessage | Command):

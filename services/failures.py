@@ -1,0 +1,23 @@
+"""A failure of the agent's own code (a tool, the model call, a middleware hook) as data
+for the bus: the text a person reads and the exception's class and message
+(``contracts.events.ExceptionInfo``), so a client raises the same exception again, as
+LangChain's ``invoke`` lets the original propagate. Secrets are hidden in both (a
+provider's error may echo the key it was given)."""
+
+from __future__ import annotations
+
+from contracts.events import ExceptionInfo
+from services.secrets import scrub
+
+
+def exception_info(exc: BaseException) -> ExceptionInfo:
+    """Where ``exc``'s class lives and its message, without a secret of this process."""
+    cls = type(exc)
+    args = exc.args
+    message = args[0] if len(args) == 1 and isinstance(args[0], str) else str(exc)
+    return ExceptionInfo(type=f"{cls.__module__}:{cls.__qualname__}", message=scrub(message))
+
+
+def failure_text(exc: BaseException) -> str:
+    """``ValueError: bad x=1``: how the failure reads in a task's reason."""
+    return scrub(f"{type(exc).__name__}: {exc}")

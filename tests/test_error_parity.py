@@ -1,0 +1,141 @@
+"""Errors as LangChain's ``create_agent`` has them: a tool's exception propagates out of
+``invoke`` (only invalid arguments become a message to the model; ``ToolErrorMiddleware``
+turns errors into messages), the model's own error fails the run, and ``invoke`` raises
+an exception of the original class with the original message. The same agents run
+through LangChain and through loopline (deployed: every service its own process;
+embedded: one process), against twin scripted servers: the same model requests, the
+same exception or the same messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from contracts.agent import ModelSpec
+from loopline import create_agent
+from loopline.testing.scripted import ScriptedOpenAIServer
+from services.settings import Settings
+from tests.error_cases import (
+    CASES,
+    EMBEDDED_ONLY,
+    Case,
+    error_servers,
+    outcome,
+    requests_for,
+    run_langchain,
+)
+from tests.support import REPO_ROOT, ServiceProcesses, services_on
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
+    lc_server, ll_server = error_servers()
+    with lc_server, ll_server:
+        yield lc_server, ll_server
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> Iterator[ServiceProcesses]:
+    with services_on(redis_url, servers[1]) as procs:
+        yield procs
+
+
+def deployed(case: Case, stack: ServiceProcesses) -> Any:
+    model = ModelSpec(name="gpt-4o-mini", params={"max_retries": 0})
+    settings = Settings(prefix=stack.prefix)
+    return create_agent(
+        model, case.tools, redis_url=stack.redis_url, settings=settings, **case.kwargs()
+    )
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_deployed_raises_or_answers_as_langchain(
+    name: str, stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    case = CASES[name]
+    lc_server, ll_server = servers
+    lc = run_langchain(case, lc_server)
+    agent = deployed(case, stack)
+    ours = outcome(lambda: agent.invoke({"messages": case.prompt}))
+    assert ours == lc
+    lc_requests = requests_for(lc_server, case.prompt)
+    assert lc_requests and requests_for(ll_server, case.prompt) == lc_requests
+
+
+def test_the_cases_show_what_they_claim(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """Read from LangChain's side (module order: after the runs above)."""
+    lc_server, _ = servers
+    expected = {
+        "tool_raises": ["builtins", "ValueError", "bad x=1"],
+        "user_exception": ["tests.tooling", "QuotaExceeded", "quota exceeded: 3 of 10"],
+        "parallel": ["builtins", "ValueError", "bad x=2"],
+    }
+    for name, raised in expected.items():
+        assert run_langchain(CASES[name], lc_server) == {"raised": raised}
+    down = run_langchain(CASES["model_down"], lc_server)["raised"]
+    # langchain-openai's subclass of openai.InternalServerError, with the response's text
+    assert down == [
+        "langchain_openai.chat_models.base",
+        "OpenAIAPIError",
+        "Error code: 500 - responder failed: RuntimeError('the model is down')",
+    ]
+    limit = run_langchain(CASES["hook_raises"], lc_server)["raised"]
+    assert limit[1] == "ModelCallLimitExceededError"
+    invalid = run_langchain(CASES["invalid_args"], lc_server)["messages"]
+    assert invalid[2]["status"] == "error" and "Please fix the error" in invalid[2]["content"]
+
+
+EMBEDDED = r"""
+import json, sys
+from loopline import create_agent
+from tests.error_cases import CASES, EMBEDDED_ONLY, error_servers, model_for, outcome
+from tests.error_cases import requests_for, run_langchain
+
+out = {}
+lc_server, ll_server = error_servers()
+with lc_server, ll_server:
+    for name in sys.argv[1:]:
+        case = {**CASES, **EMBEDDED_ONLY}[name]
+        lc = run_langchain(case, lc_server)
+        agent = create_agent(model_for(ll_server), case.tools, **case.kwargs())
+        ours = outcome(lambda: agent.invoke({"messages": case.prompt}))
+        out[name] = {
+            "lc": {"outcome": lc, "requests": requests_for(lc_server, case.prompt)},
+            "ll": {"outcome": ours, "requests": requests_for(ll_server, case.prompt)},
+        }
+print(json.dumps(out))
+"""
+
+
+def test_embedded_raises_or_answers_as_langchain() -> None:
+    """No REDIS_URL: the embedded runtime, tools, middleware and model in-process."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "OPENAI_BASE_URL")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
+    names = [*CASES, *EMBEDDED_ONLY]
+    done = subprocess.run(
+        [sys.executable, "-c", EMBEDDED, *names],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in names:
+        lc, ll = runs[name]["lc"], runs[name]["ll"]
+        assert lc["requests"], name
+        assert ll == lc, name
+    handled = runs["tool_error_middleware"]["ll"]["outcome"]["messages"]
+    assert handled[2]["content"] == "explode failed: ValueError: bad x=3"
+    assert runs["tool_error_middleware_passes"]["ll"]["outcome"]["raised"][1] == "QuotaExceeded"
