@@ -44,6 +44,7 @@ from services.tasks.store import TaskStore
 from services.tasks.transitions import StartTask
 
 __all__ = [
+    "EMBEDDED_PREFIX",
     "REPO_ROOT",
     "SPEC",
     "Handled",
@@ -72,6 +73,11 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+EMBEDDED_PREFIX = unique_prefix()
+"""The prefix of every embedded agent the tests make: the in-process services start once
+per process, on the prefix of the first agent that starts them, so every test module's
+embedded agents share it (another prefix's tasks would wait for no consumer)."""
 
 
 async def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:

@@ -47,7 +47,13 @@ from tests.runtime_tools import (
     whoami,
 )
 from tests.structured_cases import shape
-from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix
+from tests.support import (
+    EMBEDDED_PREFIX,
+    ServiceProcesses,
+    services_on,
+    twin_servers,
+    unique_prefix,
+)
 
 
 def calls(*pairs: tuple[str, dict[str, Any]]) -> Reply:
@@ -238,9 +244,6 @@ async def test_deployed_matches_langchain(
     lc = await asyncio.to_thread(run_langchain, case, servers[0], "deployed")
     ours = await deployed(case, stack).ainvoke(the_input(case, "deployed"), context=case.context)
     check_same(case, "deployed", servers, lc, ours)
-
-
-EMBEDDED_PREFIX = unique_prefix()  # the in-process services start once, on one prefix
 
 
 @pytest.fixture

@@ -26,7 +26,12 @@ from loopline.agent import Agent, create_agent
 from loopline.testing.scripted import ScriptedOpenAIServer
 from services.settings import Settings
 from tests.runtime_tools import Announcer, progress, progress_by_config
-from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix
+from tests.support import (
+    EMBEDDED_PREFIX,
+    ServiceProcesses,
+    services_on,
+    twin_servers,
+)
 from tests.test_streaming import message_shape, shape
 
 TURNS = [
@@ -115,9 +120,6 @@ async def test_deployed_custom_stream_matches_langchain(
         settings=settings,
     )
     check_same(agent, mode, lc_items, await collect(ours, prompt, mode))
-
-
-EMBEDDED_PREFIX = unique_prefix()  # the in-process services start once, on one prefix
 
 
 @pytest.mark.parametrize(("agent", "mode"), CASES, ids=str)

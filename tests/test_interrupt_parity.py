@@ -27,7 +27,7 @@ from loopline import create_agent
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.settings import Settings
 from tests.interrupt_tooling import AskAround, AskBeforeModel, ConfirmModelCall, ask_human
-from tests.support import ServiceProcesses, unique_prefix
+from tests.support import EMBEDDED_PREFIX, ServiceProcesses, unique_prefix
 
 SCRIPTS: dict[str, list[Reply]] = {
     "confirm first": [Reply(content="Confirmed.")],
@@ -187,12 +187,10 @@ def embedded_agent(
     server of its own)."""
     monkeypatch.delenv("REDIS_URL", raising=False)
     monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
-    running = loopline.embedded._stack  # services start once per process, on one prefix
-    prefix = running.runtime.settings.prefix if running is not None else unique_prefix()
     agent = create_agent(
         ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test"),  # type: ignore[arg-type]
         checkpointer=InMemorySaver(),
-        settings=Settings(prefix=prefix),
+        settings=Settings(prefix=EMBEDDED_PREFIX),
         **kwargs,
     )
     assert agent.embedded
@@ -289,7 +287,7 @@ def test_interrupts_survive_restarts_of_every_service_and_match_langchain(
         middleware=[AskBeforeModel()],
         checkpointer=InMemorySaver(),
         redis_url=redis_url,
-        settings=Settings(prefix=prefix),
+        settings=Settings(prefix=EMBEDDED_PREFIX),
     )
     pids: list[set[int]] = []
 

@@ -40,7 +40,14 @@ from services.model.streaming import StreamRequests
 from services.runtime import Runtime
 from services.settings import Settings
 from tests import tooling
-from tests.support import ServiceProcesses, services_on, twin_servers, unique_prefix, wait_for
+from tests.support import (
+    EMBEDDED_PREFIX,
+    ServiceProcesses,
+    services_on,
+    twin_servers,
+    unique_prefix,
+    wait_for,
+)
 
 SYSTEM_PROMPT = "You add numbers."
 TURNS = [
@@ -175,9 +182,6 @@ async def test_embedded_stream_modes_match_langchain(
         settings=Settings(prefix=EMBEDDED_PREFIX),
     )
     check_same(mode, lc_items, await collect(agent, prompt, mode))
-
-
-EMBEDDED_PREFIX = unique_prefix()  # the in-process services start once, on one prefix
 
 
 def test_sync_stream_yields_what_astream_does(
