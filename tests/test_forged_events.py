@@ -96,14 +96,14 @@ async def test_a_replayed_task_id_is_refused_and_leaves_the_task_as_it_was(rt: R
 
     # a valid replay (another prompt, a deadline already due) and a malformed one
     await run_entry(rt, "loop", rt.names.tasks, dump_event(submission("t1", "x", deadline_s=0.001)))
-    bad = submission("t1").model_copy(update={"messages": []})
+    bad = submission("t1").model_copy(update={"max_steps": 0})
     await run_entry(rt, "loop", rt.names.tasks, bad.model_dump_json())
     assert await snapshot(rt, "t1") == before
     assert await rt.redis.xlen(rt.names.model) == requests  # nothing published again
     letters = await dead_letters(rt)
     assert [d.task_id for d in letters] == ["t1", "t1"]
     assert "task 't1' exists already; this submission is refused" in letters[0].error
-    assert "at least one message" in letters[1].error
+    assert "max_steps" in letters[1].error
 
     # the first submission's redelivery still re-publishes its step (it is its task)...
     await rerun(rt, "loop", rt.names.tasks, first, deliveries=2)
