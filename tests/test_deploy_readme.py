@@ -160,6 +160,8 @@ def user_shell(copy: Path, project: str, compose_cmd: list[str], bin_dir: Path) 
         PYTHONPATH=str(copy),
         COMPOSE_PROJECT_NAME=project,
         LOOPLINE_REDIS_PORT=str(free_port()),
+        # the README's ports may be taken on a shared machine (2024 is, on some)
+        LOOPLINE_API_PORTS=str(free_port()),
     )
     return env
 
