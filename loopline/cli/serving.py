@@ -42,10 +42,9 @@ def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
     from services.app import tune_gc
 
     tune_gc(current.gc_threshold)
-    # asyncio's own event loop: under uvloop, a SIGTERM while a sync tool ran in a thread
-    # sometimes left the tool's result undelivered until the graceful timeout
-    # (tests/test_delivery.py::test_sigterm_lets_an_in_flight_tool_finish failed 1 in 3).
-    asyncio.run(_run_app(app))
+    from services.eventloop import run
+
+    run(_run_app(app))  # asyncio's own loop, its cross-thread wake-ups coalesced
     return 0
 
 
