@@ -65,7 +65,8 @@ def report(name: str, collapsed: Path, limit: int) -> str:
     total, inclusive, top = shares(collapsed)
     if not total:
         return f"## {name}: no samples\n"
-    lines = [f"## {name}: {total} samples", "", "| inclusive | self | function |", "|---:|---:|---|"]
+    lines = [f"## {name}: {total} samples", "", "| inclusive | self | function |"]
+    lines.append("|---:|---:|---|")
     for frame, n in inclusive.most_common(limit):
         lines.append(f"| {n / total:.1%} | {top[frame] / total:.1%} | `{frame}` |")
     return "\n".join(lines) + "\n"

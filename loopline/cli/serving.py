@@ -39,9 +39,11 @@ def _serve(services: Sequence[str], *, allow_embedded: bool) -> int:
         f"serving {', '.join(services)} on {redact_url(url)} (prefix {current.prefix!r})",
         flush=True,
     )
+    from services import reflection
     from services.app import tune_gc
 
     tune_gc(current.gc_threshold)
+    reflection.install()
     from services.eventloop import run
 
     run(_run_app(app))  # asyncio's own loop, its cross-thread wake-ups coalesced
