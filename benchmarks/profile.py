@@ -1,18 +1,19 @@
 """Where the services spend their CPU: a sampling profile of each service process under load.
 
-``python -m benchmarks.profile [--seconds S] [--rate HZ] [--services model,tools] [--top N]``
-starts a private Redis and the services (one process each), keeps them busy with the
-throughput workload (tasks of 10 model calls against the in-consumer fake model and a no-op
-tool, as ``benchmarks.ab`` measures), and records each chosen service with ``py-spy`` (pip
-package ``py-spy``). It prints, per service, the functions with the largest share of the
-samples in which they are on the stack (inclusive) and at the top (self), and writes the
-collapsed stacks to ``benchmarks/results/profile-NAME.txt`` for a flame graph tool.
+``python -m benchmarks.profile [--seconds S] [--rate HZ] [--services model,tools] [--top N]
+[--tree REV]`` starts a private Redis and the services (one process each), keeps them busy
+with the throughput workload (tasks of 10 model calls against the in-consumer fake model
+and a no-op tool, as ``benchmarks.ab`` measures), and records each chosen service of this
+source tree, or of ``--tree`` (a git revision, exported as ``benchmarks.ab`` does), with
+``py-spy`` (pip package ``py-spy``). It prints, per service, the functions with the
+largest share of the samples in which they are on the stack (inclusive) and at the top
+(self), and writes the collapsed stacks to ``benchmarks/results/profile-NAME.txt`` for a
+flame graph tool.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import shutil
 import subprocess
@@ -20,15 +21,17 @@ import sys
 import threading
 from pathlib import Path
 
-from benchmarks import suite
-from benchmarks.stack import RedisServer, Services, drop_prefix, new_prefix
+from benchmarks.ab import export, tree_client
+from benchmarks.stack import REPO_ROOT, RedisServer, Services, drop_prefix, new_prefix
+from loopline import lifetime
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def _keep_busy(url: str, prefix: str, stop: threading.Event) -> None:
+def _keep_busy(root: Path, url: str, prefix: str, stop: threading.Event) -> None:
+    """The throughput workload, driven by the tree's own client (its own contracts)."""
     while not stop.is_set():
-        asyncio.run(suite._loopline_throughput(url, prefix, 200, 10))
+        tree_client(root, "throughput", url, prefix)
 
 
 def record(pid: int, seconds: float, rate: int, out: Path) -> subprocess.Popen[bytes]:
@@ -78,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--services", default="model,tools,loop")
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--tree", help="a git revision or source tree (default: this one)")
     args = parser.parse_args(argv)
     if shutil.which("py-spy") is None:
         print("py-spy is not installed: pip install py-spy", file=sys.stderr)
@@ -85,9 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     server = RedisServer().start()
     prefix = new_prefix()
     stop = threading.Event()
+    tmp = lifetime.temporary_directory("loopline-profile-")
+    root = export(args.tree, tmp) if args.tree else REPO_ROOT
     try:
-        with Services(server.url, prefix) as services:
-            busy = threading.Thread(target=_keep_busy, args=(server.url, prefix, stop))
+        with Services(server.url, prefix, root=root) as services:
+            busy = threading.Thread(target=_keep_busy, args=(root, server.url, prefix, stop))
             busy.start()
             pids = {name: procs[0].pid for name, procs in services.procs.items()}
             chosen = [n for n in args.services.split(",") if n in pids]
@@ -104,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         drop_prefix(server.url, prefix)
         server.stop()
+        lifetime.remove_now(tmp)
     return 0
 
 
