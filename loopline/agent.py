@@ -7,9 +7,21 @@ the model may be any in-process objects.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any
+import weakref
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
 
 from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec, RunMode
 from contracts.events import (
@@ -43,6 +55,8 @@ from services.settings import Settings
 from services.spec import imports, local, schemas, structured, toolbox
 from services.spec.middleware import to_spec
 from services.spec.validation import check_agent
+
+T = TypeVar("T")
 
 
 def resolve_url(redis_url: str | None = None) -> tuple[str, bool]:
@@ -235,6 +249,10 @@ class Agent:
         """Accepted for LangChain's signature; threads live in loopline's store either
         way. With one, a call without ``configurable.thread_id`` is refused, as LangGraph
         refuses it."""
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Client] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Each event loop's client (see ``client``)."""
 
     @property
     def store(self) -> Any:
@@ -262,8 +280,36 @@ class Agent:
             check_endpoint(self.spec.model)  # this process is the model service
             ensure_services(self.url, self.settings)
 
-    def client(self) -> Client:
-        return Client(self.url, self.settings.prefix)
+    def client(self) -> AbstractAsyncContextManager[Client]:
+        """The running event loop's client, kept for the loop's later calls: a new one
+        per call cost a connection and a read of the settings, milliseconds before a
+        streamed run's first token. Sync callers' private loops give theirs back when
+        the call ends (``_on_private_loop``)."""
+        loop = asyncio.get_running_loop()
+        found = self._clients.get(loop)
+        if found is None:
+            found = Client(self.url, self.settings.prefix, self.settings.max_event_bytes)
+            self._clients[loop] = found
+        return contextlib.nullcontext(found)
+
+    async def _release_client(self) -> None:
+        found = self._clients.pop(asyncio.get_running_loop(), None)
+        if found is not None:
+            await found.close()
+
+    async def _on_private_loop(self, coro: Awaitable[T]) -> T:
+        """``coro`` on a sync caller's event loop, which ends with the call."""
+        try:
+            return await coro
+        finally:
+            await self._release_client()
+
+    async def _iter_on_private_loop(self, source: AsyncIterator[T]) -> AsyncIterator[T]:
+        try:
+            async for item in source:
+                yield item
+        finally:
+            await self._release_client()
 
     def _run_config(self, config: Mapping[str, Any] | None) -> RunConfig:
         return RunConfig.of(config, checkpointer=self.checkpointer)
@@ -277,12 +323,14 @@ class Agent:
         multitask_strategy: str = "reject",
         context: Any = None,
         run_mode: RunMode | None = None,
+        stream_replies: bool = False,
     ) -> str:
         """Submit a task (with ``config``'s thread: a run of it) and return its id at once.
         ``context``: the run's context (LangGraph's ``Runtime.context``): a dict, or an
         instance of the agent's ``context_schema``. ``run_mode``: ``"sync"`` runs the sync
         variant of each middleware hook, as LangChain's ``invoke`` does, ``"async"`` the
-        async one (``ainvoke``)."""
+        async one (``ainvoke``). ``stream_replies``: stream its model replies' tokens
+        (``Client.stream_replies``), asked in the submit's round trip."""
         run = self._run_config(config)
         self._start_services()
         messages = _input_messages(input)
@@ -319,6 +367,7 @@ class Agent:
                 tags=run.tags,
                 metadata=run.metadata,
                 run_mode=run_mode,
+                stream_ttl_s=self.settings.stream_ttl_s if stream_replies else None,
             )
 
     async def aresult(
@@ -396,7 +445,7 @@ class Agent:
     def resume(
         self, task_id: str, decisions: Sequence[dict[str, Any]] | Mapping[str, Any]
     ) -> dict[str, Any]:
-        return run_sync(self.aresume(task_id, decisions))
+        return run_sync(self._on_private_loop(self.aresume(task_id, decisions)))
 
     async def aanswer(self, task_id: str, answers: Mapping[str, Any]) -> dict[str, Any]:
         """Answer a waiting task's interrupts by id (``Interrupt.id``: each
@@ -445,7 +494,7 @@ class Agent:
         """LangChain's ``invoke``: blocks until the run ends, also inside a running event
         loop (async code, Jupyter), as LangChain's does. Middleware run their sync hooks
         (``before_model``, ``wrap_model_call``, ...)."""
-        return run_sync(self._ainvoke(input, config, "sync", **kwargs))
+        return run_sync(self._on_private_loop(self._ainvoke(input, config, "sync", **kwargs)))
 
     async def astream(
         self,
@@ -505,9 +554,6 @@ class Agent:
         task_id = task_id or new_task_id()
         inputs = [to_langchain(m) for m in _input_messages(input)]
         self._start_services()
-        if "messages" in modes or "custom" in modes:
-            async with self.client() as client:
-                await client.stream_replies(task_id, self.settings.stream_ttl_s)
         await self.asubmit(
             input,
             task_id=task_id,
@@ -515,6 +561,7 @@ class Agent:
             multitask_strategy=strategy,
             context=context,
             run_mode=run_mode,
+            stream_replies="messages" in modes or "custom" in modes,
         )
         async with self.client() as client:
             async for item in stream_task(client, task_id, modes, inputs):
@@ -553,7 +600,8 @@ class Agent:
     ) -> Iterator[Any]:
         """``astream`` for synchronous callers (also inside a running event loop); the
         middleware's sync hooks run, as in LangChain's ``stream``."""
-        return iter_sync(self._astream(input, config, stream_mode, "sync", **kwargs))
+        source = self._astream(input, config, stream_mode, "sync", **kwargs)
+        return iter_sync(self._iter_on_private_loop(source))
 
     async def astream_task_events(
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
@@ -584,7 +632,8 @@ class Agent:
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> Iterator[AnyEvent]:
         """``astream_task_events`` for synchronous code."""
-        return iter_sync(self.astream_task_events(input, config, **kwargs))
+        source = self.astream_task_events(input, config, **kwargs)
+        return iter_sync(self._iter_on_private_loop(source))
 
     async def aevents(self, task_id: str, *, after: str = "0") -> AsyncIterator[AnyEvent]:
         async with self.client() as client:
@@ -612,7 +661,7 @@ class Agent:
         return snapshot(self.spec, state, waits, parent_run=parent)
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
-        return run_sync(self.aget_state(config, subgraphs=subgraphs))
+        return run_sync(self._on_private_loop(self.aget_state(config, subgraphs=subgraphs)))
 
     async def aget_state_history(
         self, config: Mapping[str, Any], **kwargs: Any
@@ -630,7 +679,7 @@ class Agent:
             yield snapshot(self.spec, state, parent_run=parent)
 
     def get_state_history(self, config: Mapping[str, Any], **kwargs: Any) -> Iterator[Any]:
-        return iter_sync(self.aget_state_history(config, **kwargs))
+        return iter_sync(self._iter_on_private_loop(self.aget_state_history(config, **kwargs)))
 
     async def _aresume_thread(
         self, command: Any, config: Mapping[str, Any] | None

@@ -131,11 +131,14 @@ def _spec_of(agent: Any) -> tuple[AgentSpec, int | None]:
 
 
 class Client:
-    def __init__(self, url: str, prefix: str = "loopline") -> None:
+    def __init__(
+        self, url: str, prefix: str = "loopline", max_event_bytes: int | None = None
+    ) -> None:
         self.url = url
         self.names = Names(prefix)
         self.redis: aioredis.Redis = async_client(url)  # a server or a Redis Cluster
-        self._max_event_bytes: int | None = None
+        self._max_event_bytes = max_event_bytes
+        """The settings' ``max_event_bytes`` (read at the first submit when not given)."""
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -211,13 +214,16 @@ class Client:
         metadata: Mapping[str, Any] | None = None,
         state: Mapping[str, Any] | None = None,
         run_mode: RunMode | None = None,
+        stream_ttl_s: int | None = None,
     ) -> str:
         """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
         ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
         (run only where the services allow inline agents). ``thread_id``: a run of that
         thread, continuing its state; ``multitask_strategy``: what happens if the thread
         has a run going (see ``TaskSubmitted``); ``state``: the input's state keys
-        besides the messages (those of the agent's input schema start its state)."""
+        besides the messages (those of the agent's input schema start its state);
+        ``stream_ttl_s``: also ask for its token stream (``stream_replies``), in the same
+        round trip."""
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
         if state:
             fields["state"] = dict(state)
@@ -250,7 +256,13 @@ class Client:
                 f"the task is {len(data)} bytes, over the event limit of {limit} bytes "
                 "(LOOPLINE_MAX_EVENT_BYTES)"
             )
-        await self.redis.xadd(self.names.tasks, {DATA_FIELD: data})
+        if stream_ttl_s is None:
+            await self.redis.xadd(self.names.tasks, {DATA_FIELD: data})
+            return event.task_id
+        async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
+            self._ask_streaming(pipe, event.task_id, stream_ttl_s)
+            pipe.xadd(self.names.tasks, {DATA_FIELD: data})
+            await pipe.execute()
         return event.task_id
 
     async def cancel(
@@ -516,18 +528,22 @@ class Client:
     async def stream_replies(self, task_id: str, ttl_s: int | None = None) -> None:
         """Ask for the task's model replies as they are generated, on its chunk stream
         (``chunks``): call before submitting the task (a task nobody asked for is not
-        streamed). ``ttl_s``: how long the request lasts unless chunks renew it."""
+        streamed), or submit with ``stream_ttl_s``. ``ttl_s``: how long the request lasts
+        unless chunks renew it."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self._ask_streaming(pipe, task_id, ttl_s)
+            await pipe.execute()
+
+    def _ask_streaming(self, pipe: Any, task_id: str, ttl_s: int | None) -> None:
         key = self.names.task_streaming(task_id)
         ttl = ttl_s or Settings().stream_ttl_s
         now = time.time()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(key, "asked", "1")
-            pipe.expire(key, ttl)
-            pipe.zadd(self.names.stream_requested, {task_id: now + ttl})
-            pipe.zremrangebyscore(self.names.stream_requested, "-inf", now)
-            await pipe.execute()
+        pipe.hset(key, "asked", "1")
+        pipe.expire(key, ttl)
+        pipe.zadd(self.names.stream_requested, {task_id: now + ttl})
+        pipe.zremrangebyscore(self.names.stream_requested, "-inf", now)
         # the model services learn of it at once, and need not ask Redis on every step
-        await self.redis.publish(self.names.stream_requests, task_id)
+        pipe.publish(self.names.stream_requests, task_id)
 
     async def chunks(
         self, task_id: str, *, after: str = "0", follow: bool = True, block_ms: int = 1000

@@ -154,7 +154,6 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
     max_steps = (
         max_model_calls(agent.spec, config.recursion_limit) if config.recursion_limit else None
     )
-    await tenant.client.stream_replies(run_id)  # any stream of it may ask for tokens
     try:
         await tenant.client.submit(
             agent.ref,
@@ -167,6 +166,7 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
             run_name=config.run_name,
             tags=config.tags,
             metadata={**config.metadata, **request.metadata},
+            stream_ttl_s=tenant.settings.stream_ttl_s,  # any stream of it may ask for tokens
         )
     except ValueError as exc:  # over the event size limit
         raise BadRequest(str(exc)) from exc
@@ -233,7 +233,7 @@ async def _resume(tenant: Tenant, thread_id: str, request: RunRequest) -> RunRec
     )
     await _end_answered_runs(tenant, thread_id, task_id)
     await tenant.records.save_run(record)
-    await tenant.client.stream_replies(task_id)
+    await tenant.client.stream_replies(task_id, tenant.settings.stream_ttl_s)
     try:
         await tenant.client.answer(task_id, answers)
     except ValueError as exc:

@@ -21,7 +21,7 @@ class NotFound(LookupError):
 class Tenant:
     def __init__(self, url: str, prefix: str, settings: Settings) -> None:
         self.prefix = prefix
-        self.client = Client(url, prefix)
+        self.client = Client(url, prefix, settings.max_event_bytes)
         self.names = self.client.names
         self.redis = self.client.redis
         self.settings = settings
