@@ -14,6 +14,7 @@ service then only starts, cancels and times out tasks and runs hooks and approva
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -148,7 +149,7 @@ class Loop:
         step_event = dump_event(StepStarted(task_id=event.task_id, step=1))
         max_steps = max_steps or rt.settings.max_steps
         messages = [m.model_dump_json() for m in inputs]
-        given = await self._input_state(event, agent_id)
+        hooks = await self._hooks_or_none(agent_id)
         start: StartTask | StartRun
         if claim is None:
             start = StartTask(
@@ -159,14 +160,11 @@ class Loop:
                 retention=rt.settings.retention_s,
                 messages=messages,
                 entry=current_entry_id(),
-                extra=json.dumps(given) if given else "",
+                extra=_started_state(hooks, "", event),
             )
         else:
             assert event.thread_id is not None
-            hooks = await self._hooks(event.task_id, agent_id)
-            carried = carried_extra(claim.extra, hooks or HookSet())
-            if given:  # the input's keys replace the thread's, as a LangGraph input does
-                carried = json.dumps({**(json.loads(carried) if carried else {}), **given})
+            carried = _started_state(hooks, carried_extra(claim.extra, hooks), event)
             start = StartRun(
                 agent_id=agent_id,
                 max_steps=max_steps,
@@ -190,18 +188,6 @@ class Loop:
             )
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
-
-    async def _input_state(self, event: TaskSubmitted, agent_id: str) -> dict[str, Any]:
-        """The input's state keys the agent takes (its input schema: the agent's
-        ``state_schema`` and its middleware's, less what they omit from input); others
-        are dropped, as LangGraph drops keys that are no channel of its input."""
-        if not event.state:
-            return {}
-        hooks = await self._hooks(event.task_id, agent_id)
-        if hooks is None:
-            return {}
-        taken = hooks.input_keys()
-        return {k: v for k, v in event.state.items() if k in taken}
 
     async def _agent_of(self, event: TaskSubmitted) -> tuple[AgentSpec, int | None]:
         """The spec a submitted task runs and its step limit: the deployed agent it names
@@ -354,25 +340,44 @@ class Loop:
         fusion = None
         if join_len is not None:
             fusion = await self._model_request_fusion(event, tool_message, join_len, result_at)
-        state = await self.store.apply(
-            tid,
-            RecordResult(
-                step=event.step,
-                cause=cause,
-                call_id=event.message.tool_call_id,
-                tool_message=tool_message,
-                tool_event=self.rt.encode(event),  # with the size check of a publish
-                step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
-                failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
-                update=_update_pairs(event.update),
-            ),
-            fusion,
+        record = RecordResult(
+            step=event.step,
+            cause=cause,
+            call_id=event.message.tool_call_id,
+            tool_message=tool_message,
+            tool_event=self.rt.encode(event),  # with the size check of a publish
+            step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
+            failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
+            update=_update_pairs(event.update),
         )
+        state = await self.store.apply(tid, record, fusion)
+        if state.joining:  # this result joins a step with state updates: apply them
+            try:
+                joined = await self._joined(event, state.expected)
+            except Exception as exc:  # LangGraph's InvalidUpdateError, a reducer's error
+                await self._fail_with(tid, exc)
+                return
+            record = dataclasses.replace(record, joined=joined)
+            state = await self.store.apply(tid, record, fusion)
         state = self._known(state, tid)
         if state.committed:
             self._committed(tid, state)
         elif self._resumes(state, cause, event.step):
             await self._advance(tid, state)
+
+    async def _joined(self, event: ToolCompleted, expected: list[str]) -> str:
+        """The task's state keys (JSON) once the step's updates are applied as one
+        superstep of LangGraph's: every call's update in call order, through the keys'
+        reducers; two updates of a key without one raise LangGraph's InvalidUpdateError.
+        Read when every other result of the step is in, so nothing changes them."""
+        own = event.message.tool_call_id
+        others = [c for c in expected if c != own]
+        state, updates = await self.store.step_updates(event.task_id, others)
+        if event.update:
+            updates[own] = list(event.update.items())
+        hooks = await self._hooks_or_none(event.agent_id)
+        writes = [w for call_id in expected for w in updates.get(call_id, [])]
+        return json.dumps(hooks.channels.apply(state, writes))
 
     async def model_failed(self, event: ModelFailed) -> None:
         reason = f"model call failed at step {event.step}: {event.error}"
@@ -673,6 +678,14 @@ class Loop:
             await self._fail_now(task_id, reason)
             return None
 
+    async def _hooks_or_none(self, agent_id: str) -> HookSet:
+        """The agent's middleware where a task starts; none when they cannot be built
+        (the step's hooks then fail the task with the reason)."""
+        try:
+            return hooks_for(agent_id, await self.rt.agent(agent_id))
+        except Exception:
+            return HookSet()
+
     async def _transcript(self, task_id: str) -> list[Message]:
         """The whole transcript as it stands (for hooks, which may read all of it)."""
         rt = self.rt
@@ -864,6 +877,20 @@ def _answer_for(event: DecisionsSubmitted, interrupt_id: str) -> Any:
     if not event.decisions:
         raise BadEvent("DecisionsSubmitted needs decisions or answers")
     return {"decisions": event.decisions}
+
+
+def _started_state(hooks: HookSet, carried: str, event: TaskSubmitted) -> str:
+    """The state keys a run starts with (JSON, "" for none): the thread's (``carried``)
+    or, for a new one, the reducers' empty values, then the input's keys the agent takes
+    (its input schema: the agent's ``state_schema`` and its middleware's, less what they
+    omit from input) applied as LangGraph applies an input: through the keys' reducers
+    (a list key grows), others replaced; keys no input channel has are dropped."""
+    channels = hooks.channels
+    state = {**channels.initial(), **(json.loads(carried) if carried else {})}
+    if event.state:
+        taken = hooks.input_keys()
+        state = channels.apply(state, ((k, v) for k, v in event.state.items() if k in taken))
+    return json.dumps(state) if state else ""
 
 
 def _update_pairs(update: dict[str, Any] | None) -> str:

@@ -148,6 +148,9 @@ class RecordResult(Args):
     update: str = ""
     """A tool's ``Command(update=...)`` keys as ``[key, value JSON, ...]`` (JSON), or
     empty: applied to the task's state when the step's results join, in call order."""
+    joined: str = ""
+    """The task's state keys (JSON) with the step's updates applied, for the result that
+    joins a step with updates (``TaskState.joining`` asks for it), else empty."""
 
 
 @dataclass(frozen=True, slots=True)
