@@ -31,7 +31,6 @@ from loopline.conversation import (
     RunConfig,
     answers_of,
     is_command,
-    max_model_calls,
     snapshot,
     waiting_interrupts,
 )
@@ -291,9 +290,6 @@ class Agent:
             # a context that does not fit its schema raises here, as LangGraph's coercion
             # raises from invoke (the services check it again where the task starts)
             schemas.run_context(self.spec.model_copy(update={"context": given_context}))
-        max_steps = self.max_steps
-        if run.recursion_limit is not None:
-            max_steps = max_model_calls(self.spec, run.recursion_limit)
         async with self.client() as client:
             agent = await self._agent_ref(client)
             overrides: dict[str, Any] = {}
@@ -304,8 +300,10 @@ class Agent:
                     agent = agent.model_copy(update={"context": given_context})
                 else:
                     overrides["context"] = given_context
-            if run.recursion_limit is None and not self.embedded:
-                max_steps = None  # registered with the agent
+            # deployed: the step limit registered with the agent (or the recursion limit)
+            max_steps = self.max_steps if self.embedded else None
+            if run.recursion_limit is not None:
+                max_steps = None  # derived from it where the task starts
             return await client.submit(
                 agent,
                 messages,
@@ -319,6 +317,7 @@ class Agent:
                 tags=run.tags,
                 metadata=run.metadata,
                 run_mode=run_mode,
+                recursion_limit=run.recursion_limit,
             )
 
     async def aresult(

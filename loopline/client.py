@@ -211,13 +211,15 @@ class Client:
         metadata: Mapping[str, Any] | None = None,
         state: Mapping[str, Any] | None = None,
         run_mode: RunMode | None = None,
+        recursion_limit: int | None = None,
     ) -> str:
         """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
         ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
         (run only where the services allow inline agents). ``thread_id``: a run of that
         thread, continuing its state; ``multitask_strategy``: what happens if the thread
         has a run going (see ``TaskSubmitted``); ``state``: the input's state keys
-        besides the messages (those of the agent's input schema start its state)."""
+        besides the messages (those of the agent's input schema start its state);
+        ``recursion_limit``: LangChain's, the task's step limit derived from it."""
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
         if state:
             fields["state"] = dict(state)
@@ -239,6 +241,7 @@ class Client:
             tags=list(tags),
             metadata=dict(metadata or {}),
             run_mode=run_mode,
+            recursion_limit=recursion_limit,
             **fields,
         )
         data = event.model_dump_json()

@@ -49,7 +49,7 @@ from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent, Refused, UnknownTask
 from services.failures import exception_info, failure_text
-from services.hooks import HookSet, hooks_for
+from services.hooks import HOOK_SETS_CACHED, HookSet, hooks_for
 from services.interrupts import Answers, Asked, NodeInterrupted, ResumeRefused, interrupt_id
 from services.runtime import Runtime
 from services.secrets import scrub
@@ -62,9 +62,9 @@ from services.tasks.plan import (
     after_model_results,
     join_order,
     model_request,
-    step_limit_reason,
     tool_requests,
 )
+from services.tasks.recursion import StepLimit
 from services.tasks.state import Cause, Phase, TaskState
 from services.tasks.store import TaskStore
 from services.tasks.thread_runs import ThreadRuns, carried_extra
@@ -110,6 +110,7 @@ class Loop:
         self.per_call = PerCallApprovals(rt, self.store)
         self.threads = ThreadRuns(rt, self.store, self.stop, self._emit)
         self._touching: set[asyncio.Task[None]] = set()
+        self._limits: dict[str, StepLimit] = {}
 
     # -- events ------------------------------------------------------------------------
 
@@ -186,6 +187,10 @@ class Loop:
             await rt.redis.zadd(
                 self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
             )
+        if state.cause == Cause.START and self._step_limit(spec).model_calls == 0:
+            # the recursion limit ends it before the first model call, as LangGraph's
+            await self._fail_with(event.task_id, self._step_limit(spec).error(0))
+            return
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
 
@@ -202,7 +207,10 @@ class Loop:
                         f"no deployed agent {event.agent!r}: the operator deploys it first "
                         "(`loopline deploy AGENT_FILE`)"
                     )
-                spec, max_steps = deployed.run_spec(found, event.overrides, event.max_steps)
+                limited = event.recursion_limit is not None
+                spec, max_steps = deployed.run_spec(
+                    found, event.overrides, event.max_steps, limited=limited
+                )
             except ValueError as exc:
                 raise BadEvent(str(exc)) from exc
         elif not self.rt.settings.allow_inline_agents:
@@ -213,10 +221,15 @@ class Loop:
                 raise BadEvent("overrides apply to deployed agents; an inline spec is whole")
         if event.run_mode is not None:  # invoke or ainvoke: that variant of each hook
             spec = spec.model_copy(update={"run_mode": event.run_mode})
+        if event.recursion_limit is not None:  # the run's config: the step limit from it
+            spec = spec.model_copy(update={"recursion_limit": event.recursion_limit})
         try:
             check_agent(spec)  # once per distinct middleware spec: cached
         except InvalidSpec as exc:
             raise BadEvent(str(exc)) from exc
+        calls = self._step_limit(spec).model_calls
+        if calls is not None:
+            max_steps = max(calls, 1)  # 0: it fails where it starts (Loop._start)
         return spec, max_steps
 
     async def cancel_requested(self, event: CancelRequested) -> None:
@@ -347,7 +360,7 @@ class Loop:
             tool_message=tool_message,
             tool_event=self.rt.encode(event),  # with the size check of a publish
             step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
-            failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
+            failed_event=self._limit_failed(await self.rt.agent(event.agent_id), tid, event.step),
             update=_update_pairs(event.update),
         )
         state = await self.store.apply(tid, record, fusion)
@@ -624,6 +637,8 @@ class Loop:
             answer=answer,
             structured_response=_structured_response(event, turn),
         )
+        spec = await self.rt.agent(event.agent_id)
+        over = self._step_limit(spec).reply_over(event.step, turn.end)
         return await self.store.apply(
             tid,
             RecordReply(
@@ -635,7 +650,8 @@ class Loop:
                 pre_results={k: v.model_dump_json() for k, v in turn.decided.items()},
                 completed_event=dump_event(completed),
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
-                failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
+                failed_event=self._limit_failed(spec, tid, event.step),
+                limit_event=self._limit_failed(spec, tid, event.step) if over else b"",
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
                 extra=json.dumps(turn.extra) if turn.extra is not None else "",
                 issued={} if turn.end else call_digests(turn.ai, turn.decided),
@@ -815,6 +831,27 @@ class Loop:
         )
 
     # -- failures ----------------------------------------------------------------------
+
+    def _step_limit(self, spec: AgentSpec) -> StepLimit:
+        """The task's step limit (from the run's ``recursion_limit`` and the hooks)."""
+        found = self._limits.get(spec.agent_id)
+        if found is None:
+            try:
+                hooks = hooks_for(spec.agent_id, spec)
+            except Exception:  # middleware that cannot load: the first hook fails the task
+                hooks = HookSet()
+            if len(self._limits) >= HOOK_SETS_CACHED:
+                self._limits.clear()
+            found = self._limits[spec.agent_id] = StepLimit.of(spec, hooks)
+        return found
+
+    def _limit_failed(self, spec: AgentSpec, task_id: str, step: int) -> bytes:
+        """The TaskFailed a task ends with at its step limit: LangGraph's
+        ``GraphRecursionError`` (for ``invoke`` to raise) with the reason it reads as."""
+        limit = self._step_limit(spec)
+        error = limit.error(step)
+        reason = str(error) if limit.recursion_limit is None else failure_text(error)
+        return self._failed(task_id, step, reason, exception_info(error))
 
     @staticmethod
     def _failed(

@@ -129,6 +129,10 @@ class RecordReply(Args):
     """A TaskCompleted (JSON) to end the task with once the step's results are in, in
     place of the next step (a structured response given beside other tool calls, as
     LangChain ends after running them); empty for none."""
+    limit_event: bytes = b""
+    """A TaskFailed (JSON) to end the task with right after the reply joins the
+    transcript: the step limit (``services.tasks.recursion``) leaves no room for what
+    the reply asks (its tools, or completing); empty for none."""
 
 
 @dataclass(frozen=True, slots=True)
