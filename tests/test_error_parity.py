@@ -87,6 +87,11 @@ def test_loopline_step_limit_raises_langgraph_recursion_error_with_its_own_messa
         agent.invoke({"messages": case.prompt})
     assert str(raised.value).startswith("step limit reached: the agent made 2 model calls")
     assert len(requests_for(servers[1], case.prompt)) == 2
+    # stream raises as invoke does; a recursion limit takes over from max_steps
+    with pytest.raises(GraphRecursionError) as streamed:
+        list(agent.stream({"messages": case.prompt}, {"recursion_limit": 7}, stream_mode="updates"))
+    assert str(streamed.value).startswith("Recursion limit of 7 reached without hitting")
+    assert len(requests_for(servers[1], case.prompt)) == 2 + 4
 
 
 def test_the_cases_show_what_they_claim(
