@@ -35,6 +35,7 @@ from loopline.conversation import (
     waiting_interrupts,
 )
 from loopline.errors import TaskFailedError, failure_of
+from loopline.stream_modes import StateView
 from loopline.syncrun import iter_sync, run_sync
 from services.errors import ConfigurationError
 from services.hooks import hooks_for
@@ -515,9 +516,40 @@ class Agent:
             context=context,
             run_mode=run_mode,
         )
+        view = self.state_view(input)
         async with self.client() as client:
-            async for item in stream_task(client, task_id, modes, inputs):
+            async for item in stream_task(client, task_id, modes, inputs, view=view):
                 yield item
+
+    def state_view(self, input: dict[str, Any]) -> StateView:
+        """What ``values`` show besides the messages for a run of ``input``: the keys
+        of the agent's output schema (from its input's, folded as the services fold
+        them), the todo list with TodoListMiddleware, ``structured_response`` with a
+        ``response_format``."""
+        from services.agent_view import has_todos
+        from services.tasks.plan import after_model_results
+
+        todos = has_todos(self.spec)
+        try:
+            hooks = hooks_for(self.spec.agent_id, self.spec)
+            keys = hooks.output_keys()
+            initial = hooks.start_state({}, _input_state(input))
+            channels = hooks.channels
+        except Exception:  # middleware or schemas this process cannot import: messages
+            return StateView()
+
+        def shown(key: str) -> bool:
+            return key in keys or (todos and key == "todos")
+
+        structured = self._structured if self.spec.response_format is not None else None
+        spec = self.spec
+        return StateView(
+            initial=initial,
+            channels=channels,
+            shown=shown,
+            structured=structured,
+            decided=lambda message: after_model_results(spec, message),
+        )
 
     async def astream_events(
         self,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,17 @@ class HookSet:
     def output_keys(self) -> frozenset[str]:
         """The state keys besides ``messages`` a result gives (LangChain's output schema)."""
         return schemas.state_keys(self.state_schema, (m for _, m in self.instances), "output")
+
+    def start_state(self, carried: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+        """The state keys a run starts with: the thread's (``carried``) or, for a new
+        one, the reducers' empty values, then the input's keys the agent takes (its
+        input schema) applied as LangGraph applies an input: through the keys' reducers
+        (a list key grows), others replaced; keys no input channel has are dropped."""
+        state = {**self.channels.initial(), **carried}
+        if given:
+            taken = self.input_keys()
+            state = self.channels.apply(state, ((k, v) for k, v in given.items() if k in taken))
+        return state
 
     @property
     def channels(self) -> StateChannels:

@@ -155,9 +155,11 @@ class CountingCalls(AgentMiddleware[CallCountState]):
 
 
 class TrailState(AgentState[Any]):
-    """A key with a reducer (``state_schema``): every update adds to the list."""
+    """A key with a reducer (``state_schema``): every update adds to the list; and one
+    without."""
 
     trail: NotRequired[Annotated[list[str], operator.add]]
+    note: NotRequired[str]
 
 
 def _joined(left: dict[str, int], right: dict[str, int]) -> dict[str, int]:
@@ -177,6 +179,12 @@ def mark(label: str, runtime: ToolRuntime[Any, TrailState]) -> Command[Any]:
     answer = ToolMessage(f"marked {label}", tool_call_id=runtime.tool_call_id)
     update = {"trail": [label], "tally": 100, "by_label": {label: 1}, "messages": [answer]}
     return Command(update=update)
+
+
+def step_on(label: str, runtime: ToolRuntime[Any, TrailState]) -> Command[Any]:
+    """Step on a label: it joins the trail."""
+    answer = ToolMessage(f"stepped on {label}", tool_call_id=runtime.tool_call_id)
+    return Command(update={"trail": [label], "messages": [answer]})
 
 
 def _tallied(response: Any) -> Any:

@@ -917,16 +917,9 @@ def _answer_for(event: DecisionsSubmitted, interrupt_id: str) -> Any:
 
 
 def _started_state(hooks: HookSet, carried: str, event: TaskSubmitted) -> str:
-    """The state keys a run starts with (JSON, "" for none): the thread's (``carried``)
-    or, for a new one, the reducers' empty values, then the input's keys the agent takes
-    (its input schema: the agent's ``state_schema`` and its middleware's, less what they
-    omit from input) applied as LangGraph applies an input: through the keys' reducers
-    (a list key grows), others replaced; keys no input channel has are dropped."""
-    channels = hooks.channels
-    state = {**channels.initial(), **(json.loads(carried) if carried else {})}
-    if event.state:
-        taken = hooks.input_keys()
-        state = channels.apply(state, ((k, v) for k, v in event.state.items() if k in taken))
+    """The state keys a run starts with, as JSON ("" for none): ``HookSet.start_state``
+    of the thread's (``carried``, JSON) and the input's."""
+    state = hooks.start_state(json.loads(carried) if carried else {}, event.state)
     return json.dumps(state) if state else ""
 
 
