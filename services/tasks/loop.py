@@ -64,7 +64,7 @@ from services.tasks.plan import (
     model_request,
     tool_requests,
 )
-from services.tasks.recursion import StepLimit
+from services.tasks.recursion import NO_RECURSION_LIMIT, StepLimit
 from services.tasks.state import Cause, Phase, TaskState
 from services.tasks.store import TaskStore
 from services.tasks.thread_runs import ThreadRuns, carried_extra
@@ -834,6 +834,8 @@ class Loop:
 
     def _step_limit(self, spec: AgentSpec) -> StepLimit:
         """The task's step limit (from the run's ``recursion_limit`` and the hooks)."""
+        if spec.recursion_limit is None:
+            return NO_RECURSION_LIMIT
         found = self._limits.get(spec.agent_id)
         if found is None:
             try:

@@ -118,3 +118,7 @@ class StepLimit:
         from langgraph.errors import GraphRecursionError
 
         return GraphRecursionError(self.message(step))
+
+
+NO_RECURSION_LIMIT = StepLimit()
+"""The limit of a task whose run gave no ``recursion_limit``: its ``max_steps``."""
