@@ -17,9 +17,10 @@ import asyncio
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 import pytest
+from langchain.agents import AgentState
 from langchain.agents import create_agent as lc_create_agent
 from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
 from langchain_openai import ChatOpenAI
@@ -461,3 +462,20 @@ def test_schemas_that_cannot_travel_are_refused_in_one_line(redis_url: str) -> N
         )
     with pytest.raises(ConfigurationError, match="'json' is not allowed"):
         check_deployable(spec.model_copy(update={"state_schema": "json:JSONDecoder"}))
+
+
+class OneArgReducer(AgentState[Any]):
+    """A reducer LangGraph refuses (it takes one argument, not two)."""
+
+    kept: NotRequired[Annotated[list[str], len]]
+
+
+def test_a_reducer_langgraph_refuses_is_refused_where_the_agent_is_made(embedded: None) -> None:
+    with pytest.raises(ValueError) as raised:
+        lc_create_agent(
+            ChatOpenAI(model="gpt-4o-mini", api_key="test"), [], state_schema=OneArgReducer
+        )
+    with pytest.raises(ValueError) as ours:
+        create_agent("gpt-4o-mini", [], state_schema=OneArgReducer)
+    assert str(ours.value).endswith(str(raised.value))
+    assert "Invalid reducer signature" in str(raised.value)

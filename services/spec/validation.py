@@ -93,8 +93,9 @@ def check_schemas(spec: AgentSpec) -> None:
         if what == "state_schema":
             try:  # its keys' reducers, as LangGraph reads them where it builds the graph
                 channels_of(found, ())
-            except (TypeError, ValueError) as exc:
-                raise InvalidSpec(f"state_schema {ref!r}: {exc}") from exc
+            except Exception as exc:  # a bad reducer signature, an unresolvable hint
+                name = getattr(found, "__qualname__", ref)
+                raise InvalidSpec(f"state_schema {name}: {exc}") from exc
     try:
         schemas.run_context(spec)
     except (TypeError, ValueError) as exc:
