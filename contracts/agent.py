@@ -157,6 +157,10 @@ class AgentSpec(BaseModel):
     (``abefore_model``, ...; a sync-only ``wrap_*`` hook fails, a sync-only node hook
     runs in a thread). None (a task from the bus or the CLI): the async variant where
     there is one, else the sync one. Set per task from ``TaskSubmitted.run_mode``."""
+    recursion_limit: int | None = Field(default=None, ge=1)
+    """The run's ``config["recursion_limit"]`` (LangGraph's supersteps), set per task
+    from ``TaskSubmitted.recursion_limit``: the loop derives the task's step limit from
+    it (``services.tasks.recursion``). None: the task's ``max_steps``."""
 
     @property
     def agent_id(self) -> str:
@@ -171,6 +175,7 @@ class AgentSpec(BaseModel):
             "context_schema",
             "state_schema",
             "run_mode",
+            "recursion_limit",
         )
         exclude = {k for k in optional if getattr(self, k) is None}
         canonical = json.dumps(

@@ -77,6 +77,12 @@ class TaskSubmitted(Event):
     """``"sync"`` from ``invoke``/``stream``, ``"async"`` from ``ainvoke``/``astream``:
     which variant of each middleware hook runs (``AgentSpec.run_mode``). None: the async
     variant where there is one."""
+    recursion_limit: int | None = Field(default=None, ge=1)
+    """LangChain's ``config["recursion_limit"]`` (LangGraph's supersteps): the task's step
+    limit is derived from it and the agent's hooks, in place of ``max_steps``
+    (``AgentSpec.recursion_limit``); a task that reaches it fails with LangGraph's
+    ``GraphRecursionError``. It overrides a deployed agent's ``max_steps`` (the
+    registration must allow that)."""
 
     @property
     def agent_name(self) -> str:

@@ -43,11 +43,11 @@ from loopline.conversation import (
     RunConfig,
     answers_of,
     is_command,
-    max_model_calls,
     snapshot,
     waiting_interrupts,
 )
 from loopline.errors import TaskFailedError, failure_of
+from loopline.stream_modes import StateView
 from loopline.syncrun import iter_sync, run_sync
 from services.errors import ConfigurationError
 from services.hooks import hooks_for
@@ -339,9 +339,6 @@ class Agent:
             # a context that does not fit its schema raises here, as LangGraph's coercion
             # raises from invoke (the services check it again where the task starts)
             schemas.run_context(self.spec.model_copy(update={"context": given_context}))
-        max_steps = self.max_steps
-        if run.recursion_limit is not None:
-            max_steps = max_model_calls(self.spec, run.recursion_limit)
         async with self.client() as client:
             agent = await self._agent_ref(client)
             overrides: dict[str, Any] = {}
@@ -352,8 +349,10 @@ class Agent:
                     agent = agent.model_copy(update={"context": given_context})
                 else:
                     overrides["context"] = given_context
-            if run.recursion_limit is None and not self.embedded:
-                max_steps = None  # registered with the agent
+            # deployed: the step limit registered with the agent (or the recursion limit)
+            max_steps = self.max_steps if self.embedded else None
+            if run.recursion_limit is not None:
+                max_steps = None  # derived from it where the task starts
             return await client.submit(
                 agent,
                 messages,
@@ -368,6 +367,7 @@ class Agent:
                 metadata=run.metadata,
                 run_mode=run_mode,
                 stream_ttl_s=self.settings.stream_ttl_s if stream_replies else None,
+                recursion_limit=run.recursion_limit,
             )
 
     async def aresult(
@@ -563,9 +563,40 @@ class Agent:
             run_mode=run_mode,
             stream_replies="messages" in modes or "custom" in modes,
         )
+        view = self.state_view(input)
         async with self.client() as client:
-            async for item in stream_task(client, task_id, modes, inputs):
+            async for item in stream_task(client, task_id, modes, inputs, view=view):
                 yield item
+
+    def state_view(self, input: dict[str, Any]) -> StateView:
+        """What ``values`` show besides the messages for a run of ``input``: the keys
+        of the agent's output schema (from its input's, folded as the services fold
+        them), the todo list with TodoListMiddleware, ``structured_response`` with a
+        ``response_format``."""
+        from services.agent_view import has_todos
+        from services.tasks.plan import after_model_results
+
+        todos = has_todos(self.spec)
+        try:
+            hooks = hooks_for(self.spec.agent_id, self.spec)
+            keys = hooks.output_keys()
+            initial = hooks.start_state({}, _input_state(input))
+            channels = hooks.channels
+        except Exception:  # middleware or schemas this process cannot import: messages
+            return StateView()
+
+        def shown(key: str) -> bool:
+            return key in keys or (todos and key == "todos")
+
+        structured = self._structured if self.spec.response_format is not None else None
+        spec = self.spec
+        return StateView(
+            initial=initial,
+            channels=channels,
+            shown=shown,
+            structured=structured,
+            decided=lambda message: after_model_results(spec, message),
+        )
 
     async def astream_events(
         self,

@@ -215,6 +215,7 @@ class Client:
         state: Mapping[str, Any] | None = None,
         run_mode: RunMode | None = None,
         stream_ttl_s: int | None = None,
+        recursion_limit: int | None = None,
     ) -> str:
         """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
         ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
@@ -223,7 +224,7 @@ class Client:
         has a run going (see ``TaskSubmitted``); ``state``: the input's state keys
         besides the messages (those of the agent's input schema start its state);
         ``stream_ttl_s``: also ask for its token stream (``stream_replies``), in the same
-        round trip."""
+        round trip; ``recursion_limit``: LangChain's, the task's step limit derived from it."""
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
         if state:
             fields["state"] = dict(state)
@@ -245,6 +246,7 @@ class Client:
             tags=list(tags),
             metadata=dict(metadata or {}),
             run_mode=run_mode,
+            recursion_limit=recursion_limit,
             **fields,
         )
         data = event.model_dump_json()

@@ -5,7 +5,8 @@ waiting run takes.
 ``config["configurable"]["thread_id"]`` makes a call a run of that thread (stored in
 Redis by the services, whatever checkpointer the agent was given); ``recursion_limit``
 counts LangGraph's supersteps (every node the agent's graph would run: the model, the
-tools, each middleware hook), so it becomes the run's number of model calls;
+tools, each middleware hook): it travels with the run, whose step limit the loop derives
+from it (``services.tasks.recursion``);
 ``run_name``, ``tags`` and ``metadata`` travel with the run (``TaskSubmitted``).
 """
 
@@ -81,26 +82,6 @@ class RunConfig:
 
 def _hooks(spec: AgentSpec) -> HookSet:
     return hooks_for(spec.agent_id, spec)
-
-
-def nodes_per_model_call(spec: AgentSpec) -> tuple[int, int]:
-    """(supersteps of one loop: before_model hooks, the model, after_model hooks and
-    the tools; supersteps once per run: before_agent and after_agent hooks), as
-    LangChain's ``create_agent`` lays out its graph (each hook is a node of its own;
-    ``TodoListMiddleware`` has an after_model node, context editing none)."""
-    hooks = _hooks(spec)
-    per_loop = 2 + len(hooks.with_hook("before_model")) + len(hooks.with_hook("after_model"))
-    per_loop += sum(1 for m in spec.middleware if m.type == "TodoListMiddleware")
-    once = len(hooks.with_hook("before_agent")) + len(hooks.with_hook("after_agent"))
-    return per_loop, once
-
-
-def max_model_calls(spec: AgentSpec, recursion_limit: int) -> int:
-    """The model calls a run may make within LangGraph's recursion limit: a run of k
-    calls takes ``once + k * per_loop - 1`` supersteps (no tools after the last call),
-    and LangGraph stops a run whose supersteps reach the limit."""
-    per_loop, once = nodes_per_model_call(spec)
-    return max(1, (recursion_limit - once) // per_loop)
 
 
 def snapshot_values(spec: AgentSpec, state: ThreadValues) -> dict[str, Any]:
@@ -232,7 +213,6 @@ __all__ = [
     "WaitingInterrupt",
     "answers_of",
     "is_command",
-    "max_model_calls",
     "snapshot",
     "waiting_interrupts",
 ]

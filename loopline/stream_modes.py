@@ -8,6 +8,14 @@ model step ``2n - 1`` and its tools step ``2n``. Per superstep LangGraph yields 
 ``messages`` first (the model's chunks as they come, each tool message as its call ends),
 then ``updates`` (per node task), then ``values`` (once the superstep is done).
 
+``values`` carry the whole state LangChain's would (``StateView``): the todo list, the
+agent's and its middleware's state keys (the input's, then what ``wrap_model_call``
+commands set with a reply and what the tools' Commands set when the step's results join,
+folded by the keys' reducers as the services fold them), and ``structured_response``
+(None after each model call until one is given). What ``before_*`` / ``after_*`` hooks
+write has no event of its own, so it shows in no chunk (LangGraph yields one per hook node
+that wrote).
+
 ``custom`` items (``services.custom_stream``: what hooks and tools wrote) come in
 the order written, each before what its stage reports: a tool's before its tool
 message, the before_model hooks' and wrap_model_call's before the model's reply, the
@@ -21,8 +29,10 @@ was not the reply. A first attempt's metadata has exactly LangChain's keys.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage
@@ -35,11 +45,13 @@ from contracts.events import (
     StepStarted,
     TaskCompleted,
     TaskFailed,
+    TodosUpdated,
     ToolCompleted,
 )
-from contracts.messages import to_langchain
+from contracts.messages import AIMessage, ToolMessage, to_langchain
 from loopline.client import Client, LostTaskWatch
 from loopline.errors import TaskFailedError, failure_of
+from services.spec.channels import NO_CHANNELS, StateChannels
 
 STREAM_MODES = ("messages", "updates", "values", "custom")
 Item = tuple[str, Any]
@@ -84,13 +96,43 @@ def tool_metadata(task_id: str, step: int, index: int) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class StateView:
+    """What a run's ``values`` hold besides its messages, as LangChain's agent has them
+    (``Agent.state_view``); the default shows the messages only."""
+
+    initial: dict[str, Any] = field(default_factory=dict)
+    """The state keys the run starts with (its input's, the reducers' empty values)."""
+    channels: StateChannels = NO_CHANNELS
+    """How updates join the keys (reducers)."""
+    shown: Callable[[str], bool] = lambda key: False
+    """The keys of the agent's output schema (``values`` gives those)."""
+    structured: Callable[[Any], Any] | None = None
+    """For an agent with a ``response_format``: the structured response from its JSON."""
+    decided: Callable[[AIMessage], dict[str, ToolMessage]] = lambda message: {}
+    """The tool messages the agent's after_model node answers calls with before any tool
+    runs (TodoListMiddleware's refusal of parallel ``write_todos``)."""
+
+
 class ModeTranslator:
     """Turns the task's chunk batches and log events into LangGraph stream items."""
 
-    def __init__(self, task_id: str, modes: Sequence[str], inputs: list[BaseMessage]) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        modes: Sequence[str],
+        inputs: list[BaseMessage],
+        view: StateView | None = None,
+    ) -> None:
         self.task_id = task_id
         self.modes = set(modes)
         self.state: list[BaseMessage] = list(inputs)
+        self.view = view or StateView()
+        self.keys: dict[str, Any] = dict(self.view.initial)
+        """The state's other keys as they stand (``values`` shows those of the output)."""
+        self.results: dict[int, BaseMessage] = {}  # the step's tool messages by call index
+        self.updates: dict[int, dict[str, Any]] = {}  # the step's tool updates by call index
+        self.todos: list[dict[str, Any]] | None = None  # the step's accepted todo list
         self.started = 0  # the last step whose model call the log showed
         self.pending: list[ChunkBatch] = []
         self.model_meta: dict[int, dict[str, Any]] = {}
@@ -100,7 +142,14 @@ class ModeTranslator:
         self.done = False
 
     def begin(self) -> list[Item]:
-        return [("values", {"messages": list(self.state)})] if "values" in self.modes else []
+        return self._values()
+
+    def _values(self) -> list[Item]:
+        """The ``values`` item of the state as it stands (when that mode is asked)."""
+        if "values" not in self.modes:
+            return []
+        shown = {k: v for k, v in self.keys.items() if self.view.shown(k)}
+        return [("values", {"messages": list(self.state), **shown})]
 
     def take(self, batches: list[ChunkBatch], events: list[AnyEvent]) -> list[Item]:
         """Items for one read: chunks go out once the log has started their step, so a
@@ -179,7 +228,9 @@ class ModeTranslator:
             return self._model_responded(event)
         if isinstance(event, ToolCompleted):
             return self._tool_completed(event)
-        if isinstance(event, TaskCompleted):
+        if isinstance(event, TodosUpdated):  # the list joins the state with the step's results
+            self.todos = [t.model_dump() for t in event.todos]
+        elif isinstance(event, TaskCompleted):
             self.done = True
         elif isinstance(event, TaskFailed):
             raise failure_of(event)
@@ -192,7 +243,23 @@ class ModeTranslator:
     def _model_responded(self, event: ModelResponded) -> list[Item]:
         message = to_langchain(event.message)
         self.state.append(message)
-        self.calls = {call["id"]: i for i, call in enumerate(getattr(message, "tool_calls", []))}
+        structured = event.structured
+        # the structured-output calls are answered by the model node itself
+        answers = list(structured.tool_messages) if structured is not None else []
+        self.state.extend(to_langchain(m) for m in answers)
+        if self.view.structured is not None:
+            given = structured is not None and structured.given
+            response = structured.response if structured is not None and given else None
+            self.keys["structured_response"] = self.view.structured(response) if given else None
+        if event.update:  # wrap_model_call's commands (folded where they ran)
+            self.keys.update(event.update)
+        answered = {m.tool_call_id for m in answers}
+        self.calls = {
+            call["id"]: i
+            for i, call in enumerate(getattr(message, "tool_calls", []))
+            if call["id"] not in answered
+        }
+        self.results, self.updates = {}, {}
         out: list[Item] = []
         if "messages" in self.modes and event.step not in self.streamed:
             # not streamed (the chunk stream expired, or no client asked in time): the
@@ -202,22 +269,43 @@ class ModeTranslator:
             out.append(("messages", (whole, meta)))
         if "updates" in self.modes:
             out.append(("updates", {"model": {"messages": [message]}}))
-        if "values" in self.modes:
-            out.append(("values", {"messages": list(self.state)}))
+        out.extend(self._values())
+        decided = self.view.decided(event.message)
+        if decided:  # the after_model node's answers: a superstep of their own
+            self.state.extend(to_langchain(m) for m in decided.values())
+            for call_id in decided:
+                self.calls.pop(call_id, None)
+            out.extend(self._values())
         return out
 
     def _tool_completed(self, event: ToolCompleted) -> list[Item]:
         message = to_langchain(event.message)
-        self.state.append(message)
         index = self.calls.pop(event.message.tool_call_id, 0)
+        self.results[index] = message
+        if event.update:
+            self.updates[index] = event.update
         out: list[Item] = []
         if "messages" in self.modes:
             out.append(("messages", (message, tool_metadata(self.task_id, event.step, index))))
         if "updates" in self.modes:
             out.append(("updates", {"tools": {"messages": [message]}}))
-        if "values" in self.modes and not self.calls:
-            out.append(("values", {"messages": list(self.state)}))
+        if not self.calls:  # the step's results join: its updates too, in call order
+            self._join_updates()
+            out.extend(self._values())
         return out
+
+    def _join_updates(self) -> None:
+        """The step's results join the state in call order, as LangGraph applies its
+        tasks' writes (they came as each call ended)."""
+        self.state.extend(message for _, message in sorted(self.results.items()))
+        self.results = {}
+        writes = [w for _, update in sorted(self.updates.items()) for w in update.items()]
+        self.updates = {}
+        # refused where the step joined: the task fails (its event follows)
+        with contextlib.suppress(Exception):
+            self.keys = self.view.channels.apply(self.keys, writes)
+        if self.todos is not None:
+            self.keys["todos"], self.todos = self.todos, None
 
 
 def _after(batch: ChunkBatch, step: int) -> bool:
@@ -231,10 +319,12 @@ async def stream_task(
     modes: Sequence[str],
     inputs: list[BaseMessage],
     *,
+    view: StateView | None = None,
     block_ms: int = 1000,
 ) -> AsyncIterator[Item]:
-    """``(mode, data)`` items of a submitted task until it ends or waits for a human."""
-    translator = ModeTranslator(task_id, modes, inputs)
+    """``(mode, data)`` items of a submitted task until it ends or waits for a human;
+    ``view``: what ``values`` show besides the messages."""
+    translator = ModeTranslator(task_id, modes, inputs, view)
     for item in translator.begin():
         yield item
     watch = LostTaskWatch(client, task_id)  # a task Redis lost would never end

@@ -216,12 +216,19 @@ async def remove(redis: aioredis.Redis, names: Names, ref: str) -> list[int]:
 
 
 def run_spec(
-    agent: DeployedAgent, overrides: dict[str, Any], max_steps: int | None
+    agent: DeployedAgent,
+    overrides: dict[str, Any],
+    max_steps: int | None,
+    *,
+    limited: bool = False,
 ) -> tuple[AgentSpec, int | None]:
     """The spec a task of a deployed agent runs, with the overrides its registration
     allows, and its step limit; ValueError naming what is not allowed. ``max_steps``:
-    the task's own field, an override like the others."""
-    asked = set(overrides) | ({"max_steps"} if max_steps is not None else set())
+    the task's own field, an override like the others; ``limited``: the task sets its
+    step limit another way (``TaskSubmitted.recursion_limit``), which overrides
+    ``max_steps`` too."""
+    sets_limit = max_steps is not None or limited
+    asked = set(overrides) | ({"max_steps"} if sets_limit else set())
     unknown = sorted(asked - set(OVERRIDABLE))
     if unknown:
         raise ValueError(

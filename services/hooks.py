@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from contracts.agent import AgentSpec
 from services import interrupts
 from services.interrupts import Answers
 from services.spec import schemas
+from services.spec.channels import StateChannels, channels_of
 from services.spec.middleware import NATIVE, build
 
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
@@ -66,6 +67,7 @@ class HookSet:
     """The agent's ``state_schema`` class (None: LangChain's ``AgentState``)."""
     mode: str | None = None
     """``AgentSpec.run_mode``: which variant of each hook runs."""
+    _channels: StateChannels | None = field(default=None, repr=False)
 
     def with_hook(self, hook: str) -> list[tuple[int, Any]]:
         return [(i, m) for i, m in self.instances if overrides(m, hook)]
@@ -81,6 +83,25 @@ class HookSet:
     def output_keys(self) -> frozenset[str]:
         """The state keys besides ``messages`` a result gives (LangChain's output schema)."""
         return schemas.state_keys(self.state_schema, (m for _, m in self.instances), "output")
+
+    def start_state(self, carried: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+        """The state keys a run starts with: the thread's (``carried``) or, for a new
+        one, the reducers' empty values, then the input's keys the agent takes (its
+        input schema) applied as LangGraph applies an input: through the keys' reducers
+        (a list key grows), others replaced; keys no input channel has are dropped."""
+        state = {**self.channels.initial(), **carried}
+        if given:
+            taken = self.input_keys()
+            state = self.channels.apply(state, ((k, v) for k, v in given.items() if k in taken))
+        return state
+
+    @property
+    def channels(self) -> StateChannels:
+        """How updates join the state keys (reducers, one write per superstep)."""
+        if self._channels is None:
+            instances = (m for _, m in self.instances)
+            self._channels = channels_of(self.state_schema, instances)
+        return self._channels
 
 
 _cache: dict[str, HookSet] = {}
@@ -224,9 +245,10 @@ async def run_state_hooks(
         if "messages" in update:
             state_messages = merge_messages(state_messages, update.pop("messages"))
             changed = True
-        for key, value in update.items():
-            _check_storable(instance, hook, key, value)
-            state_extra[key] = value
+        if update:  # a node of its own: its update is one superstep's writes
+            state_extra = hooks.channels.apply(state_extra, update.items())
+            for key in update:
+                _check_storable(instance, hook, key, state_extra[key])
             changed = True
         if jump and can_jump(instance, hook, jump):
             return StateResult(without_stand_in_ids(state_messages), state_extra, jump, True)

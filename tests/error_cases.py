@@ -11,7 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain.agents import create_agent as lc_create_agent
-from langchain.agents.middleware import ModelCallLimitMiddleware, ToolErrorMiddleware
+from langchain.agents.middleware import (
+    ModelCallLimitMiddleware,
+    TodoListMiddleware,
+    ToolErrorMiddleware,
+)
 from langchain_openai import ChatOpenAI
 
 from contracts.replies import Reply, ScriptedToolCall
@@ -42,6 +46,12 @@ class Case:
     turns: list[Reply]
     kwargs: Callable[[], dict[str, Any]] = dict
     tools: list[Any] = field(default_factory=lambda: [tooling.add, tooling.explode, tooling.spend])
+    config: dict[str, Any] = field(default_factory=dict)
+    """The run's ``config`` (``recursion_limit``)."""
+
+
+ALWAYS_ADDING = [calls(("add", {"a": 1, "b": 1}))] * 12
+"""A model that never stops calling a tool (within the recursion limits below)."""
 
 
 CASES = {
@@ -69,6 +79,41 @@ CASES = {
     ),
 }
 
+# The recursion limit (LangGraph's supersteps: the model, the tools, each hook a node)
+# reached: LangGraph's GraphRecursionError after the requests LangChain would make.
+CASES.update(
+    {
+        # the limit falls on the model call: its tools do not run
+        "recursion_limit": Case(
+            "errors recursion odd", ALWAYS_ADDING, config={"recursion_limit": 5}
+        ),
+        # ... on the tools: they run, the next model call does not
+        "recursion_limit_even": Case(
+            "errors recursion even", ALWAYS_ADDING, config={"recursion_limit": 6}
+        ),
+        # hooks are supersteps too (TodoListMiddleware's after_model node, the model call
+        # limit's before_model and after_model nodes)
+        "recursion_limit_hooks": Case(
+            "errors recursion hooks",
+            ALWAYS_ADDING,
+            lambda: {"middleware": [TodoListMiddleware(), ModelCallLimitMiddleware(run_limit=50)]},
+            config={"recursion_limit": 11},
+        ),
+        # the final answer comes, but the run needed as many supersteps as the limit
+        "recursion_limit_answer": Case(
+            "errors recursion answer",
+            [calls(("add", {"a": 1, "b": 2})), Reply(content="three")],
+            config={"recursion_limit": 3},
+        ),
+        # the answer fits: the run completes
+        "recursion_limit_fits": Case(
+            "errors recursion fits",
+            [calls(("add", {"a": 1, "b": 2})), Reply(content="three")],
+            config={"recursion_limit": 4},
+        ),
+    }
+)
+
 EMBEDDED_ONLY = {
     # ToolErrorMiddleware turns the ValueError into a message (its handler is code)
     "tool_error_middleware": Case(
@@ -84,7 +129,12 @@ EMBEDDED_ONLY = {
     ),
 }
 
-SCRIPTS = {case.prompt: case.turns for case in {**CASES, **EMBEDDED_ONLY}.values()}
+LOOPLINE_LIMIT = Case("errors loopline step limit", ALWAYS_ADDING)
+"""No recursion limit: loopline's own step limit (``max_steps``) ends the run."""
+
+SCRIPTS = {
+    case.prompt: case.turns for case in [*CASES.values(), *EMBEDDED_ONLY.values(), LOOPLINE_LIMIT]
+}
 
 
 def respond(body: dict[str, Any]) -> Reply:
@@ -121,7 +171,9 @@ def run_langchain(case: Case, server: ScriptedOpenAIServer) -> dict[str, Any]:
     def invoke() -> dict[str, Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result: dict[str, Any] = agent.invoke({"messages": [("user", case.prompt)]})
+            result: dict[str, Any] = agent.invoke(
+                {"messages": [("user", case.prompt)]}, case.config or None
+            )
         return result
 
     return outcome(invoke)

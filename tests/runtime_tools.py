@@ -7,6 +7,7 @@ it was given, as JSON, so a parity test compares what LangChain and loopline inj
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass
 from typing import Annotated, Any, NotRequired
 
@@ -151,6 +152,98 @@ class CountingCalls(AgentMiddleware[CallCountState]):
         return ExtendedModelResponse(
             model_response=response, command=Command(update={"model_calls": count})
         )
+
+
+class TrailState(AgentState[Any]):
+    """A key with a reducer (``state_schema``): every update adds to the list; and one
+    without."""
+
+    trail: NotRequired[Annotated[list[str], operator.add]]
+    note: NotRequired[str]
+
+
+def _joined(left: dict[str, int], right: dict[str, int]) -> dict[str, int]:
+    """A reducer of the user's own: counts by label, summed."""
+    return {k: left.get(k, 0) + right.get(k, 0) for k in {*left, *right}}
+
+
+class TallyState(AgentState[Any]):
+    """A middleware's keys with reducers: a number summed, a dict by a function."""
+
+    tally: Annotated[int, operator.add]
+    by_label: NotRequired[Annotated[dict[str, int], _joined]]
+
+
+def mark(label: str, runtime: ToolRuntime[Any, TrailState]) -> Command[Any]:
+    """Mark a label on the trail."""
+    answer = ToolMessage(f"marked {label}", tool_call_id=runtime.tool_call_id)
+    update = {"trail": [label], "tally": 100, "by_label": {label: 1}, "messages": [answer]}
+    return Command(update=update)
+
+
+def step_on(label: str, runtime: ToolRuntime[Any, TrailState]) -> Command[Any]:
+    """Step on a label: it joins the trail."""
+    answer = ToolMessage(f"stepped on {label}", tool_call_id=runtime.tool_call_id)
+    return Command(update={"trail": [label], "messages": [answer]})
+
+
+def _tallied(response: Any) -> Any:
+    update = {"trail": ["model"], "tally": 10, "by_label": {"model": 1}}
+    return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+
+class Tally(AgentMiddleware[TallyState]):
+    """Updates the reducer keys from every place a middleware can: before_model and
+    after_model (the loop), and wrap_model_call's command (the model service)."""
+
+    state_schema = TallyState
+
+    def before_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return {"trail": ["before"], "tally": 1}
+
+    async def abefore_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self.before_model(state, runtime)
+
+    def after_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return {"trail": [f"after {len(state['trail'])}"], "by_label": {"after": 1}}
+
+    async def aafter_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self.after_model(state, runtime)
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return _tallied(handler(request))
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return _tallied(await handler(request))
+
+
+class TallyCommands(AgentMiddleware[TallyState]):
+    """Only ``wrap_model_call`` (no hook of the loop stage, so the tools service joins
+    the step's results itself), updating the reducer keys."""
+
+    state_schema = TallyState
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return _tallied(handler(request))
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return _tallied(await handler(request))
+
+
+def _more(response: Any) -> Any:
+    update = {"trail": ["more"], "tally": 5}
+    return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+
+class MoreTally(AgentMiddleware):
+    """A second ``wrap_model_call`` layer with its own command: two writes of the
+    reducer keys in one model step."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return _more(handler(request))
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return _more(await handler(request))
 
 
 @tool

@@ -17,13 +17,15 @@ import asyncio
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 import pytest
+from langchain.agents import AgentState
 from langchain.agents import create_agent as lc_create_agent
 from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import InvalidUpdateError
 from langgraph.store.memory import InMemoryStore
 
 import loopline.embedded
@@ -37,10 +39,15 @@ from tests.runtime_tools import (
     CallerPrompt,
     CountingCalls,
     DynamicTools,
+    MoreTally,
     NoteTaker,
+    Tally,
+    TallyCommands,
+    TrailState,
     VisitState,
     check_in,
     count_words,
+    mark,
     peek,
     remember,
     whoami,
@@ -152,15 +159,53 @@ CASES["token_counter"] = Case(
     ],
 )
 
+CASES["reducers"] = Case(
+    # keys declared with reducers (the agent's state_schema: a list added to; a
+    # middleware's: a number summed, a dict by a function of the user's) updated from
+    # the input, before_model and after_model hooks, wrap_model_call's command and
+    # tools' Commands, two of them in one step, over two steps; the tools and hooks
+    # see the folded values
+    "runtime reducers hooked",
+    lambda: {"state_schema": TrailState, "middleware": [Tally()]},
+    [
+        calls(("mark", {"label": "a"}), ("mark", {"label": "b"}), ("peek", {"key": "trail"})),
+        calls(("mark", {"label": "c"}), ("peek", {"key": "by_label"})),
+        Reply(content="marked"),
+    ],
+    state={"trail": ["in"], "tally": 1000},
+    tools=[mark, peek],
+)
+
+CASES["reducers_inline"] = Case(
+    # the same with no hook of the loop stage (the tools service joins the step's
+    # results, the model service folds two wrap_model_call commands), keys left unset
+    # by the input starting from their reducers' empty values
+    "runtime reducers inline",
+    lambda: {"state_schema": TrailState, "middleware": [TallyCommands(), MoreTally()]},
+    [
+        calls(("mark", {"label": "a"}), ("mark", {"label": "b"}), ("peek", {"key": "tally"})),
+        calls(("mark", {"label": "c"})),
+        Reply(content="marked"),
+    ],
+    tools=[mark, peek],
+)
+
 UNKNOWN = Case(
     # a tool middleware add that nothing can run: the model call is refused
     "runtime unknown tool",
     lambda: {"middleware": [AddsUnknownTool()]},
     [Reply(content="never asked")],
 )
-CASES_AND_UNKNOWN = {**CASES, "unknown": UNKNOWN}
+TWICE = Case(
+    # two calls of one step set keys that have no reducer: LangGraph refuses the step
+    "runtime twice",
+    lambda: {"state_schema": VisitState},
+    [calls(("check_in", {"name": "Al"}), ("check_in", {"name": "Bo"})), Reply(content="never")],
+    tools=[check_in],
+)
+REFUSED = {"unknown": UNKNOWN, "twice": TWICE}
 
-SCRIPTS = {case.prompt: case.turns for case in CASES_AND_UNKNOWN.values()}
+SCRIPTS = {case.prompt: case.turns for case in [*CASES.values(), *REFUSED.values()]}
 
 
 @pytest.fixture(scope="module")
@@ -303,11 +348,15 @@ async def test_the_cases_show_what_they_claim(
     assert results[0] == "[cleared]" and '"topic": "two"' in results[1]
 
 
+@pytest.mark.parametrize("name", ["runtime", "reducers"])
 async def test_thread_state_keeps_the_state_keys(
-    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+    name: str,
+    stack: ServiceProcesses,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
 ) -> None:
-    """``get_state(...).values`` of a thread has the custom keys, as LangGraph's."""
-    case = CASES["runtime"]
+    """``get_state(...).values`` of a thread has the custom keys, as LangGraph's, after
+    a second run whose input keys join the thread's (a reducer adds to its value)."""
+    case = CASES[name]
     config = {"configurable": {"thread_id": f"t-{unique_prefix()}"}}
     lc_agent = lc_create_agent(
         chat_model(servers[0]),
@@ -316,14 +365,15 @@ async def test_thread_state_keeps_the_state_keys(
         checkpointer=InMemorySaver(),
         **case.kwargs(),
     )
+    agent = deployed(case, stack)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        await asyncio.to_thread(
-            lc_agent.invoke, the_input(case, "thread"), config, context=case.context
-        )
+        for _ in range(2):
+            await asyncio.to_thread(
+                lc_agent.invoke, the_input(case, "thread"), config, context=case.context
+            )
+            await agent.ainvoke(the_input(case, "thread"), config, context=case.context)
         lc_values = lc_agent.get_state(config).values
-    agent = deployed(case, stack)
-    await agent.ainvoke(the_input(case, "thread"), config, context=case.context)
     values = (await agent.aget_state(config)).values
     assert shape(values["messages"]) == shape(lc_values["messages"])
     assert state_keys(values) == state_keys(lc_values)
@@ -352,6 +402,34 @@ async def test_a_tool_middleware_add_that_nothing_runs_is_refused_as_langchain_r
         assert type(failed.value) is ValueError
         assert str(raised.value) in str(failed.value)
     assert not requests_for(servers[1], UNKNOWN.prompt)  # the model was never called
+
+
+async def test_two_updates_of_a_key_without_a_reducer_in_one_step_raise_as_langgraph_raises(
+    stack: ServiceProcesses,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    embedded: None,
+) -> None:
+    """LangGraph's ``InvalidUpdateError`` (a key without a reducer takes one value per
+    superstep), deployed and embedded: the same type and message, the same requests."""
+    with pytest.raises(InvalidUpdateError) as raised:
+        await asyncio.to_thread(run_langchain, TWICE, servers[0], "deployed")
+    assert "At key 'visits': Can receive only one value per step" in str(raised.value)
+    with pytest.raises(InvalidUpdateError) as deployed_failed:
+        await deployed(TWICE, stack).ainvoke(the_input(TWICE, "deployed"))
+    agent = create_agent(
+        chat_model(servers[1]),
+        TWICE.tools,
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+        **TWICE.kwargs(),
+    )
+    with pytest.raises(InvalidUpdateError) as embedded_failed:
+        await agent.ainvoke(the_input(TWICE, "embedded"))
+    for failed in (deployed_failed, embedded_failed):
+        assert type(failed.value) is InvalidUpdateError
+        assert str(failed.value) == str(raised.value)
+    asked = len(requests_for(servers[0], f"{TWICE.prompt} deployed"))
+    for where in ("deployed", "embedded"):
+        assert len(requests_for(servers[1], f"{TWICE.prompt} {where}")) == asked == 1
 
 
 async def test_a_context_that_does_not_fit_its_schema_raises_as_langchain_raises(
@@ -384,3 +462,20 @@ def test_schemas_that_cannot_travel_are_refused_in_one_line(redis_url: str) -> N
         )
     with pytest.raises(ConfigurationError, match="'json' is not allowed"):
         check_deployable(spec.model_copy(update={"state_schema": "json:JSONDecoder"}))
+
+
+class OneArgReducer(AgentState[Any]):
+    """A reducer LangGraph refuses (it takes one argument, not two)."""
+
+    kept: NotRequired[Annotated[list[str], len]]
+
+
+def test_a_reducer_langgraph_refuses_is_refused_where_the_agent_is_made(embedded: None) -> None:
+    with pytest.raises(ValueError) as raised:
+        lc_create_agent(
+            ChatOpenAI(model="gpt-4o-mini", api_key="test"), [], state_schema=OneArgReducer
+        )
+    with pytest.raises(ValueError) as ours:
+        create_agent("gpt-4o-mini", [], state_schema=OneArgReducer)
+    assert str(ours.value).endswith(str(raised.value))
+    assert "Invalid reducer signature" in str(raised.value)

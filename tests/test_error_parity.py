@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from langgraph.errors import GraphRecursionError
 
 from contracts.agent import ModelSpec
 from loopline import create_agent
@@ -24,6 +25,7 @@ from services.settings import Settings
 from tests.error_cases import (
     CASES,
     EMBEDDED_ONLY,
+    LOOPLINE_LIMIT,
     Case,
     error_servers,
     outcome,
@@ -64,10 +66,32 @@ def test_deployed_raises_or_answers_as_langchain(
     lc_server, ll_server = servers
     lc = run_langchain(case, lc_server)
     agent = deployed(case, stack)
-    ours = outcome(lambda: agent.invoke({"messages": case.prompt}))
+    ours = outcome(lambda: agent.invoke({"messages": case.prompt}, case.config or None))
     assert ours == lc
     lc_requests = requests_for(lc_server, case.prompt)
     assert lc_requests and requests_for(ll_server, case.prompt) == lc_requests
+
+
+def test_loopline_step_limit_raises_langgraph_recursion_error_with_its_own_message(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """Without ``recursion_limit`` the limit is loopline's ``max_steps`` (LangGraph's
+    default, 10007 supersteps, is not loopline's): the same class, loopline's message."""
+    case = LOOPLINE_LIMIT
+    model = ModelSpec(name="gpt-4o-mini", params={"max_retries": 0})
+    settings = Settings(prefix=stack.prefix)
+    agent = create_agent(
+        model, case.tools, redis_url=stack.redis_url, settings=settings, max_steps=2
+    )
+    with pytest.raises(GraphRecursionError) as raised:
+        agent.invoke({"messages": case.prompt})
+    assert str(raised.value).startswith("step limit reached: the agent made 2 model calls")
+    assert len(requests_for(servers[1], case.prompt)) == 2
+    # stream raises as invoke does; a recursion limit takes over from max_steps
+    with pytest.raises(GraphRecursionError) as streamed:
+        list(agent.stream({"messages": case.prompt}, {"recursion_limit": 7}, stream_mode="updates"))
+    assert str(streamed.value).startswith("Recursion limit of 7 reached without hitting")
+    assert len(requests_for(servers[1], case.prompt)) == 2 + 4
 
 
 def test_the_cases_show_what_they_claim(
@@ -93,6 +117,18 @@ def test_the_cases_show_what_they_claim(
     assert limit[1] == "ModelCallLimitExceededError"
     invalid = run_langchain(CASES["invalid_args"], lc_server)["messages"]
     assert invalid[2]["status"] == "error" and "Please fix the error" in invalid[2]["content"]
+    # the recursion limit: LangGraph's error after as many model calls as fit
+    made = {"recursion_limit": 3, "recursion_limit_even": 3, "recursion_limit_hooks": 2}
+    made["recursion_limit_answer"] = 2
+    for name, requests in made.items():
+        case = CASES[name]
+        before = len(requests_for(lc_server, case.prompt))
+        raised = run_langchain(case, lc_server)["raised"]
+        assert raised[:2] == ["langgraph.errors", "GraphRecursionError"], name
+        limit = case.config["recursion_limit"]
+        assert raised[2].startswith(f"Recursion limit of {limit} reached without hitting")
+        assert len(requests_for(lc_server, case.prompt)) - before == requests, name
+    assert "messages" in run_langchain(CASES["recursion_limit_fits"], lc_server)
 
 
 EMBEDDED = r"""
@@ -108,7 +144,7 @@ with lc_server, ll_server:
         case = {**CASES, **EMBEDDED_ONLY}[name]
         lc = run_langchain(case, lc_server)
         agent = create_agent(model_for(ll_server), case.tools, **case.kwargs())
-        ours = outcome(lambda: agent.invoke({"messages": case.prompt}))
+        ours = outcome(lambda: agent.invoke({"messages": case.prompt}, case.config or None))
         out[name] = {
             "lc": {"outcome": lc, "requests": requests_for(lc_server, case.prompt)},
             "ll": {"outcome": ours, "requests": requests_for(ll_server, case.prompt)},

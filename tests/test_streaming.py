@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 from langchain.agents import create_agent as lc_create_agent
+from langchain.agents.middleware import TodoListMiddleware
+from langchain.agents.structured_output import ToolStrategy
 from langchain_core.messages import BaseMessage
 from langchain_core.messages import HumanMessage as LcHumanMessage
 from langchain_openai import ChatOpenAI
@@ -40,6 +42,8 @@ from services.model.streaming import StreamRequests
 from services.runtime import Runtime
 from services.settings import Settings
 from tests import tooling
+from tests.answers import Weather
+from tests.runtime_tools import TrailState, step_on
 from tests.support import (
     EMBEDDED_PREFIX,
     ServiceProcesses,
@@ -58,9 +62,38 @@ LONG = "word " * 400  # 2,000 characters: 250 streamed pieces
 MODES: list[Any] = ["messages", "updates", "values", ["updates", "messages", "values"]]
 
 
+STATE_TURNS = [
+    Reply(
+        tool_calls=(
+            ScriptedToolCall("write_todos", {"todos": [{"content": "walk", "status": "pending"}]}),
+            ScriptedToolCall("step_on", {"label": "a"}),
+        )
+    ),
+    Reply(
+        tool_calls=(
+            ScriptedToolCall("step_on", {"label": "b"}),
+            ScriptedToolCall("step_on", {"label": "c"}),
+        )
+    ),
+    Reply(tool_calls=(ScriptedToolCall("Weather", {"city": "Oslo", "celsius": 4}),)),
+]
+"""An agent with state besides its messages: the todo list (TodoListMiddleware), a key
+with a reducer that the tools' Commands add to (two in one step) and one the input
+sets (``state_schema``), and a structured response."""
+
+
+def state_kwargs() -> dict[str, Any]:
+    return {
+        "middleware": [TodoListMiddleware()],
+        "state_schema": TrailState,
+        "response_format": ToolStrategy(Weather),
+    }
+
+
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers({"stream": TURNS, "long": [Reply(content=LONG)]}) as pair:
+    scripts = {"stream": TURNS, "long": [Reply(content=LONG)], "state values": STATE_TURNS}
+    with twin_servers(scripts) as pair:
         yield pair
 
 
@@ -182,6 +215,63 @@ async def test_embedded_stream_modes_match_langchain(
         settings=Settings(prefix=EMBEDDED_PREFIX),
     )
     check_same(mode, lc_items, await collect(agent, prompt, mode))
+
+
+def state_input(prompt: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": prompt}], "note": "given", "trail": ["in"]}
+
+
+def run_langchain_state(server: ScriptedOpenAIServer, prompt: str) -> list[Any]:
+    agent = lc_create_agent(chat_model(server), tools=[step_on], **state_kwargs())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return list(agent.stream(state_input(prompt), stream_mode="values"))
+
+
+def values_shape(chunk: dict[str, Any]) -> dict[str, Any]:
+    """A values chunk: its messages by shape, every other key as it is."""
+    return {k: shape("values", chunk) if k == "messages" else v for k, v in chunk.items()}
+
+
+async def check_state_values(agent: Agent, server: ScriptedOpenAIServer, prompt: str) -> None:
+    lc_items = await asyncio.to_thread(run_langchain_state, server, prompt)
+    ll_items = [item async for item in agent.astream(state_input(prompt), stream_mode="values")]
+    expected, got = [values_shape(c) for c in lc_items], [values_shape(c) for c in ll_items]
+    assert len(got) == len(expected), (len(got), len(expected))
+    for n, (a, b) in enumerate(zip(expected, got, strict=True)):
+        assert b == a, f"chunk {n} differs"
+    # what the chunks claim to show: the todos, both keys, the answer at the end
+    last = ll_items[-1]
+    assert last["trail"] == ["in", "a", "b", "c"] and last["note"] == "given"
+    assert last["todos"] == [{"content": "walk", "status": "pending"}]
+    assert last["structured_response"] == Weather(city="Oslo", celsius=4)
+    assert "structured_response" not in ll_items[0] and ll_items[0]["trail"] == ["in"]
+
+
+async def test_deployed_values_carry_the_whole_state_as_langchain(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    settings = Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+    agent = create_agent(
+        "gpt-4o-mini", ["tests.runtime_tools:step_on"], settings=settings, **state_kwargs()
+    )
+    await check_state_values(agent, servers[0], "state values deployed")
+
+
+async def test_embedded_values_carry_the_whole_state_as_langchain(
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
+    agent = create_agent(
+        chat_model(servers[1]),
+        [step_on],
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+        **state_kwargs(),
+    )
+    await check_state_values(agent, servers[0], "state values embedded")
 
 
 def test_sync_stream_yields_what_astream_does(

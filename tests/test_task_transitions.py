@@ -4,6 +4,7 @@ results and log, that each applies at most once per cause, and what each refuses
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -209,13 +210,14 @@ async def test_parallel_results_join_in_call_order_when_the_last_arrives(
     assert not (await store.apply(TASK, tool_result("c0"))).applied  # a late duplicate
 
 
-async def test_tool_state_updates_apply_at_the_join_in_call_order_keeping_other_values(
+async def test_tool_state_updates_wait_for_the_join_which_takes_the_state_its_caller_computed(
     store: TaskStore, rt: Runtime
 ) -> None:
-    """A tool's ``Command(update=...)`` keys: nothing changes before the step's results
-    join; then they apply in call order (the later call's value wins), and the values
-    already stored stay byte for byte (no JSON re-encoding in the script)."""
-    kept = {"empty": [], "pi": 3.141592653589793, "big": 2**60, "text": 'a "}" {[', "n": None}
+    """A tool's ``Command(update=...)`` keys: kept with the call, nothing changes before
+    the step's results join; the result that joins asks for the joined state first
+    (the keys' reducers are Python: ``Loop._joined`` computes it) and changes nothing
+    until it comes, then the state is the one given."""
+    kept = {"empty": [], "visits": 0}
     await store.apply(TASK, start())
     await store.apply(TASK, reply(ai_with_calls("c0", "c1"), extra=json.dumps(kept)))
 
@@ -223,13 +225,20 @@ async def test_tool_state_updates_apply_at_the_join_in_call_order_keeping_other_
         return json.dumps([p for k, v in update.items() for p in (k, json.dumps(v))])
 
     await store.apply(TASK, tool_result("c1", update=pairs({"visits": 2, "who": {"x": []}})))
-    before = json.loads((await seen(rt.redis, rt.names)).state["extra"])
-    assert before == kept  # not applied before the join
-    await store.apply(TASK, tool_result("c0", update=pairs({"visits": 1, "new": "é"})))
+    before = await seen(rt.redis, rt.names)
+    assert json.loads(before.state["extra"]) == kept  # not applied before the join
+    updates, _ = await store.step_updates(TASK, ["c0", "c1"])
+    assert _ == {"c1": [("visits", 2), ("who", {"x": []})]} and updates == kept
+    asked = await store.apply(TASK, tool_result("c0"))
+    assert asked.joining and not asked.applied and asked.expected == ["c0", "c1"]
+    assert (await seen(rt.redis, rt.names)).log == before.log  # nothing changed
+    joined = json.dumps({**kept, "visits": 2, "who": {"x": []}})
+    state = await store.apply(TASK, dataclasses.replace(tool_result("c0"), joined=joined))
+    assert state.applied and state.phase == Phase.MODEL and state.step == 2
     task = await seen(rt.redis, rt.names)
-    assert json.loads(task.state["extra"]) == {**kept, "visits": 2, "who": {"x": []}, "new": "é"}
-    assert task.state["extra"].startswith(json.dumps(kept)[:-1])  # kept values untouched
+    assert task.state["extra"] == joined
     assert "updates" not in task.state
+    assert await store.step_updates(TASK, ["c1"]) == (json.loads(joined), {})
 
 
 async def test_a_reply_without_calls_completes_the_task_and_its_keys_expire(

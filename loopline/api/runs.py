@@ -23,7 +23,6 @@ from loopline.api.wire import BadRequest, input_messages, interrupt_json, jsonab
 from loopline.conversation import (
     RunConfig,
     answers_of,
-    max_model_calls,
     snapshot_values,
     waiting_interrupts,
 )
@@ -151,15 +150,12 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
         config = RunConfig.of(request.config)
     except ValueError as exc:
         raise BadRequest(f"config: {exc}") from exc
-    max_steps = (
-        max_model_calls(agent.spec, config.recursion_limit) if config.recursion_limit else None
-    )
     try:
         await tenant.client.submit(
             agent.ref,
             messages,
             task_id=run_id,
-            max_steps=max_steps,
+            recursion_limit=config.recursion_limit,
             overrides={"context": request.context} if request.context else None,
             thread_id=thread_id,
             multitask_strategy=request.multitask_strategy,

@@ -22,6 +22,7 @@ from services.hooks import HookSet, call_wrapped, lg_runtime
 from services.model.chat import build_chat_model
 from services.model.lcview import with_invalid_calls_answered
 from services.spec import structured
+from services.spec.channels import StateChannels
 from services.spec.models import bind_tools
 
 ModelCaller = Callable[[Any, Any], Awaitable[Any]]
@@ -194,10 +195,13 @@ class StateCommands:
             return ModelResponse(result=[result])
         return result
 
-    def update(self) -> dict[str, Any] | None:
-        """The state keys the commands set, later commands overwriting earlier ones (as
-        LangGraph applies them); LangChain's errors for what it does not support."""
-        update: dict[str, Any] = {}
+    def update(self, channels: StateChannels, state: dict[str, Any]) -> dict[str, Any] | None:
+        """The state keys the commands set, with the values they have once the model
+        node's writes are applied to ``state`` (its keys besides ``messages``), as
+        LangGraph applies them: each command's update in order, folded by the key's
+        reducer (two writes to a key without one: LangGraph's ``InvalidUpdateError``);
+        LangChain's errors for what it does not support."""
+        writes: list[tuple[str, Any]] = []
         for command in self.commands:
             if command.goto:
                 raise NotImplementedError(
@@ -218,8 +222,11 @@ class StateCommands:
                     "loopline applies a wrap_model_call Command's state keys, not messages "
                     "added beside the model's reply"
                 )
-            update.update(given)
-        return json.loads(json.dumps(update)) if update else None
+            writes.extend(given.items())
+        if not writes:
+            return None
+        folded: dict[str, Any] = json.loads(json.dumps(channels.updated(state, writes)))
+        return folded
 
 
 def _tool_names(spec: AgentSpec) -> list[str]:
@@ -334,4 +341,4 @@ async def call_with_middleware(
     last = from_langchain(replies[-1])
     if not isinstance(last, AIMessage):
         raise TypeError("the wrap_model_call chain returned no AI message")
-    return last, outcomes.get(id(replies[-1])), commands.update()
+    return last, outcomes.get(id(replies[-1])), commands.update(hooks.channels, extra)

@@ -32,6 +32,7 @@ from services.spec import (
     structured,
     toolbox,
 )
+from services.spec.channels import channels_of
 from services.spec.middleware import BUILTIN, NATIVE, from_spec, refused_reason
 from services.spec.params import CALLABLE_KEY
 
@@ -89,6 +90,12 @@ def check_schemas(spec: AgentSpec) -> None:
             raise InvalidSpec(str(exc)) from exc
         if not isinstance(found, type):
             raise InvalidSpec(f"{what} {ref!r} is not a class")
+        if what == "state_schema":
+            try:  # its keys' reducers, as LangGraph reads them where it builds the graph
+                channels_of(found, ())
+            except Exception as exc:  # a bad reducer signature, an unresolvable hint
+                name = getattr(found, "__qualname__", ref)
+                raise InvalidSpec(f"state_schema {name}: {exc}") from exc
     try:
         schemas.run_context(spec)
     except (TypeError, ValueError) as exc:

@@ -14,6 +14,7 @@ service then only starts, cancels and times out tasks and runs hooks and approva
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -48,7 +49,7 @@ from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent, Refused, UnknownTask
 from services.failures import exception_info, failure_text
-from services.hooks import HookSet, hooks_for
+from services.hooks import HOOK_SETS_CACHED, HookSet, hooks_for
 from services.interrupts import Answers, Asked, NodeInterrupted, ResumeRefused, interrupt_id
 from services.runtime import Runtime
 from services.secrets import scrub
@@ -61,9 +62,9 @@ from services.tasks.plan import (
     after_model_results,
     join_order,
     model_request,
-    step_limit_reason,
     tool_requests,
 )
+from services.tasks.recursion import NO_RECURSION_LIMIT, StepLimit
 from services.tasks.state import Cause, Phase, TaskState
 from services.tasks.store import TaskStore
 from services.tasks.thread_runs import ThreadRuns, carried_extra
@@ -109,6 +110,7 @@ class Loop:
         self.per_call = PerCallApprovals(rt, self.store)
         self.threads = ThreadRuns(rt, self.store, self.stop, self._emit)
         self._touching: set[asyncio.Task[None]] = set()
+        self._limits: dict[str, StepLimit] = {}
 
     # -- events ------------------------------------------------------------------------
 
@@ -148,7 +150,7 @@ class Loop:
         step_event = dump_event(StepStarted(task_id=event.task_id, step=1))
         max_steps = max_steps or rt.settings.max_steps
         messages = [m.model_dump_json() for m in inputs]
-        given = await self._input_state(event, agent_id)
+        hooks = await self._hooks_or_none(agent_id)
         start: StartTask | StartRun
         if claim is None:
             start = StartTask(
@@ -159,14 +161,11 @@ class Loop:
                 retention=rt.settings.retention_s,
                 messages=messages,
                 entry=current_entry_id(),
-                extra=json.dumps(given) if given else "",
+                extra=_started_state(hooks, "", event),
             )
         else:
             assert event.thread_id is not None
-            hooks = await self._hooks(event.task_id, agent_id)
-            carried = carried_extra(claim.extra, hooks or HookSet())
-            if given:  # the input's keys replace the thread's, as a LangGraph input does
-                carried = json.dumps({**(json.loads(carried) if carried else {}), **given})
+            carried = _started_state(hooks, carried_extra(claim.extra, hooks), event)
             start = StartRun(
                 agent_id=agent_id,
                 max_steps=max_steps,
@@ -188,20 +187,12 @@ class Loop:
             await rt.redis.zadd(
                 self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
             )
+        if state.cause == Cause.START and self._step_limit(spec).model_calls == 0:
+            # the recursion limit ends it before the first model call, as LangGraph's
+            await self._fail_with(event.task_id, self._step_limit(spec).error(0))
+            return
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
-
-    async def _input_state(self, event: TaskSubmitted, agent_id: str) -> dict[str, Any]:
-        """The input's state keys the agent takes (its input schema: the agent's
-        ``state_schema`` and its middleware's, less what they omit from input); others
-        are dropped, as LangGraph drops keys that are no channel of its input."""
-        if not event.state:
-            return {}
-        hooks = await self._hooks(event.task_id, agent_id)
-        if hooks is None:
-            return {}
-        taken = hooks.input_keys()
-        return {k: v for k, v in event.state.items() if k in taken}
 
     async def _agent_of(self, event: TaskSubmitted) -> tuple[AgentSpec, int | None]:
         """The spec a submitted task runs and its step limit: the deployed agent it names
@@ -216,7 +207,10 @@ class Loop:
                         f"no deployed agent {event.agent!r}: the operator deploys it first "
                         "(`loopline deploy AGENT_FILE`)"
                     )
-                spec, max_steps = deployed.run_spec(found, event.overrides, event.max_steps)
+                limited = event.recursion_limit is not None
+                spec, max_steps = deployed.run_spec(
+                    found, event.overrides, event.max_steps, limited=limited
+                )
             except ValueError as exc:
                 raise BadEvent(str(exc)) from exc
         elif not self.rt.settings.allow_inline_agents:
@@ -227,10 +221,15 @@ class Loop:
                 raise BadEvent("overrides apply to deployed agents; an inline spec is whole")
         if event.run_mode is not None:  # invoke or ainvoke: that variant of each hook
             spec = spec.model_copy(update={"run_mode": event.run_mode})
+        if event.recursion_limit is not None:  # the run's config: the step limit from it
+            spec = spec.model_copy(update={"recursion_limit": event.recursion_limit})
         try:
             check_agent(spec)  # once per distinct middleware spec: cached
         except InvalidSpec as exc:
             raise BadEvent(str(exc)) from exc
+        calls = self._step_limit(spec).model_calls
+        if calls is not None:
+            max_steps = max(calls, 1)  # 0: it fails where it starts (Loop._start)
         return spec, max_steps
 
     async def cancel_requested(self, event: CancelRequested) -> None:
@@ -354,25 +353,44 @@ class Loop:
         fusion = None
         if join_len is not None:
             fusion = await self._model_request_fusion(event, tool_message, join_len, result_at)
-        state = await self.store.apply(
-            tid,
-            RecordResult(
-                step=event.step,
-                cause=cause,
-                call_id=event.message.tool_call_id,
-                tool_message=tool_message,
-                tool_event=self.rt.encode(event),  # with the size check of a publish
-                step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
-                failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
-                update=_update_pairs(event.update),
-            ),
-            fusion,
+        record = RecordResult(
+            step=event.step,
+            cause=cause,
+            call_id=event.message.tool_call_id,
+            tool_message=tool_message,
+            tool_event=self.rt.encode(event),  # with the size check of a publish
+            step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
+            failed_event=self._limit_failed(await self.rt.agent(event.agent_id), tid, event.step),
+            update=_update_pairs(event.update),
         )
+        state = await self.store.apply(tid, record, fusion)
+        if state.joining:  # this result joins a step with state updates: apply them
+            try:
+                joined = await self._joined(event, state.expected)
+            except Exception as exc:  # LangGraph's InvalidUpdateError, a reducer's error
+                await self._fail_with(tid, exc)
+                return
+            record = dataclasses.replace(record, joined=joined)
+            state = await self.store.apply(tid, record, fusion)
         state = self._known(state, tid)
         if state.committed:
             self._committed(tid, state)
         elif self._resumes(state, cause, event.step):
             await self._advance(tid, state)
+
+    async def _joined(self, event: ToolCompleted, expected: list[str]) -> str:
+        """The task's state keys (JSON) once the step's updates are applied as one
+        superstep of LangGraph's: every call's update in call order, through the keys'
+        reducers; two updates of a key without one raise LangGraph's InvalidUpdateError.
+        Read when every other result of the step is in, so nothing changes them."""
+        own = event.message.tool_call_id
+        others = [c for c in expected if c != own]
+        state, updates = await self.store.step_updates(event.task_id, others)
+        if event.update:
+            updates[own] = list(event.update.items())
+        hooks = await self._hooks_or_none(event.agent_id)
+        writes = [w for call_id in expected for w in updates.get(call_id, [])]
+        return json.dumps(hooks.channels.apply(state, writes))
 
     async def model_failed(self, event: ModelFailed) -> None:
         reason = f"model call failed at step {event.step}: {event.error}"
@@ -619,6 +637,8 @@ class Loop:
             answer=answer,
             structured_response=_structured_response(event, turn),
         )
+        spec = await self.rt.agent(event.agent_id)
+        over = self._step_limit(spec).reply_over(event.step, turn.end)
         return await self.store.apply(
             tid,
             RecordReply(
@@ -630,7 +650,8 @@ class Loop:
                 pre_results={k: v.model_dump_json() for k, v in turn.decided.items()},
                 completed_event=dump_event(completed),
                 step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
-                failed_event=self._failed(tid, event.step, step_limit_reason(event.step)),
+                failed_event=self._limit_failed(spec, tid, event.step),
+                limit_event=self._limit_failed(spec, tid, event.step) if over else b"",
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
                 extra=json.dumps(turn.extra) if turn.extra is not None else "",
                 issued={} if turn.end else call_digests(turn.ai, turn.decided),
@@ -672,6 +693,14 @@ class Loop:
             reason = f"middleware cannot be loaded: {type(exc).__name__}: {exc}"
             await self._fail_now(task_id, reason)
             return None
+
+    async def _hooks_or_none(self, agent_id: str) -> HookSet:
+        """The agent's middleware where a task starts; none when they cannot be built
+        (the step's hooks then fail the task with the reason)."""
+        try:
+            return hooks_for(agent_id, await self.rt.agent(agent_id))
+        except Exception:
+            return HookSet()
 
     async def _transcript(self, task_id: str) -> list[Message]:
         """The whole transcript as it stands (for hooks, which may read all of it)."""
@@ -803,6 +832,29 @@ class Loop:
 
     # -- failures ----------------------------------------------------------------------
 
+    def _step_limit(self, spec: AgentSpec) -> StepLimit:
+        """The task's step limit (from the run's ``recursion_limit`` and the hooks)."""
+        if spec.recursion_limit is None:
+            return NO_RECURSION_LIMIT
+        found = self._limits.get(spec.agent_id)
+        if found is None:
+            try:
+                hooks = hooks_for(spec.agent_id, spec)
+            except Exception:  # middleware that cannot load: the first hook fails the task
+                hooks = HookSet()
+            if len(self._limits) >= HOOK_SETS_CACHED:
+                self._limits.clear()
+            found = self._limits[spec.agent_id] = StepLimit.of(spec, hooks)
+        return found
+
+    def _limit_failed(self, spec: AgentSpec, task_id: str, step: int) -> bytes:
+        """The TaskFailed a task ends with at its step limit: LangGraph's
+        ``GraphRecursionError`` (for ``invoke`` to raise) with the reason it reads as."""
+        limit = self._step_limit(spec)
+        error = limit.error(step)
+        reason = str(error) if limit.recursion_limit is None else failure_text(error)
+        return self._failed(task_id, step, reason, exception_info(error))
+
     @staticmethod
     def _failed(
         task_id: str, step: int, reason: str, exception: ExceptionInfo | None = None
@@ -864,6 +916,13 @@ def _answer_for(event: DecisionsSubmitted, interrupt_id: str) -> Any:
     if not event.decisions:
         raise BadEvent("DecisionsSubmitted needs decisions or answers")
     return {"decisions": event.decisions}
+
+
+def _started_state(hooks: HookSet, carried: str, event: TaskSubmitted) -> str:
+    """The state keys a run starts with, as JSON ("" for none): ``HookSet.start_state``
+    of the thread's (``carried``, JSON) and the input's."""
+    state = hooks.start_state(json.loads(carried) if carried else {}, event.state)
+    return json.dumps(state) if state else ""
 
 
 def _update_pairs(update: dict[str, Any] | None) -> str:

@@ -164,6 +164,9 @@ class TaskState:
     """A fused transition (``services.tasks.transition.Fusion``) also committed the entry."""
     duplicate: bool = False
     """``StartTask`` found the task started by another submission (applied = -1)."""
+    joining: bool = False
+    """``RecordResult`` would join a step whose calls updated the state, and needs the
+    joined state computed (applied = -2): nothing changed."""
 
     @property
     def exists(self) -> bool:
@@ -191,4 +194,5 @@ class TaskState:
             done=frozenset(text(v) for v in found["done"]),
             committed=int(found.get("committed", 0)) == 1,
             duplicate=int(found["applied"]) == -1,
+            joining=int(found["applied"]) == -2,
         )

@@ -128,6 +128,25 @@ class TaskStore:
         raw: Any = await self.redis.hget(self.names.task_state(task_id), "extra")
         return dict(json.loads(raw)) if raw else {}
 
+    async def step_updates(
+        self, task_id: str, call_ids: list[str]
+    ) -> tuple[dict[str, Any], dict[str, list[tuple[str, Any]]]]:
+        """The task's state keys and the state updates these calls of the current step
+        left for its join (``RecordResult.update``), by call id."""
+        raw: Any = await self.redis.hget(self.names.task_state(task_id), "extra")
+        updates: list[Any] = []
+        if call_ids:
+            fields = [f"{c}:update" for c in call_ids]
+            updates = await self.redis.hmget(self.names.task_calls(task_id), fields)
+        found: dict[str, list[tuple[str, Any]]] = {}
+        for call_id, update in zip(call_ids, updates, strict=True):
+            if update:
+                flat = json.loads(update)
+                found[call_id] = [
+                    (flat[i], json.loads(flat[i + 1])) for i in range(0, len(flat), 2)
+                ]
+        return (dict(json.loads(raw)) if raw else {}), found
+
     async def current_step(self, task_id: str) -> int:
         found: Any = await self.redis.hget(self.names.task_state(task_id), "step")
         return int(found) if found else 0

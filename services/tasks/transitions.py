@@ -129,6 +129,10 @@ class RecordReply(Args):
     """A TaskCompleted (JSON) to end the task with once the step's results are in, in
     place of the next step (a structured response given beside other tool calls, as
     LangChain ends after running them); empty for none."""
+    limit_event: bytes = b""
+    """A TaskFailed (JSON) to end the task with right after the reply joins the
+    transcript: the step limit (``services.tasks.recursion``) leaves no room for what
+    the reply asks (its tools, or completing); empty for none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,9 @@ class RecordResult(Args):
     update: str = ""
     """A tool's ``Command(update=...)`` keys as ``[key, value JSON, ...]`` (JSON), or
     empty: applied to the task's state when the step's results join, in call order."""
+    joined: str = ""
+    """The task's state keys (JSON) with the step's updates applied, for the result that
+    joins a step with updates (``TaskState.joining`` asks for it), else empty."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -208,10 +208,20 @@ def _command_answer(tool: BaseTool | None, call: ToolCall, command: Any) -> Answ
     message = from_langchain(own[0])
     assert isinstance(message, ToolMessage)
     try:
-        update = json.loads(json.dumps(update))
+        update = json.loads(json.dumps(update, default=_overwrite_as_json))
     except (TypeError, ValueError) as exc:
         return error(COMMAND_NOT_JSON.format(tool_name=call.name, error=exc))
     return Answered(message, update or None)
+
+
+def _overwrite_as_json(value: Any) -> Any:
+    """LangGraph's ``Overwrite(value)`` (a reducer key replaced, not folded) in the JSON
+    form its channels read as the same (``{"__overwrite__": value}``)."""
+    from langgraph.types import Overwrite
+
+    if isinstance(value, Overwrite):
+        return {"__overwrite__": value.value}
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _command_checker(tool: BaseTool | None) -> Any:

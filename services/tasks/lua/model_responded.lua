@@ -1,4 +1,4 @@
--- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra issued end_after
+-- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra issued end_after limit_event
 -- The model answered step `step` (model phase, or approval when a human decided): the
 -- reply joins the transcript; without calls to wait for the task completes, else it
 -- moves to the tools phase (results decided by after_model hooks are in already, and
@@ -14,6 +14,13 @@ redis.call('RPUSH', KEYS[2], arg.ai_message)
 for _, msg in ipairs(cjson.decode(arg.after_ai)) do redis.call('RPUSH', KEYS[2], msg) end
 if arg.extra ~= '' then redis.call('HSET', KEYS[1], 'extra', arg.extra) end
 log(arg.responded_event)
+-- the step limit leaves no room for what the reply asks: the task fails with it
+if arg.limit_event ~= '' then
+  redis.call('HSET', KEYS[1], 'cause', arg.cause)
+  finish('failed')
+  log(arg.limit_event)
+  return snapshot(1)
+end
 local expected = cjson.decode(arg.expected)
 if #expected == 0 then
   redis.call('HSET', KEYS[1], 'cause', arg.cause)
