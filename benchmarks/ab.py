@@ -5,7 +5,9 @@ archive``) to a temporary directory, and runs, interleaved in rounds so that eve
 sees the same machine: single-task step latency (3 tasks of 25 model calls), throughput
 (200 tasks × 10 model calls) and the CPU time of the service processes and Redis per
 step (/proc). A path to a source tree works in place of a revision. LangChain in-process
-is measured in the same rounds for reference. The table is printed and written to
+is measured in the same rounds for reference, with its CPU per step (this process's CPU
+time over its throughput run), and so is the floor: LangChain's own code for a step's
+model call and tool call alone (``floor_cpu_ms``). The table is printed and written to
 ``benchmarks/results/ab.md``.
 """
 
@@ -19,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +101,7 @@ async def run(trees: dict[str, Path], rounds: int) -> dict[str, dict[str, list[f
     server = RedisServer().start()
     results = {name: {"steps": [], "throughput": [], "cpu_ms": []} for name in trees}
     results["LangChain in-process"] = {"steps": [], "throughput": [], "cpu_ms": []}
+    results["floor"] = {"steps": [], "throughput": [], "cpu_ms": []}
     try:
         for r in range(rounds):
             # each round starts with another tree: no tree always runs first or last
@@ -108,11 +112,35 @@ async def run(trees: dict[str, Path], rounds: int) -> dict[str, dict[str, list[f
             lc = results["LangChain in-process"]
             for t in range(3):
                 lc["steps"] += await suite._langchain_task_steps(25, f"r{r} t{t}")
+            cpu_before = time.process_time()
             lc["throughput"].append(await suite._langchain_throughput(200, 10))
+            lc["cpu_ms"].append((time.process_time() - cpu_before) * 1000 / 2000)
+            results["floor"]["cpu_ms"].append(await floor_cpu_ms())
             print(f"round {r + 1} of {rounds} done", file=sys.stderr)
     finally:
         server.stop()
     return results
+
+
+async def floor_cpu_ms(steps: int = 2000) -> float:
+    """The floor: CPU ms of LangChain's own code for one step's calls, the same model
+    call (the scripted model, its tools bound, as ``create_agent`` binds them) and the
+    same tool call (``noop``), in this process, one after the other."""
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool as as_tool
+
+    from benchmarks import langchain_side, tools
+
+    _, model = langchain_side.make_agent(2)
+    noop = as_tool(tools.noop)  # as create_agent's tool node makes a tool of a function
+    bound = model.bind_tools([noop, as_tool(tools.blob)])
+    messages = [HumanMessage("task")]
+    call = {"id": "call_0", "name": "noop", "args": {}, "type": "tool_call"}
+    started = time.process_time()
+    for _ in range(steps):
+        await bound.ainvoke(messages)
+        await noop.ainvoke(call)
+    return (time.process_time() - started) * 1000 / steps
 
 
 def table(results: dict[str, dict[str, list[float]]]) -> str:
@@ -121,12 +149,21 @@ def table(results: dict[str, dict[str, list[float]]]) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for name, r in results.items():
+        if name == "floor":
+            continue
         cpu = f"{statistics.median(r['cpu_ms']):.2f}" if r["cpu_ms"] else "—"
         lines.append(
             f"| {name} | {suite.pct(r['steps'], 50) * 1000:.2f} | "
             f"{suite.pct(r['steps'], 99) * 1000:.2f} | "
             f"{statistics.median(r['throughput']):.0f} | {cpu} |"
         )
+    floor = results.get("floor", {}).get("cpu_ms")
+    if floor:
+        lines += [
+            "",
+            f"Floor: {statistics.median(floor):.3f} CPU ms / step (LangChain's own code for "
+            "a step's model call and tool call, in-process, one after the other).",
+        ]
     return "\n".join(lines) + "\n\n" + cpu_table(results) + "\n\n" + commands_table(results)
 
 
@@ -155,7 +192,7 @@ def cpu_table(results: dict[str, dict[str, list[float]]]) -> str:
         "|---|" + "---:|" * len(processes),
     ]
     for name, r in results.items():
-        if not r["cpu_ms"]:
+        if not any(k.startswith("cpu:") for k in r):
             continue
         cells = [
             f"{statistics.median(r[f'cpu:{p}']):.3f}" if f"cpu:{p}" in r else "—" for p in processes

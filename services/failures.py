@@ -18,6 +18,14 @@ def exception_info(exc: BaseException) -> ExceptionInfo:
     return ExceptionInfo(type=f"{cls.__module__}:{cls.__qualname__}", message=scrub(message))
 
 
+def own_exception_info(exc: BaseException) -> ExceptionInfo:
+    """``exception_info`` for an exception whose text loopline wrote itself (a step
+    limit's): nothing of the process's is in it, so nothing to scrub (scrubbing costs
+    more than the rest of a step's bookkeeping, and this one is built on every step)."""
+    cls = type(exc)
+    return ExceptionInfo(type=f"{cls.__module__}:{cls.__qualname__}", message=str(exc))
+
+
 def failure_text(exc: BaseException) -> str:
     """``ValueError: bad x=1``: how the failure reads in a task's reason."""
     return scrub(f"{type(exc).__name__}: {exc}")

@@ -48,7 +48,7 @@ from services import deployed
 from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent, Refused, UnknownTask
-from services.failures import exception_info, failure_text
+from services.failures import exception_info, failure_text, own_exception_info
 from services.hooks import HOOK_SETS_CACHED, HookSet, hooks_for
 from services.interrupts import Answers, Asked, NodeInterrupted, ResumeRefused, interrupt_id
 from services.runtime import Runtime
@@ -852,8 +852,10 @@ class Loop:
         ``GraphRecursionError`` (for ``invoke`` to raise) with the reason it reads as."""
         limit = self._step_limit(spec)
         error = limit.error(step)
-        reason = str(error) if limit.recursion_limit is None else failure_text(error)
-        return self._failed(task_id, step, reason, exception_info(error))
+        # loopline's text or LangGraph's, with numbers: no secret in it to scrub
+        message = str(error)
+        reason = message if limit.recursion_limit is None else f"{type(error).__name__}: {message}"
+        return self._failed(task_id, step, reason, own_exception_info(error))
 
     @staticmethod
     def _failed(
