@@ -1,10 +1,11 @@
 """Before/after in one run: the services of other source trees against this one.
 
-``python -m benchmarks.ab REV [REV ...] [--rounds N]`` exports each git revision (``git
-archive``) to a temporary directory, and runs, interleaved in rounds so that every tree
-sees the same machine: single-task step latency (3 tasks of 25 model calls), throughput
-(200 tasks × 10 model calls) and the CPU time of the service processes and Redis per
-step (/proc). A path to a source tree works in place of a revision. LangChain in-process
+``python -m benchmarks.ab REV [REV ...] [--rounds N] [--replicas N]`` exports each git
+revision (``git archive``) to a temporary directory, and runs, interleaved in rounds so
+that every tree sees the same machine: single-task step latency (3 tasks of 25 model
+calls), throughput (200 tasks × 10 model calls) and the CPU time of the service processes
+and Redis per step (/proc). A path to a source tree works in place of a revision.
+``--replicas N`` also runs this tree with N replicas of each service. LangChain in-process
 is measured in the same rounds for reference, with its CPU per step (this process's CPU
 time over its throughput run), and so is the floor: LangChain's own code for a step's
 model call and tool call alone (``floor_cpu_ms``). The table is printed and written to
@@ -78,9 +79,11 @@ def _cpu_by_process(services: Services, server: RedisServer) -> dict[str, float]
     return used
 
 
-async def one_tree(server: RedisServer, root: Path, out: dict[str, list[float]]) -> None:
+async def one_tree(
+    server: RedisServer, root: Path, out: dict[str, list[float]], replicas: int = 1
+) -> None:
     url, prefix = server.url, new_prefix()
-    with Services(url, prefix, root=root) as services:
+    with Services(url, prefix, root=root, replicas=replicas) as services:
         loop = asyncio.get_running_loop()
         out["steps"] += await loop.run_in_executor(None, tree_client, root, "steps", url, prefix)
         if "commands" not in out:  # a count: once per tree is enough
@@ -97,7 +100,13 @@ async def one_tree(server: RedisServer, root: Path, out: dict[str, list[float]])
     drop_prefix(url, prefix)
 
 
-async def run(trees: dict[str, Path], rounds: int) -> dict[str, dict[str, list[float]]]:
+async def run(
+    trees: dict[str, Path], rounds: int, replicas: int = 1
+) -> dict[str, dict[str, list[float]]]:
+    """``replicas`` > 1: the working tree also runs with that many replicas of each
+    service (the row ``working tree ×N``), to show how replicas add up."""
+    if replicas > 1:
+        trees = {**trees, f"working tree ×{replicas}": REPO_ROOT}
     server = RedisServer().start()
     results = {name: {"steps": [], "throughput": [], "cpu_ms": []} for name in trees}
     results["LangChain in-process"] = {"steps": [], "throughput": [], "cpu_ms": []}
@@ -108,7 +117,7 @@ async def run(trees: dict[str, Path], rounds: int) -> dict[str, dict[str, list[f
             order = list(trees.items())
             shift = r % len(order)
             for name, root in order[shift:] + order[:shift]:
-                await one_tree(server, root, results[name])
+                await one_tree(server, root, results[name], replicas if "×" in name else 1)
             lc = results["LangChain in-process"]
             for t in range(3):
                 lc["steps"] += await suite._langchain_task_steps(25, f"r{r} t{t}")
@@ -205,18 +214,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__)
     parser.add_argument("revs", nargs="+", help="git revisions or source tree paths")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="also run this tree with N replicas of each"
+    )
     args = parser.parse_args(argv)
     tmp = lifetime.temporary_directory("loopline-ab-")  # goes with this process, however
     try:
         trees: dict[str, Any] = {rev: export(rev, tmp) for rev in args.revs}
         trees["working tree"] = REPO_ROOT
         tune_gc(Settings().gc_threshold)  # the LangChain reference gets the services' GC
-        text = table(asyncio.run(run(trees, args.rounds)))
+        text = table(asyncio.run(run(trees, args.rounds, args.replicas)))
     finally:
         lifetime.remove_now(tmp)
     print(text)
     out = Path(__file__).parent / "results" / "ab.md"
-    out.write_text(f"# `python -m benchmarks.ab {' '.join(args.revs)}`\n\n{text}\n")
+    command = " ".join([*args.revs, f"--rounds {args.rounds}"])
+    if args.replicas > 1:
+        command += f" --replicas {args.replicas}"
+    out.write_text(f"# `python -m benchmarks.ab {command}`\n\n{text}\n")
     return 0
 
 

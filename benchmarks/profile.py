@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--services", default="model,tools,loop")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--tree", help="a git revision or source tree (default: this one)")
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="of each service (the first is recorded)"
+    )
     args = parser.parse_args(argv)
     if shutil.which("py-spy") is None:
         print("py-spy is not installed: pip install py-spy", file=sys.stderr)
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = lifetime.temporary_directory("loopline-profile-")
     root = export(args.tree, tmp) if args.tree else REPO_ROOT
     try:
-        with Services(server.url, prefix, root=root) as services:
+        with Services(server.url, prefix, root=root, replicas=args.replicas) as services:
             busy = threading.Thread(target=_keep_busy, args=(root, server.url, prefix, stop))
             busy.start()
             pids = {name: procs[0].pid for name, procs in services.procs.items()}

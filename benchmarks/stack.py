@@ -147,15 +147,18 @@ class Services(ServiceProcesses):
         return peaks
 
     def cpu_s(self) -> dict[str, float]:
-        """User + system CPU seconds of each service process so far (/proc)."""
+        """User + system CPU seconds of each service so far (/proc; its replicas summed)."""
         tick = os.sysconf("SC_CLK_TCK")
         used: dict[str, float] = {}
-        for name, pid in self._each().items():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                used[name] = (int(fields[11]) + int(fields[12])) / tick
-            except OSError:
-                used[name] = 0.0
+        for name, procs in self.procs.items():
+            used[name] = 0.0
+            for proc in procs:
+                try:
+                    stat = Path(f"/proc/{proc.pid}/stat").read_text()
+                except OSError:
+                    continue
+                fields = stat.rsplit(")", 1)[1].split()
+                used[name] += (int(fields[11]) + int(fields[12])) / tick
         return used
 
 
