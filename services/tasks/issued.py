@@ -63,10 +63,17 @@ def call_digest(call: ToolCall) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
-def call_seal(sealer: Sealer, task_id: str, step: int, agent_id: str, call: ToolCall) -> str:
+def call_seal(
+    sealer: Sealer,
+    task_id: str,
+    step: int,
+    agent_id: str,
+    call: ToolCall,
+    digest: str | None = None,
+) -> str:
     """The seal of a call a transition issues (``services.seal``): what identifies it in
-    its task's state, and what it runs."""
-    return sealer.seal(task_id, str(step), agent_id, call.id, call_digest(call))
+    its task's state, and what it runs (``digest``: its ``call_digest``, if known)."""
+    return sealer.seal(task_id, str(step), agent_id, call.id, digest or call_digest(call))
 
 
 def call_digests(ai: AIMessage, decided: dict[str, ToolMessage]) -> dict[str, str]:

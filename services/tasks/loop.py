@@ -304,9 +304,10 @@ class Loop:
         if event.structured is not None:
             turn = await self._with_structured(tid, turn, event.structured)
         fusion = None
+        digests = {} if turn.end else call_digests(turn.ai, turn.decided)
         if answers is None and event.transcript_len is not None and not hooks.has_state_hooks:
-            fusion = await self._tool_calls_fusion(event, turn)
-        state = self._known(await self._record_reply(event, turn, fusion), tid)
+            fusion = await self._tool_calls_fusion(event, turn, digests)
+        state = self._known(await self._record_reply(event, turn, fusion, digests), tid)
         if state.committed:
             # The reply stands at transcript_len now (the script checked the length):
             # this process's cached transcript takes it without reading it back.
@@ -560,7 +561,9 @@ class Loop:
 
     # -- fused transitions (agents without loop-stage hooks) ---------------------------
 
-    async def _tool_calls_fusion(self, event: ModelResponded, turn: ModelTurn) -> Fusion | None:
+    async def _tool_calls_fusion(
+        self, event: ModelResponded, turn: ModelTurn, digests: dict[str, str]
+    ) -> Fusion | None:
         """No hooks ran: the new state is predictable, so the transition can publish the
         step's tool calls and ack the entry itself (one round trip, not two)."""
         assert event.transcript_len is not None
@@ -575,6 +578,7 @@ class Loop:
             join_len=event.transcript_len + 1 + len(expected),
             expected=expected,
             sealer=await self.rt.sealer(),
+            digests=digests,
         )
         return self._fusion(
             event.task_id, (Phase.TOOLS, Phase.DONE), Phase.TOOLS, outputs, event.transcript_len + 1
@@ -624,21 +628,18 @@ class Loop:
         )
 
     async def _record_reply(
-        self, event: ModelResponded, turn: ModelTurn, fusion: Fusion | None
+        self, event: ModelResponded, turn: ModelTurn, fusion: Fusion | None, digests: dict[str, str]
     ) -> TaskState:
+        """``digests``: of the reply's calls to run (``call_digests``). The events the
+        script may log are built only where it can: the completion when nothing is to
+        run, the next step's start (or its limit) when hooks answered every call."""
         tid = event.task_id
-        answer = next(
-            (m.text() for m in reversed([turn.ai, *turn.after_ai]) if isinstance(m, AIMessage)),
-            "",
-        )
-        completed = TaskCompleted(
-            task_id=tid,
-            steps=event.step,
-            answer=answer,
-            structured_response=_structured_response(event, turn),
-        )
         spec = await self.rt.agent(event.agent_id)
         over = self._step_limit(spec).reply_over(event.step, turn.end)
+        expected = [] if turn.end else join_order(turn.ai, turn.decided)
+        ends = not expected or turn.end_after_tools
+        completed = self._completed(event, turn) if ends else b""
+        advances = bool(expected) and len(turn.decided) >= len(expected)
         return await self.store.apply(
             tid,
             RecordReply(
@@ -646,19 +647,36 @@ class Loop:
                 cause=Cause.model(event.step),
                 ai_message=turn.ai.model_dump_json().encode(),
                 responded_event=self.rt.encode(event),  # with the size check of a publish
-                expected=[] if turn.end else join_order(turn.ai, turn.decided),
+                expected=expected,
                 pre_results={k: v.model_dump_json() for k, v in turn.decided.items()},
-                completed_event=dump_event(completed),
-                step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
-                failed_event=self._limit_failed(spec, tid, event.step),
+                completed_event=completed if not expected else b"",
+                step_event=(
+                    dump_event(StepStarted(task_id=tid, step=event.step + 1)) if advances else b""
+                ),
+                failed_event=self._limit_failed(spec, tid, event.step) if advances else b"",
                 limit_event=self._limit_failed(spec, tid, event.step) if over else b"",
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
                 extra=json.dumps(turn.extra) if turn.extra is not None else "",
-                issued={} if turn.end else call_digests(turn.ai, turn.decided),
-                end_after=dump_event(completed) if turn.end_after_tools else b"",
+                issued=digests,
+                end_after=completed if turn.end_after_tools else b"",
             ),
             fusion,
         )
+
+    @staticmethod
+    def _completed(event: ModelResponded, turn: ModelTurn) -> bytes:
+        """The TaskCompleted of a task that ends with this reply (or its step's results)."""
+        answer = next(
+            (m.text() for m in reversed([turn.ai, *turn.after_ai]) if isinstance(m, AIMessage)),
+            "",
+        )
+        completed = TaskCompleted(
+            task_id=event.task_id,
+            steps=event.step,
+            answer=answer,
+            structured_response=_structured_response(event, turn),
+        )
+        return dump_event(completed)
 
     async def _with_structured(
         self, task_id: str, turn: ModelTurn, outcome: StructuredOutcome

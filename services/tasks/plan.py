@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from contracts.agent import AgentSpec
 from contracts.events import ContextRequested, Event, ModelRequested, ToolRequested
 from contracts.messages import AIMessage, ToolCall, ToolMessage
@@ -86,10 +88,12 @@ def tool_requests(
     join_len: int,
     expected: list[str],
     sealer: Sealer,
+    digests: Mapping[str, str] | None = None,
 ) -> list[tuple[str, Event]]:
     """A step's calls to run, each to its service's stream, sealed as issued by this
     state (``services.seal``). ``expected``: the step's results in join order
-    (``join_order``), the last of them at ``join_len - 1``."""
+    (``join_order``), the last of them at ``join_len - 1``; ``digests``: the calls'
+    ``call_digest``s where the caller has them."""
     first_at = join_len - len(expected)
     return [
         (
@@ -101,7 +105,7 @@ def tool_requests(
                 call=call,
                 join_len=join_len,
                 result_at=first_at + expected.index(call.id) if call.id in expected else None,
-                seal=call_seal(sealer, task_id, step, agent_id, call),
+                seal=call_seal(sealer, task_id, step, agent_id, call, (digests or {}).get(call.id)),
             ),
         )
         for call in calls
