@@ -103,6 +103,17 @@ def offline_tiktoken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
+def embedded(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An embedded agent runs every service in this process, on the session's Redis (not
+    a server of its own); with ``tests.support.EMBEDDED_PREFIX`` (the in-process services
+    start once per process)."""
+    import loopline.embedded
+
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
+
+
+@pytest.fixture
 def prefix() -> str:
     """Each test's own stream and key prefix: tests never see each other's data."""
     return unique_prefix()

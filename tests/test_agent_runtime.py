@@ -28,7 +28,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import InvalidUpdateError
 from langgraph.store.memory import InMemoryStore
 
-import loopline.embedded
 from contracts.replies import Reply, ScriptedToolCall
 from loopline import create_agent
 from loopline.testing.scripted import ScriptedOpenAIServer
@@ -290,11 +289,11 @@ async def test_deployed_matches_langchain(
     check_same(case, "deployed", servers, lc, ours)
 
 
-@pytest.fixture
-def embedded(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every service in this process (on the test Redis, not a server of its own)."""
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
+def embedded_agent(case: Case, server: ScriptedOpenAIServer) -> Any:
+    """The case's agent on the embedded services (the ``embedded`` fixture's)."""
+    return create_agent(
+        chat_model(server), case.tools, settings=Settings(prefix=EMBEDDED_PREFIX), **case.kwargs()
+    )
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -303,12 +302,7 @@ async def test_embedded_matches_langchain(
 ) -> None:
     case = CASES[name]
     lc = await asyncio.to_thread(run_langchain, case, servers[0], "embedded")
-    agent = create_agent(
-        chat_model(servers[1]),
-        case.tools,
-        settings=Settings(prefix=EMBEDDED_PREFIX),
-        **case.kwargs(),
-    )
+    agent = embedded_agent(case, servers[1])
     ours = await agent.ainvoke(the_input(case, "embedded"), context=case.context)
     check_same(case, "embedded", servers, lc, ours)
 
@@ -390,12 +384,7 @@ async def test_a_tool_middleware_add_that_nothing_runs_is_refused_as_langchain_r
     # LangChain's error: the same type and message, deployed and embedded
     with pytest.raises(ValueError) as deployed_failed:
         await deployed(UNKNOWN, stack).ainvoke(the_input(UNKNOWN, "deployed"))
-    agent = create_agent(
-        chat_model(servers[1]),
-        UNKNOWN.tools,
-        settings=Settings(prefix=EMBEDDED_PREFIX),
-        **UNKNOWN.kwargs(),
-    )
+    agent = embedded_agent(UNKNOWN, servers[1])
     with pytest.raises(ValueError) as embedded_failed:
         await agent.ainvoke(the_input(UNKNOWN, "embedded"))
     for failed in (deployed_failed, embedded_failed):
@@ -416,12 +405,7 @@ async def test_two_updates_of_a_key_without_a_reducer_in_one_step_raise_as_langg
     assert "At key 'visits': Can receive only one value per step" in str(raised.value)
     with pytest.raises(InvalidUpdateError) as deployed_failed:
         await deployed(TWICE, stack).ainvoke(the_input(TWICE, "deployed"))
-    agent = create_agent(
-        chat_model(servers[1]),
-        TWICE.tools,
-        settings=Settings(prefix=EMBEDDED_PREFIX),
-        **TWICE.kwargs(),
-    )
+    agent = embedded_agent(TWICE, servers[1])
     with pytest.raises(InvalidUpdateError) as embedded_failed:
         await agent.ainvoke(the_input(TWICE, "embedded"))
     for failed in (deployed_failed, embedded_failed):

@@ -20,7 +20,6 @@ import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langchain_openai import ChatOpenAI
 
-import loopline.embedded
 from contracts.replies import Reply, ScriptedToolCall
 from loopline.agent import Agent, create_agent
 from loopline.testing.scripted import ScriptedOpenAIServer
@@ -126,12 +125,9 @@ async def test_deployed_custom_stream_matches_langchain(
 async def test_embedded_custom_stream_matches_langchain(
     agent: str,
     mode: Any,
-    redis_url: str,
-    monkeypatch: pytest.MonkeyPatch,
+    embedded: None,
     servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
 ) -> None:
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
     prompt = f"custom embedded {agent} {mode}"
     lc_items = await asyncio.to_thread(run_langchain, servers[0], agent, prompt, mode)
     ours = create_agent(

@@ -25,7 +25,6 @@ from langchain_core.messages import HumanMessage as LcHumanMessage
 from langchain_openai import ChatOpenAI
 from langgraph.types import Command
 
-import loopline.embedded
 from contracts import HumanMessage
 from contracts.chunks import ChunkBatch
 from contracts.events import new_task_id
@@ -197,15 +196,12 @@ async def test_deployed_stream_modes_match_langchain(
 @pytest.mark.parametrize("mode", MODES, ids=str)
 async def test_embedded_stream_modes_match_langchain(
     mode: Any,
-    redis_url: str,
-    monkeypatch: pytest.MonkeyPatch,
+    embedded: None,
     servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
 ) -> None:
     """Embedded: every service in this process (on the test Redis, not its own server),
     the chat model an in-process object."""
     lc_server, ll_server = servers
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
     prompt = f"stream embedded {mode}"
     lc_items = await asyncio.to_thread(run_langchain, lc_server, prompt, mode)
     agent = create_agent(
@@ -259,12 +255,9 @@ async def test_deployed_values_carry_the_whole_state_as_langchain(
 
 
 async def test_embedded_values_carry_the_whole_state_as_langchain(
-    redis_url: str,
-    monkeypatch: pytest.MonkeyPatch,
+    embedded: None,
     servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
 ) -> None:
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
     agent = create_agent(
         chat_model(servers[1]),
         [step_on],
@@ -528,13 +521,10 @@ async def test_deployed_astream_events_match_langchain(
 
 
 async def test_embedded_astream_events_match_langchain(
-    redis_url: str,
-    monkeypatch: pytest.MonkeyPatch,
+    embedded: None,
     servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
 ) -> None:
     lc_server, ll_server = servers
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
     prompt = "events embedded"
     lc_events = await asyncio.to_thread(run_langchain_events, lc_server, prompt)
     agent = create_agent(
