@@ -373,23 +373,38 @@ async def test_thread_state_keeps_the_state_keys(
     assert state_keys(values) == state_keys(lc_values)
 
 
+async def raised_everywhere(
+    case: Case,
+    expected: type[Exception],
+    stack: ServiceProcesses,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> list[Exception]:
+    """What the case raises through LangChain, deployed and embedded (in that order);
+    each must raise ``expected`` (or a subclass)."""
+    found: list[Exception] = []
+    with pytest.raises(expected) as raised:
+        await asyncio.to_thread(run_langchain, case, servers[0], "deployed")
+    found.append(raised.value)
+    with pytest.raises(expected) as raised:
+        await deployed(case, stack).ainvoke(the_input(case, "deployed"))
+    found.append(raised.value)
+    with pytest.raises(expected) as raised:
+        await embedded_agent(case, servers[1]).ainvoke(the_input(case, "embedded"))
+    found.append(raised.value)
+    return found
+
+
 async def test_a_tool_middleware_add_that_nothing_runs_is_refused_as_langchain_refuses(
     stack: ServiceProcesses,
     servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
     embedded: None,
 ) -> None:
-    with pytest.raises(ValueError) as raised:
-        await asyncio.to_thread(run_langchain, UNKNOWN, servers[0], "deployed")
-    assert "Unknown tools: ['lucky_number']" in str(raised.value)
+    raised, *ours = await raised_everywhere(UNKNOWN, ValueError, stack, servers)
+    assert "Unknown tools: ['lucky_number']" in str(raised)
     # LangChain's error: the same type and message, deployed and embedded
-    with pytest.raises(ValueError) as deployed_failed:
-        await deployed(UNKNOWN, stack).ainvoke(the_input(UNKNOWN, "deployed"))
-    agent = embedded_agent(UNKNOWN, servers[1])
-    with pytest.raises(ValueError) as embedded_failed:
-        await agent.ainvoke(the_input(UNKNOWN, "embedded"))
-    for failed in (deployed_failed, embedded_failed):
-        assert type(failed.value) is ValueError
-        assert str(raised.value) in str(failed.value)
+    for failed in ours:
+        assert type(failed) is ValueError
+        assert str(raised) in str(failed)
     assert not requests_for(servers[1], UNKNOWN.prompt)  # the model was never called
 
 
@@ -400,17 +415,11 @@ async def test_two_updates_of_a_key_without_a_reducer_in_one_step_raise_as_langg
 ) -> None:
     """LangGraph's ``InvalidUpdateError`` (a key without a reducer takes one value per
     superstep), deployed and embedded: the same type and message, the same requests."""
-    with pytest.raises(InvalidUpdateError) as raised:
-        await asyncio.to_thread(run_langchain, TWICE, servers[0], "deployed")
-    assert "At key 'visits': Can receive only one value per step" in str(raised.value)
-    with pytest.raises(InvalidUpdateError) as deployed_failed:
-        await deployed(TWICE, stack).ainvoke(the_input(TWICE, "deployed"))
-    agent = embedded_agent(TWICE, servers[1])
-    with pytest.raises(InvalidUpdateError) as embedded_failed:
-        await agent.ainvoke(the_input(TWICE, "embedded"))
-    for failed in (deployed_failed, embedded_failed):
-        assert type(failed.value) is InvalidUpdateError
-        assert str(failed.value) == str(raised.value)
+    raised, *ours = await raised_everywhere(TWICE, InvalidUpdateError, stack, servers)
+    assert "At key 'visits': Can receive only one value per step" in str(raised)
+    for failed in ours:
+        assert type(failed) is InvalidUpdateError
+        assert str(failed) == str(raised)
     asked = len(requests_for(servers[0], f"{TWICE.prompt} deployed"))
     for where in ("deployed", "embedded"):
         assert len(requests_for(servers[1], f"{TWICE.prompt} {where}")) == asked == 1
