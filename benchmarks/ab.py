@@ -8,7 +8,7 @@ and Redis per step (/proc). A path to a source tree works in place of a revision
 ``--replicas N`` also runs this tree with N replicas of each service. LangChain in-process
 is measured in the same rounds for reference, with its CPU per step (this process's CPU
 time over its throughput run), and so is the floor: LangChain's own code for a step's
-model call and tool call alone (``floor_cpu_ms``). The table is printed and written to
+model call and tool call alone (``suite.floor_cpu_ms``). The table is printed and written to
 ``benchmarks/results/ab.md``.
 """
 
@@ -124,32 +124,11 @@ async def run(
             cpu_before = time.process_time()
             lc["throughput"].append(await suite._langchain_throughput(200, 10))
             lc["cpu_ms"].append((time.process_time() - cpu_before) * 1000 / 2000)
-            results["floor"]["cpu_ms"].append(await floor_cpu_ms())
+            results["floor"]["cpu_ms"].append(await suite.floor_cpu_ms())
             print(f"round {r + 1} of {rounds} done", file=sys.stderr)
     finally:
         server.stop()
     return results
-
-
-async def floor_cpu_ms(steps: int = 2000) -> float:
-    """The floor: CPU ms of LangChain's own code for one step's calls, the same model
-    call (the scripted model, its tools bound, as ``create_agent`` binds them) and the
-    same tool call (``noop``), in this process, one after the other."""
-    from langchain_core.messages import HumanMessage
-    from langchain_core.tools import tool as as_tool
-
-    from benchmarks import langchain_side, tools
-
-    _, model = langchain_side.make_agent(2)
-    noop = as_tool(tools.noop)  # as create_agent's tool node makes a tool of a function
-    bound = model.bind_tools([noop, as_tool(tools.blob)])
-    messages = [HumanMessage("task")]
-    call = {"id": "call_0", "name": "noop", "args": {}, "type": "tool_call"}
-    started = time.process_time()
-    for _ in range(steps):
-        await bound.ainvoke(messages)
-        await noop.ainvoke(call)
-    return (time.process_time() - started) * 1000 / steps
 
 
 def table(results: dict[str, dict[str, list[float]]]) -> str:

@@ -93,7 +93,34 @@ def _throughput_rows(thr: dict[str, Any]) -> list[list[str]]:
             f"{ratio:.2f}×",
             "≥ 1.0×",
             _met(ratio >= 1.0),
-        ]
+        ],
+        *_cpu_rows(thr),
+    ]
+
+
+def _cpu_rows(thr: dict[str, Any]) -> list[list[str]]:
+    """CPU per step of the services against LangChain's and against the floor."""
+    if "loopline_cpu_ms_per_step" not in thr:
+        return []
+    ours = sum(thr["loopline_cpu_ms_per_step"].values())
+    theirs, floor = thr["langchain_cpu_ms_per_step"], thr["floor_cpu_ms_per_step"]
+    return [
+        [
+            "CPU per step, the services (Redis not counted)",
+            f"{_f(ours, 3)} ms",
+            f"LangChain in-process: {_f(theirs, 3)} ms",
+            f"{ours / theirs:.2f}×",
+            "≤ 0.2×",
+            _met(ours / theirs <= 0.2),
+        ],
+        [
+            "CPU per step vs the floor",
+            f"{_f(ours, 3)} ms",
+            f"LangChain's own code for the step's model and tool call: {_f(floor, 3)} ms",
+            f"{ours / floor:.2f}×",
+            "≤ 2×",
+            _met(ours / floor <= 2),
+        ],
     ]
 
 
@@ -341,8 +368,22 @@ def _throughput_section(thr: dict[str, Any]) -> list[str]:
         + ", ".join(f"{x:.0f}" for x in thr["loopline_all"])
         + "; LangChain "
         + ", ".join(f"{x:.0f}" for x in thr["langchain_all"])
-        + ".",
+        + "."
+        + _cpu_text(thr),
     ]
+
+
+def _cpu_text(thr: dict[str, Any]) -> str:
+    per = thr.get("loopline_cpu_ms_per_step")
+    if not per:
+        return ""
+    parts = ", ".join(f"{k} {v:.3f}" for k, v in sorted(per.items()))
+    return (
+        f" CPU ms per step (median of the rounds, from /proc): {parts}; LangChain in-process "
+        f"(this process's CPU time) {thr['langchain_cpu_ms_per_step']:.3f}; the floor "
+        f"(LangChain's `ainvoke` of the same bound model and `noop` tool, one after the "
+        f"other, in-process) {thr['floor_cpu_ms_per_step']:.3f}."
+    )
 
 
 def _flat_section(flat: dict[str, Any]) -> list[str]:

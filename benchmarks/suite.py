@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from benchmarks import langchain_side as lc
 from benchmarks import loopline_side as ll
-from benchmarks import rawhop
+from benchmarks import rawhop, tools
 from benchmarks.stack import (
     Services,
     drop_prefix,
@@ -271,15 +271,26 @@ async def _langchain_throughput(tasks: int, steps: int) -> float:
 
 
 async def throughput(url: str, plan: Plan) -> dict[str, Any]:
+    """Steps per second of both sides, and the CPU each spends per step: the service
+    processes' (from /proc; Redis's is in ``benchmarks.ab``), this process's for
+    LangChain in-process, and the floor (LangChain's own code for the step's calls)."""
     prefix = new_prefix()
     ours: list[float] = []
     theirs: list[float] = []
-    with Services(url, prefix):
+    our_cpu: list[dict[str, float]] = []
+    their_cpu: list[float] = []
+    steps = plan.thr_tasks * plan.thr_steps
+    with Services(url, prefix) as services:
         await _loopline_throughput(url, prefix, 20, 3)  # warm-up
         for _ in range(plan.thr_rounds):
+            before = services.cpu_s()
             ours.append(await _loopline_throughput(url, prefix, plan.thr_tasks, plan.thr_steps))
+            after = services.cpu_s()
+            our_cpu.append({k: (after[k] - before[k]) * 1000 / steps for k in after})
             gc.collect()
+            started = time.process_time()
             theirs.append(await _langchain_throughput(plan.thr_tasks, plan.thr_steps))
+            their_cpu.append((time.process_time() - started) * 1000 / steps)
             gc.collect()
     drop_prefix(url, prefix)
     return {
@@ -289,7 +300,31 @@ async def throughput(url: str, plan: Plan) -> dict[str, Any]:
         "langchain_steps_s": statistics.median(theirs),
         "loopline_all": ours,
         "langchain_all": theirs,
+        "loopline_cpu_ms_per_step": {
+            k: statistics.median(r[k] for r in our_cpu) for k in our_cpu[0]
+        },
+        "langchain_cpu_ms_per_step": statistics.median(their_cpu),
+        "floor_cpu_ms_per_step": await floor_cpu_ms(),
     }
+
+
+async def floor_cpu_ms(steps: int = 2000) -> float:
+    """The floor: CPU ms of LangChain's own code for one step's calls, the same model
+    call (the scripted model, its tools bound, as ``create_agent`` binds them) and the
+    same tool call (``noop``), in this process, one after the other."""
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool as as_tool
+
+    _, model = lc.make_agent(2)
+    noop = as_tool(tools.noop)  # as create_agent's tool node makes a tool of a function
+    bound = model.bind_tools([noop, as_tool(tools.blob)])
+    messages = [HumanMessage("task")]
+    call = {"id": "call_0", "name": "noop", "args": {}, "type": "tool_call"}
+    started = time.process_time()
+    for _ in range(steps):
+        await bound.ainvoke(messages)
+        await noop.ainvoke(call)
+    return (time.process_time() - started) * 1000 / steps
 
 
 # -- 3. flat cost as history grows ------------------------------------------------------------
