@@ -174,10 +174,19 @@ def scripted(request: pytest.FixtureRequest) -> Iterator[ScriptedOpenAIServer]:
 def servers(
     request: pytest.FixtureRequest,
 ) -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    """Twin scripted servers of the module's ``SCRIPTS``: LangChain's run calls the first,
+    """Twin scripted servers answering by the module's ``RESPONDER`` (a request body ->
+    ``Reply`` function) or else its ``SCRIPTS``: LangChain's run calls the first,
     loopline's services the second, so each side's requests can be compared."""
-    with twin_servers(_module_scripts(request)) as pair:
-        yield pair
+    responder = getattr(request.module, "RESPONDER", None)
+    if responder is None:
+        with twin_servers(_module_scripts(request)) as pair:
+            yield pair
+        return
+    with (
+        ScriptedOpenAIServer(responder=responder) as lc_server,
+        ScriptedOpenAIServer(responder=responder) as ll_server,
+    ):
+        yield lc_server, ll_server
 
 
 @pytest.fixture(scope="module")

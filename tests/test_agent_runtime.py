@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired
 
@@ -55,8 +55,6 @@ from tests.structured_cases import shape
 from tests.support import (
     EMBEDDED_PREFIX,
     ServiceProcesses,
-    services_on,
-    twin_servers,
     unique_prefix,
 )
 
@@ -205,20 +203,6 @@ TWICE = Case(
 REFUSED = {"unknown": UNKNOWN, "twice": TWICE}
 
 SCRIPTS = {case.prompt: case.turns for case in [*CASES.values(), *REFUSED.values()]}
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(SCRIPTS) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
 
 
 def chat_model(server: ScriptedOpenAIServer) -> ChatOpenAI:

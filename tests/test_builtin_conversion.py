@@ -159,13 +159,7 @@ SCENARIOS: dict[str, Scenario] = {
 are compared with LangChain's in tests/test_hitl.py and tests/test_thread_parity.py."""
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with (
-        ScriptedOpenAIServer(responder=respond) as lc_server,
-        ScriptedOpenAIServer(responder=respond) as ll_server,
-    ):
-        yield lc_server, ll_server
+RESPONDER = respond
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,6 @@ from tests.runtime_tools import Announcer, progress, progress_by_config
 from tests.support import (
     EMBEDDED_PREFIX,
     ServiceProcesses,
-    services_on,
     twin_servers,
 )
 from tests.test_streaming import message_shape, shape
@@ -54,14 +53,6 @@ CASES = [(agent, mode) for agent, modes in MODES.items() for mode in modes]
 def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
     with twin_servers({"custom": TURNS}) as pair:
         yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
 
 
 def chat_model(server: ScriptedOpenAIServer) -> ChatOpenAI:

@@ -32,7 +32,7 @@ from tests.error_cases import (
     requests_for,
     run_langchain,
 )
-from tests.support import REPO_ROOT, ServiceProcesses, services_on
+from tests.support import REPO_ROOT, ServiceProcesses
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +40,6 @@ def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
     lc_server, ll_server = error_servers()
     with lc_server, ll_server:
         yield lc_server, ll_server
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
 
 
 def deployed(case: Case, stack: ServiceProcesses) -> Any:

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,7 +26,7 @@ from services.settings import Settings
 from tests import tooling
 from tests.error_cases import model_for
 from tests.structured_cases import shape
-from tests.support import REPO_ROOT, ServiceProcesses, services_on
+from tests.support import REPO_ROOT, ServiceProcesses
 
 MALFORMED = {"type": "invalid_tool_call", "id": "call_bad", "name": "add", "args": "{a: 1"}
 
@@ -52,21 +51,7 @@ def respond(body: dict[str, Any]) -> Reply:
     return Reply(content=f"answered {text!r} after {len(body['messages'])} messages")
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with (
-        ScriptedOpenAIServer(responder=respond) as lc_server,
-        ScriptedOpenAIServer(responder=respond) as ll_server,
-    ):
-        yield lc_server, ll_server
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
+RESPONDER = respond
 
 
 def run_langchain(server: ScriptedOpenAIServer, name: str) -> dict[str, Any]:

@@ -96,14 +96,6 @@ def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
         yield pair
 
 
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
-
-
 def chat_model(server: ScriptedOpenAIServer) -> ChatOpenAI:
     return ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test", stream_usage=True)
 

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +30,12 @@ from services.errors import ConfigurationError
 from services.settings import Settings
 from services.spec import local
 from services.spec.validation import check_deployable
+from tests import structured_cases
 from tests.answers import Forecast, Weather
-from tests.structured_cases import CASES, EMBEDDED_ONLY, FAILING, SCRIPTS, Case, shape
-from tests.support import REPO_ROOT, ServiceProcesses, run_cli, services_on, twin_servers
+from tests.structured_cases import CASES, EMBEDDED_ONLY, FAILING, Case, shape
+from tests.support import REPO_ROOT, ServiceProcesses, run_cli
 
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(SCRIPTS) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
+SCRIPTS = structured_cases.SCRIPTS  # what the twin servers (conftest's) answer
 
 
 def run_langchain(case: Case, server: ScriptedOpenAIServer) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -29,7 +29,7 @@ from loopline.testing.scripted import ScriptedOpenAIServer, first_user_text
 from services.settings import Settings
 from tests import tooling, variants
 from tests.error_cases import outcome
-from tests.support import REPO_ROOT, ServiceProcesses, services_on, twin_servers
+from tests.support import REPO_ROOT, ServiceProcesses
 
 # one event loop for the module's async tests: langchain-openai's shared async HTTP
 # client is bound to the loop that first used it
@@ -43,20 +43,6 @@ MIDDLEWARE = [
     "AsyncOnlyWrapTool",
     "SyncOnlyBefore",
 ]
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(SCRIPTS) as pair:
-        yield pair
-
-
-@pytest.fixture(scope="module")
-def stack(
-    redis_url: str, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
-) -> Iterator[ServiceProcesses]:
-    with services_on(redis_url, servers[1]) as procs:
-        yield procs
 
 
 def lc_agent(server: ScriptedOpenAIServer, middleware: str) -> Any:

@@ -55,13 +55,7 @@ def respond(body: dict[str, Any]) -> Reply:
     return script[min(turn, len(script) - 1)]
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with (
-        ScriptedOpenAIServer(responder=respond) as lc_server,
-        ScriptedOpenAIServer(responder=respond) as ll_server,
-    ):
-        yield lc_server, ll_server
+RESPONDER = respond
 
 
 @pytest.fixture(scope="module")

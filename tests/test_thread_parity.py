@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +114,7 @@ def tiktoken_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with (
-        ScriptedOpenAIServer(responder=respond) as lc_server,
-        ScriptedOpenAIServer(responder=respond) as ll_server,
-    ):
-        yield lc_server, ll_server
+RESPONDER = respond
 
 
 def comparable(values: dict[str, Any]) -> dict[str, Any]:
