@@ -59,7 +59,7 @@ class Runtime:
         self.fast = self.connection.fast
         self.committer = Committer(self.connection, self.names.errors)
         self.agents = AgentSpecs(self.redis, self.names, settings.retention_s)
-        self.transcripts = Transcripts(self.connection, self.names, settings.transcript_cache_tasks)
+        self.transcripts = Transcripts(self.connection, self.names, settings.transcript_cache_size)
         self.consumers: dict[str, str] = {}  # service -> this process's consumer name
         store.install(url, settings.prefix)  # runtime.store of hooks and tools
         self.background: list[Background] = []

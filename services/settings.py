@@ -57,7 +57,8 @@ class Settings(BaseSettings):
 
     transcript_cache_tasks: int = Field(default=4096, ge=1)
     """Tasks whose transcript a process keeps in memory (the history is append-only, so a
-    cached prefix is valid forever and each step reads only the new messages)."""
+    cached prefix is valid forever and each step reads only the new messages); at least
+    twice the largest service concurrency (``transcript_cache_size``)."""
 
     stream_batch_ms: float = Field(default=5.0, ge=0)
     """Streamed chunks that arrive within this many milliseconds go out as one entry of
@@ -103,3 +104,14 @@ class Settings(BaseSettings):
 
     def concurrency(self, service: str) -> int:
         return int(getattr(self, f"concurrency_{service}"))
+
+    @property
+    def transcript_cache_size(self) -> int:
+        """How many tasks' transcripts a process keeps: ``transcript_cache_tasks``, and
+        never fewer than twice the calls a service may hold in flight. A cache smaller
+        than the tasks cycling through a process misses on every step (least recently
+        used goes first, and each task comes back after all the others): 10,000 tasks in
+        flight against 4,096 entries read and converted each whole transcript again at
+        every model call."""
+        busiest = max(self.concurrency(name) for name in ("loop", "model", "tools"))
+        return max(self.transcript_cache_tasks, 2 * busiest)

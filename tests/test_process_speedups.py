@@ -189,3 +189,12 @@ def test_type_hints_are_resolved_once_per_function() -> None:
     for _ in range(5):
         assert tools_base._get_type_hints(namespace["f"]) == {"x": int, "return": type(None)}
     assert len(evaluated) == 1
+
+
+def test_the_transcript_cache_holds_every_task_a_service_may_have_in_flight() -> None:
+    from services.settings import Settings
+
+    assert Settings().transcript_cache_size == Settings().transcript_cache_tasks == 4096
+    busy = Settings(concurrency_model=10_000)
+    assert busy.transcript_cache_size == 20_000  # each task in flight, and as many between
+    assert Settings(transcript_cache_tasks=50_000).transcript_cache_size == 50_000

@@ -70,7 +70,7 @@ class CountCache:
 def handlers(rt: Runtime) -> dict[str, Handler]:
     names = rt.names
     store = TaskStore(rt.redis, names, rt.register_script)
-    cache = CountCache(rt, rt.settings.transcript_cache_tasks)
+    cache = CountCache(rt, rt.settings.transcript_cache_size)
     counters: dict[tuple[str, str], TokenCounter] = {}
 
     def counter_for(method: str, model: str) -> TokenCounter:

@@ -42,7 +42,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
     pool = ModelPool()
     ratelimit.configure(rt.redis, rt.names.prefix)
     hand_over = LoopHandOver(rt)  # replies of hook-free agents skip the loop stream
-    views = LangChainViews(rt.settings.transcript_cache_tasks)
+    views = LangChainViews(rt.settings.transcript_cache_size)
     requests = streaming.StreamRequests(rt)  # which tasks stream: no command per step
     rt.background.append(requests)
 
