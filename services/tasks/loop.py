@@ -47,7 +47,7 @@ from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
 from services import deployed
 from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
-from services.errors import BadEvent, Refused, UnknownTask
+from services.errors import BadEvent, Refused, UnknownAgent, UnknownTask
 from services.failures import exception_info, failure_text, own_exception_info
 from services.hooks import HOOK_SETS_CACHED, HookSet, hooks_for
 from services.interrupts import Answers, Asked, NodeInterrupted, ResumeRefused, interrupt_id
@@ -361,7 +361,7 @@ class Loop:
             tool_message=tool_message,
             tool_event=self.rt.encode(event),  # with the size check of a publish
             step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
-            failed_event=self._limit_failed(await self.rt.agent(event.agent_id), tid, event.step),
+            failed_event=await self._result_limit_failed(event),
             update=_update_pairs(event.update),
         )
         state = await self.store.apply(tid, record, fusion)
@@ -850,9 +850,10 @@ class Loop:
 
     # -- failures ----------------------------------------------------------------------
 
-    def _step_limit(self, spec: AgentSpec) -> StepLimit:
-        """The task's step limit (from the run's ``recursion_limit`` and the hooks)."""
-        if spec.recursion_limit is None:
+    def _step_limit(self, spec: AgentSpec | None) -> StepLimit:
+        """The task's step limit (from the run's ``recursion_limit`` and the hooks; its
+        ``max_steps`` alone for a spec that is not stored)."""
+        if spec is None or spec.recursion_limit is None:
             return NO_RECURSION_LIMIT
         found = self._limits.get(spec.agent_id)
         if found is None:
@@ -865,7 +866,17 @@ class Loop:
             found = self._limits[spec.agent_id] = StepLimit.of(spec, hooks)
         return found
 
-    def _limit_failed(self, spec: AgentSpec, task_id: str, step: int) -> bytes:
+    async def _result_limit_failed(self, event: ToolCompleted) -> bytes:
+        """The step limit's TaskFailed for a tool result's step. A result naming an agent
+        that is not stored names no task either: the transition says which
+        (``UnknownTask``), as it did before step limits read the agent."""
+        try:
+            spec = await self.rt.agent(event.agent_id)
+        except UnknownAgent:
+            return self._limit_failed(None, event.task_id, event.step)
+        return self._limit_failed(spec, event.task_id, event.step)
+
+    def _limit_failed(self, spec: AgentSpec | None, task_id: str, step: int) -> bytes:
         """The TaskFailed a task ends with at its step limit: LangGraph's
         ``GraphRecursionError`` (for ``invoke`` to raise) with the reason it reads as."""
         limit = self._step_limit(spec)
