@@ -129,6 +129,9 @@ class RecordReply(Args):
     """A TaskCompleted (JSON) to end the task with once the step's results are in, in
     place of the next step (a structured response given beside other tool calls, as
     LangChain ends after running them); empty for none."""
+    nodes_event: bytes = b""
+    """The ``NodesUpdated`` of the hooks that ran on the reply (logged after it), or
+    empty."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,8 @@ class ApplyHooks(Args):
     extra: str
     end_now: bool
     completed_event: bytes
+    nodes_event: bytes = b""
+    """The ``NodesUpdated`` of the hooks that ran (logged first), or empty."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +194,9 @@ class AskHuman(Args):
     """The interrupt id this resume answered ("" when the node asks for the first time)."""
     done: dict[str, dict[str, Any]] | None = None
     """The updates of the step's nodes that ran to their end before the waiting one."""
+    nodes_event: bytes = b""
+    """The ``NodesUpdated`` of the nodes this run called before the one that asks (logged
+    before the request), or empty."""
 
 
 @dataclass(frozen=True, slots=True)
