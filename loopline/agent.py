@@ -25,6 +25,7 @@ from contracts.messages import (
     SystemMessage,
     from_langchain,
     to_langchain,
+    with_input_ids,
 )
 from loopline.client import Client
 from loopline.conversation import (
@@ -460,9 +461,11 @@ class Agent:
         ``"updates"`` (``{node: update}``), ``"values"`` (the state after each step; the
         default, as LangGraph's), ``"custom"`` (what hooks write with
         ``get_stream_writer()`` and tools with ``ToolRuntime.stream_writer``), or a list
-        of them (``(mode, data)`` tuples); ``config``
-        and ``multitask_strategy`` as for ``ainvoke``. loopline's own events (and
-        ``Command(resume=...)``): ``astream_task_events``."""
+        of them (``(mode, data)`` tuples); ``config`` and ``multitask_strategy`` as for
+        ``ainvoke``. A run that stops for a human ends with LangGraph's
+        ``{"__interrupt__": (Interrupt(...),)}`` (``updates``) and the state with it
+        (``values``); ``Command(resume=...)`` with the thread's ``config`` streams the rest
+        of that run. loopline's own events: ``astream_task_events``."""
         async for item in self._astream(input, config, stream_mode, "async", **kwargs):
             yield item
 
@@ -498,12 +501,11 @@ class Agent:
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
-            raise ValueError(
-                "astream(Command(resume=...)) with stream modes is not supported yet: use "
-                "invoke(Command(...)) or astream_task_events(Command(...))"
-            )
+            async for item in self._stream_resumed(input, config, modes):
+                yield item
+            return
         task_id = task_id or new_task_id()
-        inputs = [to_langchain(m) for m in _input_messages(input)]
+        inputs = [to_langchain(m) for m in with_input_ids(task_id, _input_messages(input))]
         self._start_services()
         if "messages" in modes or "custom" in modes:
             async with self.client() as client:
@@ -516,8 +518,35 @@ class Agent:
             context=context,
             run_mode=run_mode,
         )
+        thread_id = self._run_config(config).thread_id
         async with self.client() as client:
-            async for item in stream_task(client, task_id, modes, inputs):
+            async for item in stream_task(client, task_id, modes, inputs, thread_id=thread_id):
+                yield item
+
+    async def _stream_resumed(
+        self, command: Any, config: Mapping[str, Any] | None, modes: list[str]
+    ) -> AsyncIterator[tuple[str, Any]]:
+        """``Command(resume=...)`` streamed: the thread's waiting run gets its answers and
+        goes on, streamed as LangGraph streams a resumed run (from the node that asked)."""
+        from loopline.stream_modes import prepare_resume, stream_resumed
+
+        thread_id = self._thread_id(config)
+        self._start_services()
+        async with self.client() as client:
+            state = await client.threads().current(thread_id)
+            waits = await waiting_interrupts(client, state)
+            if not waits:
+                raise ValueError(f"thread {thread_id} has no interrupt waiting for a resume")
+            answers = answers_of(command.resume, [str(w.interrupt.id) for w in waits])
+            task_id = state.run_id
+            if "messages" in modes or "custom" in modes:
+                await client.stream_replies(task_id, self.settings.stream_ttl_s)
+            checkpoint = [to_langchain(m) for m in state.messages]
+            resumption = await prepare_resume(
+                client, task_id, modes, checkpoint, list(answers), thread_id=thread_id
+            )
+            await client.answer(task_id, answers)
+            async for item in stream_resumed(client, task_id, resumption):
                 yield item
 
     async def astream_events(
