@@ -257,10 +257,13 @@ class ModeTranslator:
         self.pending.extend(batches)
         out: list[Item] = []
         for event in events:
+            if self.done:  # what follows in the log is a later run's (a resume's)
+                return out
             out.extend(self._release_before(event))
             out.extend(self._event(event))
             out.extend(self._release_after(event))
-        out.extend(self._release(self._due))
+        if not self.done:
+            out.extend(self._release(self._due))
         return out
 
     def _due(self, batch: ChunkBatch) -> bool:

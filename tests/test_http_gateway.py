@@ -357,6 +357,10 @@ async def test_an_interrupt_streams_in_updates_and_a_rejection_streams_as_tool_m
     assert after["interrupts"] == [] and after["next"] == []
     assert [m["type"] for m in after["values"]["messages"]] == ["human", "ai", "tool", "ai"]
     assert (await sdk.threads.get(tid))["status"] == "idle"
+    # the first run, joined now, still ends at its interrupt (the task went on after it)
+    first = parts[0].data["run_id"]
+    again = await collect(sdk.runs.join_stream(tid, first, stream_mode="updates"))
+    assert [(p.event, p.data) for p in again] == [(p.event, p.data) for p in parts]
 
 
 async def test_a_stream_resumes_after_a_disconnect_without_gap_or_duplicate(sdk: Any) -> None:

@@ -102,6 +102,8 @@ class PositionedTranslator(ModeTranslator):
         out: list[Positioned] = []
         made: dict[str, int] = {}  # items made per entry (one entry may bring two events)
         for entry_id, event in events:
+            if self.done:  # what follows in the log is a later run's (a resume's)
+                return out
             out.extend(self._placed_chunks(self._release_before(event)))
             first = made.get(entry_id, 0)
             if isinstance(event, TaskFailed):  # the translator would raise its exception
@@ -114,7 +116,8 @@ class PositionedTranslator(ModeTranslator):
                 ("log", entry_position(entry_id, first + k), item) for k, item in enumerate(items)
             )
             out.extend(self._placed_chunks(self._release_after(event)))
-        out.extend(self._placed_chunks(self._release(self._due)))
+        if not self.done:
+            out.extend(self._placed_chunks(self._release(self._due)))
         return out
 
     def _batch_items(self, batch: ChunkBatch) -> list[Item]:
