@@ -127,3 +127,32 @@ def test_a_hook_update_names_unchanged_messages_by_reference() -> None:
     assert updated["X.before_model"]["messages"][0].id is None  # shown as stored
     (values,) = [d for m, d in items if m == "values"]
     assert [m.content for m in values["messages"]] == ["hi", "more"] and values["n"] == 1
+
+
+def test_a_hook_update_joins_the_state_keys_through_their_reducers() -> None:
+    """What a hook node returns folds into ``values`` as LangGraph's channels fold it
+    (a reducer key grows), and the view decides which keys show."""
+    import operator
+
+    from langgraph.channels.binop import BinaryOperatorAggregate
+    from langgraph.channels.last_value import LastValue
+
+    from loopline.stream_modes import StateView
+    from services.spec.channels import StateChannels
+
+    channels = StateChannels(
+        {"seen": BinaryOperatorAggregate(list, operator.add), "hidden": LastValue(int)}
+    )
+    view = StateView(initial={"seen": ["a"]}, channels=channels, shown=lambda k: k != "hidden")
+    translator = ModeTranslator(TASK, MODES, [LcHumanMessage(content="hi")], view)
+    assert translator.begin() == [("values", {"messages": translator.state, "seen": ["a"]})]
+    update = {"seen": ["b"], "hidden": 1}
+    ran = NodesUpdated(
+        task_id=TASK, step=1, nodes=[NodeUpdate(node="X.before_model", update=update)]
+    )
+    items = translator.take([], [StepStarted(task_id=TASK, step=1), ran])
+    (updated,) = [d for m, d in items if m == "updates"]
+    assert updated == {"X.before_model": {"seen": ["b"]}}  # as the node returned it
+    (values,) = [d for m, d in items if m == "values"]
+    assert values["seen"] == ["a", "b"] and "hidden" not in values
+    assert translator.keys["hidden"] == 1  # in the state, not shown
