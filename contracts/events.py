@@ -123,7 +123,10 @@ class ApprovalRequested(Event):
     for a hook's, the tool call id for a tool call's ("" from older producers)."""
     node: str = ""
     """Where it waits, as LangChain names the node: ``<middleware>.<hook>`` for a hook,
-    ``tools`` for a tool call."""
+    ``model`` for a ``wrap_model_call`` middleware, ``tools`` for a tool call."""
+    response_schema: dict[str, Any] | None = None
+    """The JSON Schema of the answers the interrupt accepts, when it gave one (LangGraph's
+    ``Interrupt.response_schema``: HumanInTheLoopMiddleware's per-call decisions)."""
 
     @property
     def per_call(self) -> bool:
@@ -392,6 +395,33 @@ class ContextEdited(Event):
     cleared_inputs: bool
 
 
+class NodeUpdate(BaseModel):
+    """What one hook node returned: its state update as JSON, ``None`` when it returned
+    none. ``messages`` are loopline's messages as JSON, except that a message the node
+    returned unchanged from the state it was given is only named: ``{"type": "ref",
+    "id": ...}`` (so an update that returns the whole list costs no more than what it
+    changed); a ``RemoveMessage`` is ``{"type": "remove", "id": ...}``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    """LangChain's name of the node: ``<middleware>.<hook>``."""
+    update: dict[str, Any] | None = None
+
+
+class NodesUpdated(Event):
+    """Loop → the task's log: hooks of the loop stage (``before_agent``,
+    ``before_model``, ``after_model``, ``after_agent``, each a node of LangChain's graph)
+    ran to their end for ``step``, in the order they ran, with what each returned. Logged
+    by the transition that applies them, or with the wait when a later node of the same
+    run asks a human (those that ran before it are not run again). What stream modes show
+    as each node's ``updates`` item."""
+
+    type: Literal["NodesUpdated"] = "NodesUpdated"
+    step: int
+    nodes: list[NodeUpdate]
+
+
 class StepStarted(Event):
     """Loop → task log: a model call for ``step`` was requested."""
 
@@ -459,6 +489,7 @@ AnyEvent = Annotated[
     | ToolResumed
     | TodosUpdated
     | ContextEdited
+    | NodesUpdated
     | StepStarted
     | TaskCompleted
     | TaskFailed
@@ -485,6 +516,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ToolResumed,
     TodosUpdated,
     ContextEdited,
+    NodesUpdated,
     StepStarted,
     TaskCompleted,
     TaskFailed,

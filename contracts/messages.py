@@ -77,6 +77,16 @@ MESSAGES_ADAPTER: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 _COMMON = ("content", "id", "name", "additional_kwargs", "response_metadata")
 
 
+def with_input_ids(task_id: str, messages: list[Message]) -> list[Message]:
+    """A task's input messages with ids, as the loop stores them: LangGraph gives every
+    message of the state one, so middleware can replace it by id; derived from the task
+    id, so a redelivery stores the same ones and a client knows them in advance."""
+    return [
+        m if m.id else m.model_copy(update={"id": f"{task_id}:in:{i}"})
+        for i, m in enumerate(messages)
+    ]
+
+
 def to_langchain(message: Message) -> Any:
     """Convert to the matching ``langchain_core.messages`` class."""
     from langchain_core import messages as lc

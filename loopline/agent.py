@@ -37,6 +37,7 @@ from contracts.messages import (
     SystemMessage,
     from_langchain,
     to_langchain,
+    with_input_ids,
 )
 from loopline.client import Client
 from loopline.conversation import (
@@ -47,7 +48,7 @@ from loopline.conversation import (
     waiting_interrupts,
 )
 from loopline.errors import TaskFailedError, failure_of
-from loopline.stream_modes import StateView
+from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from services.errors import ConfigurationError
 from services.hooks import hooks_for
@@ -509,9 +510,11 @@ class Agent:
         ``"updates"`` (``{node: update}``), ``"values"`` (the state after each step; the
         default, as LangGraph's), ``"custom"`` (what hooks write with
         ``get_stream_writer()`` and tools with ``ToolRuntime.stream_writer``), or a list
-        of them (``(mode, data)`` tuples); ``config``
-        and ``multitask_strategy`` as for ``ainvoke``. loopline's own events (and
-        ``Command(resume=...)``): ``astream_task_events``."""
+        of them (``(mode, data)`` tuples); ``config`` and ``multitask_strategy`` as for
+        ``ainvoke``. A run that stops for a human ends with LangGraph's
+        ``{"__interrupt__": (Interrupt(...),)}`` (``updates``) and the state with it
+        (``values``); ``Command(resume=...)`` with the thread's ``config`` streams the rest
+        of that run. loopline's own events: ``astream_task_events``."""
         async for item in self._astream(input, config, stream_mode, "async", **kwargs):
             yield item
 
@@ -547,12 +550,11 @@ class Agent:
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
-            raise ValueError(
-                "astream(Command(resume=...)) with stream modes is not supported yet: use "
-                "invoke(Command(...)) or astream_task_events(Command(...))"
-            )
+            async for item in self._stream_resumed(input, config, modes):
+                yield item
+            return
         task_id = task_id or new_task_id()
-        inputs = [to_langchain(m) for m in _input_messages(input)]
+        inputs = [to_langchain(m) for m in with_input_ids(task_id, _input_messages(input))]
         self._start_services()
         await self.asubmit(
             input,
@@ -564,39 +566,56 @@ class Agent:
             stream_replies="messages" in modes or "custom" in modes,
         )
         view = self.state_view(input)
+        thread_id = self._run_config(config).thread_id
         async with self.client() as client:
-            async for item in stream_task(client, task_id, modes, inputs, view=view):
+            stream = stream_task(client, task_id, modes, inputs, view=view, thread_id=thread_id)
+            async for item in stream:
+                yield item
+
+    async def _stream_resumed(
+        self, command: Any, config: Mapping[str, Any] | None, modes: list[str]
+    ) -> AsyncIterator[tuple[str, Any]]:
+        """``Command(resume=...)`` streamed: the thread's waiting run gets its answers and
+        goes on, streamed as LangGraph streams a resumed run (from the node that asked)."""
+        from loopline.stream_modes import prepare_resume, stream_resumed
+
+        thread_id = self._thread_id(config)
+        self._start_services()
+        async with self.client() as client:
+            state = await client.threads().current(thread_id)
+            waits = await waiting_interrupts(client, state)
+            if not waits:
+                raise ValueError(f"thread {thread_id} has no interrupt waiting for a resume")
+            answers = answers_of(command.resume, [str(w.interrupt.id) for w in waits])
+            task_id = state.run_id
+            if "messages" in modes or "custom" in modes:
+                await client.stream_replies(task_id, self.settings.stream_ttl_s)
+            checkpoint = [to_langchain(m) for m in state.messages]
+            keys = {**state.extra, **({"todos": state.todos} if state.todos is not None else {})}
+            resumption = await prepare_resume(
+                client,
+                task_id,
+                modes,
+                checkpoint,
+                list(answers),
+                keys=keys,
+                view=self.state_view({}),
+                thread_id=thread_id,
+            )
+            await client.answer(task_id, answers)
+            async for item in stream_resumed(client, task_id, resumption):
                 yield item
 
     def state_view(self, input: dict[str, Any]) -> StateView:
-        """What ``values`` show besides the messages for a run of ``input``: the keys
-        of the agent's output schema (from its input's, folded as the services fold
-        them), the todo list with TodoListMiddleware, ``structured_response`` with a
-        ``response_format``."""
-        from services.agent_view import has_todos
-        from services.tasks.plan import after_model_results
-
-        todos = has_todos(self.spec)
+        """What ``values`` (and a node's ``updates``) show besides the messages for a
+        run of ``input``: every state key, as LangGraph's ``stream``
+        (``loopline.stream_modes.state_view``); the messages only when the agent's
+        middleware or schemas cannot be imported in this process."""
+        structured = self._structured
         try:
-            hooks = hooks_for(self.spec.agent_id, self.spec)
-            keys = hooks.output_keys()
-            initial = hooks.start_state({}, _input_state(input))
-            channels = hooks.channels
+            return state_view(self.spec, _input_state(input), structured)
         except Exception:  # middleware or schemas this process cannot import: messages
-            return StateView()
-
-        def shown(key: str) -> bool:
-            return key in keys or (todos and key == "todos")
-
-        structured = self._structured if self.spec.response_format is not None else None
-        spec = self.spec
-        return StateView(
-            initial=initial,
-            channels=channels,
-            shown=shown,
-            structured=structured,
-            decided=lambda message: after_model_results(spec, message),
-        )
+            return MESSAGES_ONLY
 
     async def astream_events(
         self,

@@ -350,6 +350,7 @@ class Client:
                         at=parked.at,
                         interrupt_id=call.interrupt_id,
                         node="tools",
+                        response_schema=parked.response_schema,
                     )
                 )
         return found
@@ -439,6 +440,11 @@ class Client:
 
     async def last_entry(self, task_id: str) -> str:
         entries: Any = await self.redis.xrevrange(self.names.task_log(task_id), count=1)
+        return entries[0][0].decode() if entries else "0"
+
+    async def last_chunk(self, task_id: str) -> str:
+        """The last entry of the task's chunk stream ("0": none)."""
+        entries: Any = await self.redis.xrevrange(self.names.task_chunks(task_id), count=1)
         return entries[0][0].decode() if entries else "0"
 
     async def status(self, task_id: str) -> str | None:

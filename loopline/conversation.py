@@ -100,10 +100,10 @@ def checkpoint_config(thread_id: str, run_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": run_id}}
 
 
-def interrupt_of(value: Any, interrupt_id: str) -> Any:
+def interrupt_of(value: Any, interrupt_id: str, response_schema: Any = None) -> Any:
     from langgraph.types import Interrupt
 
-    return Interrupt(value=value, id=interrupt_id)
+    return Interrupt(value=value, id=interrupt_id, response_schema=response_schema)
 
 
 def waiting_tasks(state: ThreadValues, waits: Sequence[WaitingInterrupt]) -> tuple[Any, ...]:
@@ -179,9 +179,13 @@ async def waiting_interrupts(client: Client, state: ThreadValues) -> list[Waitin
             return []
         interrupt_id = asked.interrupt_id or f"{state.run_id}:{state.step}"
         node = asked.node or HITL_NODE
-        return [WaitingInterrupt(node, interrupt_of(asked.request, interrupt_id))]
+        asked_of = interrupt_of(asked.request, interrupt_id, asked.response_schema)
+        return [WaitingInterrupt(node, asked_of)]
     calls = await client.waiting_calls(state.run_id)
-    return [WaitingInterrupt(TOOLS_NODE, interrupt_of(c.request, c.interrupt_id)) for c in calls]
+    return [
+        WaitingInterrupt(TOOLS_NODE, interrupt_of(c.request, c.interrupt_id, c.response_schema))
+        for c in calls
+    ]
 
 
 def answers_of(resume: Any, waiting_ids: Sequence[str]) -> dict[str, Any]:

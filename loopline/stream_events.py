@@ -107,6 +107,8 @@ class EventTranslator:
             return []
         if mode == "messages":
             message, meta = data
+            if meta["langgraph_node"] not in ("model", "tools"):
+                return []  # what a hook node added: no chat model or tool ran
             if isinstance(message, ToolMessage):
                 return self._tool_end(message)
             return self._chunk(message, meta)
@@ -175,7 +177,7 @@ class EventTranslator:
         out: list[Event] = []
         step = self.model_step + 1
         for index, call in enumerate(message.tool_calls):
-            meta = tool_metadata(self.task_id, step // 2, index)
+            meta = tool_metadata(self.task_id, step, index)
             opened = OpenTool(
                 dict(call),
                 node_run=self._run_id(f"tools:{step}:{index}"),

@@ -2,19 +2,35 @@
 log and chunk stream, in the order and shapes LangChain's ``create_agent(...).stream``
 gives them.
 
-The graph LangChain builds for an agent without node hooks runs ``model`` at the odd
-LangGraph steps and ``tools`` at the even ones; a loopline step ``n`` is LangGraph's
-model step ``2n - 1`` and its tools step ``2n``. Per superstep LangGraph yields the
-``messages`` first (the model's chunks as they come, each tool message as its call ends),
-then ``updates`` (per node task), then ``values`` (once the superstep is done).
+Each node of LangChain's graph runs in a superstep of its own: a hook of the loop stage
+(``<middleware>.<hook>``, one ``NodesUpdated`` entry of the log names those that ran),
+the model, then the step's tool calls, which run together in one superstep. The
+supersteps are counted as the log shows them, so ``langgraph_step`` in the metadata is
+LangGraph's: without node hooks a loopline step ``n`` is the model's superstep
+``2n - 1`` and its tools' ``2n``. Per superstep LangGraph yields the ``messages`` first
+(the model's chunks as they come, each tool message as its call ends, a hook's new
+messages), then ``updates`` (per node task), then ``values`` (once the superstep's writes
+are applied, in call order for the tools).
+
+A run that stops for a human ends as LangGraph's does: ``updates`` gets
+``{"__interrupt__": (Interrupt(value, id),)}`` for each node (or tool call) that asked,
+``values`` the state as it stands with the same ``__interrupt__``; a step whose other
+tool calls ran meanwhile shows their results once they are all in. A reply that a human
+is asked about (HumanInTheLoopMiddleware's batched approval) waits beside the log until
+decided: it is shown from the task's state before the interrupt, as LangGraph shows the
+model's update first. A resumed run (``Command(resume=...)``) continues the same count:
+its translator is first given the log so far (``prime``), then the state the thread
+has (``resume_from``); the reply it was asked about is not shown again, the calls of the
+waiting step that had run are replayed as LangGraph replays cached writes.
 
 ``values`` carry the whole state LangChain's would (``StateView``): the todo list, the
-agent's and its middleware's state keys (the input's, then what ``wrap_model_call``
-commands set with a reply and what the tools' Commands set when the step's results join,
-folded by the keys' reducers as the services fold them), and ``structured_response``
-(None after each model call until one is given). What ``before_*`` / ``after_*`` hooks
-write has no event of its own, so it shows in no chunk (LangGraph yields one per hook node
-that wrote).
+agent's and its middleware's state keys (the input's, then what each hook node returns,
+what ``wrap_model_call`` commands set with a reply and what the tools' Commands set when
+the step's results join, folded by the keys' reducers as the services fold them), and
+``structured_response`` (None after each model call until one is given). The view says
+which keys show (every one in Python's ``stream``, as LangGraph's; the agent's output
+schema's at the gateway, as LangGraph's server); ``updates`` show a node's keys the same
+way.
 
 ``custom`` items (``services.custom_stream``: what hooks and tools wrote) come in
 the order written, each before what its stage reports: a tool's before its tool
@@ -31,30 +47,42 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 
+from contracts.agent import AgentSpec
 from contracts.chunks import ChunkBatch
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
     ModelResponded,
+    NodesUpdated,
+    NodeUpdate,
     StepStarted,
     TaskCompleted,
     TaskFailed,
     TodosUpdated,
     ToolCompleted,
+    parse_event,
 )
-from contracts.messages import AIMessage, ToolMessage, to_langchain
+from contracts.messages import MESSAGE_ADAPTER, to_langchain
+from contracts.messages import AIMessage as Reply
+from contracts.messages import ToolMessage as ToolResult
 from loopline.client import Client, LostTaskWatch
 from loopline.errors import TaskFailedError, failure_of
+from services.hooks import hooks_for, merge_messages, with_stand_in_ids, without_stand_in_ids
 from services.spec.channels import NO_CHANNELS, StateChannels
 
 STREAM_MODES = ("messages", "updates", "values", "custom")
 Item = tuple[str, Any]
+INTERRUPT = "__interrupt__"
+JUMP = "jump_to"
+TOOLS_NODE = "tools"
+AFTER_HOOKS = (".after_model", ".after_agent")
+"""The hooks that run on a model's reply (a wait there keeps the reply beside the log)."""
 
 
 def modes_of(stream_mode: str | Sequence[str]) -> tuple[list[str], bool]:
@@ -71,11 +99,20 @@ def _ns(task_id: str, node: str, step: int) -> str:
     return f"{node}:{uuid.uuid5(uuid.NAMESPACE_URL, f'loopline:{task_id}:{node}:{step}')}"
 
 
-def model_metadata(task_id: str, step: int, model: dict[str, Any]) -> dict[str, Any]:
-    ns = _ns(task_id, "model", 2 * step - 1)
+def _thread(thread_id: str | None) -> dict[str, Any]:
+    """LangGraph puts the run's ``thread_id`` in every node's metadata."""
+    return {} if thread_id is None else {"thread_id": thread_id}
+
+
+def model_metadata(
+    task_id: str, superstep: int, model: dict[str, Any], thread_id: str | None = None
+) -> dict[str, Any]:
+    """A model chunk's metadata: the model node's at LangGraph superstep ``superstep``."""
+    ns = _ns(task_id, "model", superstep)
     return {
         "ls_integration": "langchain_chat_model",
-        "langgraph_step": 2 * step - 1,
+        **_thread(thread_id),
+        "langgraph_step": superstep,
         "langgraph_node": "model",
         "langgraph_triggers": ("branch:to:model",),
         "langgraph_path": ("__pregel_pull", "model"),
@@ -85,37 +122,148 @@ def model_metadata(task_id: str, step: int, model: dict[str, Any]) -> dict[str, 
     }
 
 
-def tool_metadata(task_id: str, step: int, index: int) -> dict[str, Any]:
+def tool_metadata(
+    task_id: str, superstep: int, index: int, thread_id: str | None = None
+) -> dict[str, Any]:
+    """A tool message's metadata: the ``index``-th call sent to the tools at ``superstep``."""
     return {
         "ls_integration": "langchain_create_agent",
-        "langgraph_step": 2 * step,
-        "langgraph_node": "tools",
+        **_thread(thread_id),
+        "langgraph_step": superstep,
+        "langgraph_node": TOOLS_NODE,
         "langgraph_triggers": ("__pregel_push",),
         "langgraph_path": ("__pregel_push", index, False),
-        "langgraph_checkpoint_ns": _ns(task_id, "tools", 2 * step),
+        "langgraph_checkpoint_ns": _ns(task_id, TOOLS_NODE, superstep),
     }
+
+
+def node_metadata(
+    task_id: str, node: str, superstep: int, thread_id: str | None = None
+) -> dict[str, Any]:
+    """A message a hook node returned: that node's metadata."""
+    return {
+        "ls_integration": "langchain_create_agent",
+        **_thread(thread_id),
+        "langgraph_step": superstep,
+        "langgraph_node": node,
+        "langgraph_triggers": (f"branch:to:{node}",),
+        "langgraph_path": ("__pregel_pull", node),
+        "langgraph_checkpoint_ns": _ns(task_id, node, superstep),
+    }
+
+
+def interrupt_of(event: ApprovalRequested) -> Any:
+    """LangGraph's ``Interrupt`` for a request of the log."""
+    from langgraph.types import Interrupt
+
+    interrupt_id = event.interrupt_id or f"{event.task_id}:{event.step}"
+    return Interrupt(event.request, interrupt_id, response_schema=event.response_schema)
 
 
 @dataclass(frozen=True)
 class StateView:
-    """What a run's ``values`` hold besides its messages, as LangChain's agent has them
-    (``Agent.state_view``); the default shows the messages only."""
+    """What a run's ``values`` (and its nodes' ``updates``) hold besides the messages, as
+    LangChain's agent has them (``Agent.state_view``, the gateway's ``state_view``); the
+    default shows every key, as LangGraph's ``stream`` of a graph without an output
+    schema does."""
 
     initial: dict[str, Any] = field(default_factory=dict)
     """The state keys the run starts with (its input's, the reducers' empty values)."""
     channels: StateChannels = NO_CHANNELS
     """How updates join the keys (reducers)."""
-    shown: Callable[[str], bool] = lambda key: False
-    """The keys of the agent's output schema (``values`` gives those)."""
+    shown: Callable[[str], bool] = lambda key: True
+    """The keys ``values`` and ``updates`` give (``state_view``)."""
     structured: Callable[[Any], Any] | None = None
     """For an agent with a ``response_format``: the structured response from its JSON."""
-    decided: Callable[[AIMessage], dict[str, ToolMessage]] = lambda message: {}
+    decided: Callable[[Reply], dict[str, ToolResult]] = lambda message: {}
     """The tool messages the agent's after_model node answers calls with before any tool
     runs (TodoListMiddleware's refusal of parallel ``write_todos``)."""
 
 
+MESSAGES_ONLY = StateView(shown=lambda key: False)
+"""A view that shows no state key besides the messages."""
+
+
+def state_view(
+    spec: AgentSpec,
+    given: Mapping[str, Any],
+    structured: Callable[[Any], Any] | None = None,
+    *,
+    output_only: bool = False,
+) -> StateView:
+    """The view of a run of the agent ``spec`` whose input sets the state keys ``given``:
+    its state keys (from the input's, folded as the services fold them), the todo list
+    with TodoListMiddleware, ``structured_response`` with a ``response_format``
+    (``structured`` makes it from its JSON; None: the JSON as it is). Every key shows,
+    as LangGraph's ``stream`` shows every channel of the graph (private ones too);
+    ``output_only``: the keys of the agent's output schema only, as LangGraph's server
+    shows them. Raises what loading the agent's middleware raises."""
+    from services.agent_view import has_todos
+    from services.tasks.plan import after_model_results
+
+    todos = has_todos(spec)
+    hooks = hooks_for(spec.agent_id, spec)
+    keys = hooks.output_keys() if output_only else None
+    initial = hooks.start_state({}, given)
+
+    def shown(key: str) -> bool:
+        if key == "todos":
+            return todos
+        return keys is None or key in keys
+
+    return StateView(
+        initial=initial,
+        channels=hooks.channels,
+        shown=shown,
+        structured=(structured or _as_is) if spec.response_format is not None else None,
+        decided=lambda message: after_model_results(spec, message),
+    )
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+@dataclass
+class ToolsStep:
+    """The tools superstep of a loopline step: the calls sent to the tools (those no hook
+    answered), in call order, and what became of them so far."""
+
+    step: int
+    superstep: int
+    sent: list[str]
+    results: dict[str, ToolMessage] = field(default_factory=dict)
+    """Call id -> its tool message, in the order they ended."""
+    updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Call id -> the state keys its ``Command(update=...)`` set."""
+    waiting: dict[str, str] = field(default_factory=dict)
+    """Call id -> the id of the interrupt it waits on."""
+
+    def index(self, call_id: str) -> int:
+        return self.sent.index(call_id) if call_id in self.sent else len(self.sent)
+
+    @property
+    def settled(self) -> bool:
+        """Every call has its result or waits for a human."""
+        return all(c in self.results or c in self.waiting for c in self.sent)
+
+    @property
+    def complete(self) -> bool:
+        return all(c in self.results for c in self.sent)
+
+    def in_order(self) -> list[ToolMessage]:
+        """The results as LangGraph applies the superstep's writes: in call order."""
+        order = [c for c in self.sent if c in self.results]
+        order += [c for c in self.results if c not in self.sent]
+        return [self.results[c] for c in order]
+
+
 class ModeTranslator:
-    """Turns the task's chunk batches and log events into LangGraph stream items."""
+    """Turns the task's chunk batches and log events into LangGraph stream items.
+
+    ``view``: the state keys besides ``messages`` (where they start, how updates join
+    them, which ``values`` and a node's ``updates`` show); ``thread_id`` goes in every
+    item's metadata, as LangGraph's."""
 
     def __init__(
         self,
@@ -123,33 +271,65 @@ class ModeTranslator:
         modes: Sequence[str],
         inputs: list[BaseMessage],
         view: StateView | None = None,
+        *,
+        thread_id: str | None = None,
     ) -> None:
         self.task_id = task_id
         self.modes = set(modes)
+        self.thread_id = thread_id
         self.state: list[BaseMessage] = list(inputs)
         self.view = view or StateView()
         self.keys: dict[str, Any] = dict(self.view.initial)
-        """The state's other keys as they stand (``values`` shows those of the output)."""
-        self.results: dict[int, BaseMessage] = {}  # the step's tool messages by call index
-        self.updates: dict[int, dict[str, Any]] = {}  # the step's tool updates by call index
+        """The state's other keys as they stand (``values`` shows those of the view)."""
         self.todos: list[dict[str, Any]] | None = None  # the step's accepted todo list
         self.started = 0  # the last step whose model call the log showed
         self.pending: list[ChunkBatch] = []
         self.model_meta: dict[int, dict[str, Any]] = {}
         self.streamed: set[int] = set()  # steps whose chunks were yielded
-        self.calls: dict[str, int] = {}  # open tool call id -> its index in the AI message
-        self.replied = 0  # the last step whose ModelResponded the log showed
+        self.replied = 0  # the last step whose ModelResponded was shown
+        self.shown: set[int] = set()  # steps whose reply was shown
+        self.superstep = 0  # LangGraph's superstep of the last node that ran
+        self.model_steps: dict[int, int] = {}  # loopline step -> its model's superstep
+        self.tools: ToolsStep | None = None  # the tools superstep under way
+        self.resumed = False
         self.done = False
 
-    def begin(self) -> list[Item]:
-        return self._values()
+    # -- the run's start -----------------------------------------------------------------
 
-    def _values(self) -> list[Item]:
-        """The ``values`` item of the state as it stands (when that mode is asked)."""
-        if "values" not in self.modes:
-            return []
-        shown = {k: v for k, v in self.keys.items() if self.view.shown(k)}
-        return [("values", {"messages": list(self.state), **shown})]
+    def begin(self) -> list[Item]:
+        """The first items: the state the run starts from; a resumed run's waiting tool
+        step replays the results its calls had (LangGraph's cached writes)."""
+        out: list[Item] = [("values", self._values())] if "values" in self.modes else []
+        if self.resumed and self.tools is not None and "updates" in self.modes:
+            for message in self.tools.results.values():
+                update = {TOOLS_NODE: {"messages": [message]}, "__metadata__": {"cached": True}}
+                out.append(("updates", update))
+        return out
+
+    def prime(self, events: Sequence[AnyEvent]) -> None:
+        """Go through the log of the run(s) before this one: the supersteps, the replies
+        shown and the waiting step are known, nothing is yielded."""
+        modes, self.modes = self.modes, set()
+        try:
+            for event in events:
+                self._event(event)
+        finally:
+            self.modes = modes
+
+    def resume_from(
+        self, messages: list[BaseMessage], answered: Collection[str], keys: dict[str, Any]
+    ) -> None:
+        """Continue after a human answered the interrupts ``answered`` (ids), from the
+        thread's state: its messages (LangGraph's checkpoint) and state keys."""
+        self.state = list(messages)
+        self.keys = {**self.keys, **keys}
+        self.done = False
+        self.resumed = True
+        if self.tools is not None:
+            waiting = self.tools.waiting
+            self.tools.waiting = {c: i for c, i in waiting.items() if i not in answered}
+
+    # -- reading ---------------------------------------------------------------------------
 
     def take(self, batches: list[ChunkBatch], events: list[AnyEvent]) -> list[Item]:
         """Items for one read: chunks go out once the log has started their step, so a
@@ -158,10 +338,13 @@ class ModeTranslator:
         self.pending.extend(batches)
         out: list[Item] = []
         for event in events:
+            if self.done:  # what follows in the log is a later run's (a resume's)
+                return out
             out.extend(self._release_before(event))
             out.extend(self._event(event))
             out.extend(self._release_after(event))
-        out.extend(self._release(self._due))
+        if not self.done:
+            out.extend(self._release(self._due))
         return out
 
     def _due(self, batch: ChunkBatch) -> bool:
@@ -208,7 +391,7 @@ class ModeTranslator:
     def _chunk_items(self, batch: ChunkBatch) -> list[Item]:
         if batch.model:
             self.model_meta[batch.step] = batch.model
-        meta = model_metadata(self.task_id, batch.step, self.model_meta.get(batch.step, {}))
+        meta = self._model_meta(batch.step)
         out: list[Item] = []
         for n, raw in enumerate(batch.chunks):
             extra: dict[str, Any] = {}
@@ -220,28 +403,49 @@ class ModeTranslator:
             self.streamed.add(batch.step)
         return out
 
+    def _model_meta(self, step: int) -> dict[str, Any]:
+        model = self.model_meta.get(step, {})
+        return model_metadata(self.task_id, self._model_step(step), model, self.thread_id)
+
+    def _model_step(self, step: int) -> int:
+        """The superstep of the model call of ``step`` (the next one, the first time)."""
+        found = self.model_steps.get(step)
+        if found is None:
+            self.superstep += 1
+            found = self.model_steps[step] = self.superstep
+        return found
+
+    # -- the log's events ------------------------------------------------------------------
+
     def _event(self, event: AnyEvent) -> list[Item]:
         if isinstance(event, StepStarted):
             self.started = max(self.started, event.step)
             return []
         if isinstance(event, ModelResponded):
             return self._model_responded(event)
+        if isinstance(event, NodesUpdated):
+            return [item for node in event.nodes for item in self._node(node)]
         if isinstance(event, ToolCompleted):
             return self._tool_completed(event)
+        if isinstance(event, ApprovalRequested):
+            return self._asked(event)
         if isinstance(event, TodosUpdated):  # the list joins the state with the step's results
             self.todos = [t.model_dump() for t in event.todos]
         elif isinstance(event, TaskCompleted):
             self.done = True
         elif isinstance(event, TaskFailed):
             raise failure_of(event)
-        elif isinstance(event, ApprovalRequested):
-            self.done = True  # waiting for a human: LangGraph's stream ends at an interrupt
-            if "updates" in self.modes:
-                return [("updates", {"__interrupt__": [event.request]})]
         return []
 
     def _model_responded(self, event: ModelResponded) -> list[Item]:
         message = to_langchain(event.message)
+        step = event.step
+        if step in self.shown:
+            # shown before the run stopped for a human (it is logged once decided): the
+            # model node does not run again
+            self.state = merge_messages(self.state, [message])
+            return []
+        self.shown.add(step)
         self.state.append(message)
         structured = event.structured
         # the structured-output calls are answered by the model node itself
@@ -253,64 +457,233 @@ class ModeTranslator:
             self.keys["structured_response"] = self.view.structured(response) if given else None
         if event.update:  # wrap_model_call's commands (folded where they ran)
             self.keys.update(event.update)
-        answered = {m.tool_call_id for m in answers}
-        self.calls = {
-            call["id"]: i
-            for i, call in enumerate(getattr(message, "tool_calls", []))
-            if call["id"] not in answered
-        }
-        self.results, self.updates = {}, {}
         out: list[Item] = []
-        if "messages" in self.modes and event.step not in self.streamed:
+        if "messages" in self.modes and step not in self.streamed:
             # not streamed (the chunk stream expired, or no client asked in time): the
             # whole reply as one chunk, as LangChain yields a model that does not stream
             whole = AIMessageChunk(**message.model_dump(exclude={"type"}))
-            meta = model_metadata(self.task_id, event.step, {})
-            out.append(("messages", (whole, meta)))
+            out.append(("messages", (whole, self._model_meta(step))))
+        self._model_step(step)
         if "updates" in self.modes:
             out.append(("updates", {"model": {"messages": [message]}}))
-        out.extend(self._values())
+        if "values" in self.modes:
+            out.append(("values", self._values()))
         decided = self.view.decided(event.message)
         if decided:  # the after_model node's answers: a superstep of their own
             self.state.extend(to_langchain(m) for m in decided.values())
-            for call_id in decided:
-                self.calls.pop(call_id, None)
-            out.extend(self._values())
+            if "values" in self.modes:
+                out.append(("values", self._values()))
         return out
+
+    def _node(self, ran: NodeUpdate) -> list[Item]:
+        """A hook node's superstep: the messages it added, its update, the new state."""
+        self.superstep += 1
+        if ran.update is None:
+            return [("updates", {ran.node: None})] if "updates" in self.modes else []
+        update = self._update_of(ran.update)
+        messages: list[BaseMessage] = update.get("messages", [])
+        known = {m.id for m in with_stand_in_ids(self.state)}
+        out: list[Item] = []
+        if "messages" in self.modes:
+            meta = node_metadata(self.task_id, ran.node, self.superstep, self.thread_id)
+            for message in messages:
+                if message.type != "remove" and not (message.id and message.id in known):
+                    out.append(("messages", (_shown(message), meta)))
+        if "updates" in self.modes:
+            shown = {k: v for k, v in update.items() if k == "messages" or self.view.shown(k)}
+            if "messages" in shown:
+                shown["messages"] = [_shown(m) for m in messages]
+            out.append(("updates", {ran.node: shown}))
+        if "messages" in update:
+            merged = merge_messages(with_stand_in_ids(self.state), messages)
+            self.state = without_stand_in_ids(merged)
+        # the node's other keys join the state through their reducers
+        self.keys = self._joined([(k, v) for k, v in update.items() if k not in ("messages", JUMP)])
+        if "values" in self.modes:
+            # a jump is LangGraph's ephemeral value: in the state of its superstep only
+            jump = {JUMP: update[JUMP]} if JUMP in update and self.view.shown(JUMP) else {}
+            out.append(("values", {**self._values(), **jump}))
+        return out
+
+    def _update_of(self, update: dict[str, Any]) -> dict[str, Any]:
+        """A node's update as it returned it: messages as LangChain's, those it returned
+        unchanged taken from the state (``contracts.events.NodeUpdate``)."""
+        out = dict(update)
+        if "messages" in out:
+            by_id = {m.id: m for m in with_stand_in_ids(self.state)}
+            messages: list[BaseMessage] = []
+            for raw in out["messages"]:
+                kind = raw.get("type") if isinstance(raw, dict) else None
+                if kind == "ref":
+                    if raw["id"] in by_id:
+                        messages.append(by_id[raw["id"]])
+                elif kind == "remove":
+                    from langchain_core.messages import RemoveMessage
+
+                    messages.append(RemoveMessage(id=str(raw["id"])))
+                else:
+                    messages.append(to_langchain(MESSAGE_ADAPTER.validate_python(raw)))
+            out["messages"] = messages
+        return out
+
+    def _tools_step(self, step: int) -> ToolsStep:
+        """The tools superstep of ``step`` (it begins with the first call that reports)."""
+        if self.tools is not None and self.tools.step == step:
+            return self.tools
+        self.superstep += 1
+        self.tools = ToolsStep(step, self.superstep, self._sent_calls())
+        return self.tools
+
+    def _sent_calls(self) -> list[str]:
+        """The last reply's calls that no message answers yet: LangChain sends those to
+        the tools (HumanInTheLoopMiddleware answers a rejected call itself)."""
+        for i in range(len(self.state) - 1, -1, -1):
+            message = self.state[i]
+            if isinstance(message, AIMessage):
+                answered = {
+                    m.tool_call_id for m in self.state[i + 1 :] if isinstance(m, ToolMessage)
+                }
+                return [str(c["id"]) for c in message.tool_calls if c["id"] not in answered]
+        return []
 
     def _tool_completed(self, event: ToolCompleted) -> list[Item]:
         message = to_langchain(event.message)
-        index = self.calls.pop(event.message.tool_call_id, 0)
-        self.results[index] = message
+        assert isinstance(message, ToolMessage)
+        tools = self._tools_step(event.step)
+        call_id = message.tool_call_id
+        tools.results[call_id] = message
+        tools.waiting.pop(call_id, None)
         if event.update:
-            self.updates[index] = event.update
+            tools.updates[call_id] = dict(event.update)
         out: list[Item] = []
         if "messages" in self.modes:
-            out.append(("messages", (message, tool_metadata(self.task_id, event.step, index))))
+            index = tools.index(call_id)
+            meta = tool_metadata(self.task_id, tools.superstep, index, self.thread_id)
+            out.append(("messages", (message, meta)))
         if "updates" in self.modes:
-            out.append(("updates", {"tools": {"messages": [message]}}))
-        if not self.calls:  # the step's results join: its updates too, in call order
-            self._join_updates()
-            out.extend(self._values())
+            shown = {k: v for k, v in (event.update or {}).items() if self.view.shown(k)}
+            out.append(("updates", {TOOLS_NODE: {"messages": [message], **shown}}))
+        if tools.complete:  # the step's results join: its updates too, in call order
+            self.state.extend(tools.in_order())
+            self.keys = self._step_keys(tools)
+            self.todos = None
+            self.tools = None
+            if "values" in self.modes:
+                out.append(("values", self._values()))
+        elif tools.waiting and tools.settled:
+            out.extend(self._settled(tools))
         return out
 
-    def _join_updates(self) -> None:
-        """The step's results join the state in call order, as LangGraph applies its
-        tasks' writes (they came as each call ended)."""
-        self.state.extend(message for _, message in sorted(self.results.items()))
-        self.results = {}
-        writes = [w for _, update in sorted(self.updates.items()) for w in update.items()]
-        self.updates = {}
-        # refused where the step joined: the task fails (its event follows)
-        with contextlib.suppress(Exception):
-            self.keys = self.view.channels.apply(self.keys, writes)
+    def _asked(self, event: ApprovalRequested) -> list[Item]:
+        """A node (or a tool call) asked a human: LangGraph's interrupt items. A tool
+        call's ends the run once the step's other calls ended or wait too."""
+        asked = (interrupt_of(event),)
+        out: list[Item] = []
+        if "updates" in self.modes:
+            out.append(("updates", {INTERRUPT: asked}))
+        if "values" in self.modes:
+            out.append(("values", {**self._values(), INTERRUPT: asked}))
+        if event.node != TOOLS_NODE and not event.per_call:
+            if event.node.endswith(AFTER_HOOKS):
+                self._model_step(event.step)  # the reply it asks about was shown
+            self.done = True
+            return out
+        tools = self._tools_step(event.step)
+        tools.waiting[event.call_id] = asked[0].id
+        if tools.settled:
+            out.extend(self._settled(tools))
+        return out
+
+    def _settled(self, tools: ToolsStep) -> list[Item]:
+        """The step's calls all ended or wait: the run stops, with the state the results
+        that came in make (LangGraph applies a superstep's writes at its interrupt)."""
+        self.done = True
+        if tools.results and "values" in self.modes:
+            return [("values", self._values(tools.in_order(), self._step_keys(tools)))]
+        return []
+
+    def _step_keys(self, tools: ToolsStep) -> dict[str, Any]:
+        """The state keys with the step's results in: their updates in call order (as
+        LangGraph applies its tasks' writes, though they came as each call ended), the
+        todo list accepted in the step."""
+        order = [*tools.sent, *(c for c in tools.updates if c not in tools.sent)]
+        writes = [w for c in order for w in tools.updates.get(c, {}).items()]
+        keys = self._joined(writes)
         if self.todos is not None:
-            self.keys["todos"], self.todos = self.todos, None
+            keys["todos"] = self.todos
+        return keys
+
+    def _joined(self, writes: list[tuple[str, Any]]) -> dict[str, Any]:
+        """The state keys with ``writes`` applied through the keys' reducers."""
+        if not writes:
+            return self.keys
+        # refused where the services joined them: the task fails (its event follows)
+        with contextlib.suppress(Exception):
+            return self.view.channels.apply(self.keys, writes)
+        return self.keys
+
+    def _values(
+        self, more: Sequence[BaseMessage] = (), keys: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The ``values`` of the state as it stands (with ``more`` messages, ``keys``)."""
+        keys = self.keys if keys is None else keys
+        shown = {k: v for k, v in keys.items() if self.view.shown(k)}
+        return {"messages": [*self.state, *more], **shown}
+
+
+def _shown(message: BaseMessage) -> BaseMessage:
+    """A message as a stream shows it: without the stand-in id it had for the merge."""
+    shown: BaseMessage = without_stand_in_ids([message])[0]
+    return shown
 
 
 def _after(batch: ChunkBatch, step: int) -> bool:
     """Custom items the after_model hooks of ``step`` wrote."""
     return batch.stage == "after_model" and batch.step == step
+
+
+# -- a reply a human is asked about ----------------------------------------------------
+
+
+async def with_asked_replies(
+    client: Client, task_id: str, events: list[tuple[str, AnyEvent]]
+) -> list[tuple[str, AnyEvent]]:
+    """The log's events, each ``ApprovalRequested`` of a hook on the model's reply
+    preceded by the reply it asks about (before the updates of the hooks that ran on it
+    first), as LangGraph's stream shows the model's update first: loopline logs the
+    reply once the human decided; until then it waits in the task's state."""
+    out: list[tuple[str, AnyEvent]] = []
+    for entry_id, event in events:
+        if isinstance(event, ApprovalRequested) and event.node.endswith(AFTER_HOOKS):
+            reply = await asked_reply(client, task_id, event.step)
+            if reply is not None:
+                at = len(out)
+                if at and _nodes_of(out[-1][1], event.step):
+                    at -= 1  # logged with the request: those hooks ran on the reply
+                out.insert(at, (out[at][0] if at < len(out) else entry_id, reply))
+        out.append((entry_id, event))
+    return out
+
+
+def _nodes_of(event: AnyEvent, step: int) -> bool:
+    return isinstance(event, NodesUpdated) and event.step == step
+
+
+async def asked_reply(client: Client, task_id: str, step: int) -> ModelResponded | None:
+    """The reply of ``step`` a human is (or was) asked about: waiting in the task's
+    state, or, once decided, in its log."""
+    raw: Any = await client.redis.hget(client.names.task_state(task_id), "pending")
+    if raw:
+        found = parse_event(raw)
+        if isinstance(found, ModelResponded) and found.step == step:
+            return found
+    async for _, event in client.events(task_id, follow=False):
+        if isinstance(event, ModelResponded) and event.step == step:
+            return event
+    return None
+
+
+# -- following a task --------------------------------------------------------------------
 
 
 async def stream_task(
@@ -321,15 +694,84 @@ async def stream_task(
     *,
     view: StateView | None = None,
     block_ms: int = 1000,
+    thread_id: str | None = None,
 ) -> AsyncIterator[Item]:
     """``(mode, data)`` items of a submitted task until it ends or waits for a human;
     ``view``: what ``values`` show besides the messages."""
-    translator = ModeTranslator(task_id, modes, inputs, view)
+    translator = ModeTranslator(task_id, modes, inputs, view, thread_id=thread_id)
     for item in translator.begin():
         yield item
+    async for item in _follow(client, translator, "0", "0", block_ms):
+        yield item
+
+
+@dataclass
+class Resumption:
+    """Where a resumed run's stream begins: the translator that went through the log
+    so far, and the last entries of the task's chunk stream and log before the answer."""
+
+    translator: ModeTranslator
+    chunks_after: str
+    log_after: str
+
+
+async def prepare_resume(
+    client: Client,
+    task_id: str,
+    modes: Sequence[str],
+    messages: list[BaseMessage],
+    answered: Collection[str],
+    *,
+    keys: dict[str, Any] | None = None,
+    view: StateView | None = None,
+    thread_id: str | None = None,
+) -> Resumption:
+    """Before the interrupts ``answered`` (ids) are answered: the log so far, read, and
+    the state the thread has (``messages``, LangGraph's checkpoint, and its state
+    ``keys``)."""
+    log_after = await client.last_entry(task_id)
+    chunks_after = await client.last_chunk(task_id)
+    translator = ModeTranslator(task_id, modes, [], view, thread_id=thread_id)
+    await prime(client, translator, task_id, log_after)
+    translator.resume_from(messages, answered, keys or {})
+    return Resumption(translator, chunks_after, log_after)
+
+
+async def prime(client: Client, translator: ModeTranslator, task_id: str, through: str) -> None:
+    """Give ``translator`` the task's log through entry ``through``."""
+    seen: list[tuple[str, AnyEvent]] = []
+    async for entry_id, event in client.events(task_id, follow=False):
+        seen.append((entry_id, event))
+        if entry_id == through:
+            break
+    seen = await with_asked_replies(client, task_id, seen)
+    translator.prime([event for _, event in seen])
+
+
+async def stream_resumed(
+    client: Client, task_id: str, resumption: Resumption, *, block_ms: int = 1000
+) -> AsyncIterator[Item]:
+    """The items of the run that goes on after a human answered (``prepare_resume``)."""
+    translator = resumption.translator
+    for item in translator.begin():
+        yield item
+    after = (resumption.chunks_after, resumption.log_after)
+    async for item in _follow(client, translator, *after, block_ms, task_id=task_id):
+        yield item
+
+
+async def _follow(
+    client: Client,
+    translator: ModeTranslator,
+    chunks_after: str,
+    log_after: str,
+    block_ms: int,
+    *,
+    task_id: str | None = None,
+) -> AsyncIterator[Item]:
+    task_id = task_id or translator.task_id
     watch = LostTaskWatch(client, task_id)  # a task Redis lost would never end
     await watch.begin()
-    chunks_after, log_after = "0", "0"
     while not translator.done:
         batches, events = await client.feed(task_id, chunks_after, log_after, block_ms)
         if batches:
@@ -341,5 +783,6 @@ async def stream_task(
             lost = await watch.lost()
             if lost is not None:
                 raise TaskFailedError(lost)
+        events = await with_asked_replies(client, task_id, events)
         for item in translator.take([b for _, b in batches], [e for _, e in events]):
             yield item

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.agent import AgentSpec
+from contracts.messages import Message
 from services import interrupts
 from services.interrupts import Answers
 from services.spec import schemas
@@ -226,19 +227,28 @@ async def run_state_hooks(
     messages: list[Any],
     extra: dict[str, Any],
     answers: Answers | None = None,
+    stored: Sequence[Message] | None = None,
 ) -> StateResult:
     """Run one kind of hook over all middleware: ``before_*`` in list order, ``after_*``
     in reverse (LangChain's order). Each sees the updates of the ones before it.
-    ``answers``: what the hooks' interrupts are answered with (see ``call_state_hook``)."""
+    ``answers``: what the hooks' interrupts are answered with (see ``call_state_hook``),
+    and where the nodes called are noted (``Answers.ran``); ``stored``: ``messages`` as
+    loopline's, position by position, when the caller has them (an update that returns
+    them unchanged is then noted by reference: ``shown``)."""
     chain = hooks.with_hook(hook)
     if hook.startswith("after"):
         chain = list(reversed(chain))
     state_messages = with_stand_in_ids(messages)
     state_extra = dict(extra)
     changed = False
+    given: dict[str, Message] = {}
+    if stored is not None and len(stored) == len(state_messages):
+        given = {str(m.id): s for m, s in zip(state_messages, stored, strict=True)}
     for _, instance in chain:
         state = {"messages": state_messages, **state_extra}
-        update = await _node_update(instance, hook, state, hooks.context, answers, hooks.mode)
+        update = await _node_update(
+            instance, hook, state, hooks.context, answers, hooks.mode, given
+        )
         if not update:
             continue
         jump = update.pop("jump_to", None)
@@ -262,10 +272,12 @@ async def _node_update(
     context: Any,
     answers: Answers | None,
     mode: str | None = None,
+    given: Mapping[str, Message] | None = None,
 ) -> dict[str, Any]:
     """A hook's update: called, or (resuming a step where it ran to its end before a
     later node waited) the update it gave then, as LangGraph keeps a finished node's
-    writes. A new update is recorded in ``answers.done`` when it can be kept as JSON."""
+    writes. A new update is recorded in ``answers.done`` when it can be kept as JSON,
+    and noted with the nodes that ran (``answers.ran``)."""
     node = node_name(instance, hook)
     if answers is not None and node in answers.done:
         return _replayed(answers.done[node])
@@ -274,7 +286,43 @@ async def _node_update(
         recorded = _recorded(update)
         if recorded is not None:
             answers.done[node] = recorded
+        answers.ran.append((node, shown(update, given or {})))
     return update
+
+
+def shown(update: dict[str, Any], given: Mapping[str, Message]) -> dict[str, Any] | None:
+    """A node's update as the task's log shows it (``contracts.events.NodeUpdate``):
+    JSON, None for no update; a message it returned unchanged from ``given`` (the state's
+    messages it was given, by id) only by reference, a ``RemoveMessage`` by its id."""
+    from langchain_core.messages import RemoveMessage
+    from langchain_core.messages.utils import convert_to_messages
+
+    from contracts.messages import from_langchain
+
+    if not update:
+        return None
+    out = dict(update)
+    if "messages" in out:
+        messages: list[Any] = []
+        for message in convert_to_messages(list(out["messages"])):
+            if isinstance(message, RemoveMessage):
+                messages.append({"type": "remove", "id": message.id})
+                continue
+            mine = from_langchain(message)
+            before = given.get(str(message.id)) if message.id else None
+            if before is not None and _same(mine, before):
+                messages.append({"type": "ref", "id": message.id})
+            else:
+                messages.append(mine.model_dump(mode="json"))
+        out["messages"] = messages
+    return dict(json.loads(json.dumps(out, default=str)))
+
+
+def _same(message: Message, stored: Message) -> bool:
+    """Whether a message a hook returned is the stored one (its stand-in id aside)."""
+    if (message.id or "").startswith(STAND_IN_ID):
+        message = message.model_copy(update={"id": stored.id})
+    return message == stored
 
 
 def _recorded(update: dict[str, Any]) -> dict[str, Any] | None:

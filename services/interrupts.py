@@ -83,6 +83,10 @@ class Answers:
     by_node: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     answered: str = ""
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ran: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+    """The nodes called in this run of the hooks (not those replayed from ``done``), in
+    order, each with its update as the task's log shows it (``services.hooks.shown``):
+    what the transition logs as ``NodesUpdated``."""
 
     def of(self, node: str) -> list[Any]:
         return list(self.by_node.get(node, ()))

@@ -53,6 +53,7 @@ __all__ = [
     "ServiceProcesses",
     "Terminal",
     "completed",
+    "embedded_agent",
     "events_on",
     "issue_calls",
     "loopline_up",
@@ -365,3 +366,26 @@ async def completed(
 ) -> Handled:
     """A tool's result, applied by the tools service with the call's join length."""
     return await run_entry(rt, "tools", done, lambda ev: loop.tool_completed(ev, join_len, at))
+
+
+def embedded_agent(redis_url: str, monkeypatch: Any, server: Any, **kwargs: Any) -> Any:
+    """loopline's agent with every service in this process (on the tests' Redis, not a
+    server of its own), its model the scripted ``server``, a thread's state kept as with
+    LangGraph's ``InMemorySaver``."""
+    from langchain_openai import ChatOpenAI
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    import loopline.embedded
+    from loopline import create_agent
+    from services.settings import Settings
+
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
+    agent = create_agent(
+        ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test"),
+        checkpointer=InMemorySaver(),
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+        **kwargs,
+    )
+    assert agent.embedded
+    return agent

@@ -257,6 +257,7 @@ async def test_an_interrupt_is_answered_with_command_resume(sdk: Any) -> None:
     last_values = [p.data for p in parts if p.event == "values"][-1]
     (asked,) = last_values["__interrupt__"]
     assert asked["value"]["action_requests"][0]["name"] == "add"
+    assert asked["response_schema"] is None  # streams write every field of it
     assert [p.data for p in parts if p.event == "updates"][-1] == {"__interrupt__": [asked]}
     assert parts[-1].event == "end"
     run_id = parts[0].data["run_id"]
@@ -265,8 +266,10 @@ async def test_an_interrupt_is_answered_with_command_resume(sdk: Any) -> None:
     assert thread["status"] == "interrupted"
     state = await sdk.threads.get_state(tid)
     assert state["next"] == ["HumanInTheLoopMiddleware.after_model"]
-    assert state["interrupts"] == [asked]
-    assert state["tasks"][0]["interrupts"] == [asked]
+    in_state = {"value": asked["value"], "id": asked["id"]}  # a null schema left out
+    assert state["interrupts"] == [in_state]
+    assert state["tasks"][0]["interrupts"] == [in_state]
+    assert list(thread["interrupts"].values()) == [[in_state]]
     assert [m["type"] for m in state["values"]["messages"]] == ["human", "ai"]
 
     done = await sdk.runs.wait(
@@ -300,6 +303,64 @@ async def test_a_resumed_run_streams_the_rest(sdk: Any) -> None:
     tokens = [p.data[0] for p in parts if p.event == "messages"]
     assert [t["content"] for t in tokens if t["type"] == "tool"] == ["5"]
     assert "".join(t["content"] for t in tokens if t["type"] == "AIMessageChunk") == "2 + 3 is 5."
+
+
+async def test_an_interrupt_streams_in_updates_and_a_rejection_streams_as_tool_messages(
+    sdk: Any,
+) -> None:
+    """``stream_mode="updates"`` ends with the interrupt, as LangGraph's server sends
+    it; the thread's state shows it while it waits; resumed with a rejection, the run
+    streams what LangGraph's does (checked against ``langgraph dev``): the rejection's
+    tool message from HumanInTheLoopMiddleware's node, its update, the next model call,
+    the node again (nothing to approve), the end."""
+    tid = (await sdk.threads.create())["thread_id"]
+    parts = await collect(
+        sdk.runs.stream(tid, "gated", input=hello("gated"), stream_mode="updates")
+    )
+    assert [p.event for p in parts] == ["metadata", "updates", "updates", "end"]
+    assert list(parts[1].data) == ["model"]
+    asked = parts[2].data["__interrupt__"]
+    assert [list(i) for i in asked] == [["value", "id", "response_schema"]]
+    state = await sdk.threads.get_state(tid)
+    assert [i["id"] for i in state["interrupts"]] == [asked[0]["id"]]
+    assert [t["interrupts"][0]["id"] for t in state["tasks"]] == [asked[0]["id"]]
+    assert state["tasks"][0]["name"] == "HumanInTheLoopMiddleware.after_model"
+
+    reject = {"decisions": [{"type": "reject", "message": "no adding today"}]}
+    resumed = await collect(
+        sdk.runs.stream(
+            tid, "gated", command={"resume": reject}, stream_mode=["updates", "messages-tuple"]
+        )
+    )
+    assert resumed[0].event == "metadata" and resumed[-1].event == "end"
+    frames = [(p.event, p.data) for p in resumed[1:-1]]
+    node = "HumanInTheLoopMiddleware.after_model"
+    assert [
+        (event, data[1]["langgraph_node"] if event == "messages" else next(iter(data)))
+        for event, data in frames
+        if event != "messages" or data[0]["type"] == "tool"
+    ] == [("messages", node), ("updates", node), ("updates", "model"), ("updates", node)]
+    (tool, meta), update = frames[0][1], frames[1][1][node]
+    assert tool["content"] == "User rejected the tool call for `add` with reason: no adding today"
+    assert (tool["tool_call_id"], tool["status"], meta["langgraph_step"]) == (
+        update["messages"][0]["tool_calls"][0]["id"],
+        "error",
+        2,
+    )
+    assert [m["type"] for m in update["messages"]] == ["ai", "tool"]
+    assert list(update) == ["messages"]  # the middleware's private key stays inside
+    tokens = [d[0]["content"] for e, d in frames if e == "messages" and d[0]["type"] != "tool"]
+    assert len(tokens) > 3 and "".join(tokens) == "2 + 3 is 5."
+    assert {d[1]["langgraph_step"] for e, d in frames if e == "messages"} == {2, 3}
+    assert frames[-1][1] == {node: None}
+    after = await sdk.threads.get_state(tid)
+    assert after["interrupts"] == [] and after["next"] == []
+    assert [m["type"] for m in after["values"]["messages"]] == ["human", "ai", "tool", "ai"]
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+    # the first run, joined now, still ends at its interrupt (the task went on after it)
+    first = parts[0].data["run_id"]
+    again = await collect(sdk.runs.join_stream(tid, first, stream_mode="updates"))
+    assert [(p.event, p.data) for p in again] == [(p.event, p.data) for p in parts]
 
 
 async def test_a_stream_resumes_after_a_disconnect_without_gap_or_duplicate(sdk: Any) -> None:
@@ -499,6 +560,6 @@ def test_the_javascript_sdk_runs_the_same_flow(gateway: GatewayProcess, node_sdk
     (asked,) = seen["interrupt"]
     assert asked["value"]["action_requests"][0]["args"] == {"a": 2, "b": 3}
     assert seen["waitingNext"] == ["HumanInTheLoopMiddleware.after_model"]
-    assert seen["waitingInterrupts"] == [asked]
+    assert seen["waitingInterrupts"] == [{"value": asked["value"], "id": asked["id"]}]
     assert seen["resumed"] == ["human", "ai", "tool", "ai"]
     assert seen["answer"] == "2 + 3 is 5." and seen["afterNext"] == []

@@ -22,12 +22,11 @@ from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, Interrupt
 
-import loopline.embedded
 from loopline import create_agent
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.settings import Settings
 from tests.interrupt_tooling import AskAround, AskBeforeModel, ConfirmModelCall, ask_human
-from tests.support import EMBEDDED_PREFIX, ServiceProcesses, unique_prefix
+from tests.support import EMBEDDED_PREFIX, ServiceProcesses, embedded_agent, unique_prefix
 
 SCRIPTS: dict[str, list[Reply]] = {
     "confirm first": [Reply(content="Confirmed.")],
@@ -178,23 +177,6 @@ def test_interrupts_in_a_hook_and_a_tool_match_langchain_embedded(
     thread = f"embedded-{uuid.uuid4().hex[:8]}"
     ll_seen = conversation(agent, thread, nullcontext)
     check_same(lc_seen, ll_seen, lc_server, ll_server)
-
-
-def embedded_agent(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch, server: ScriptedOpenAIServer, **kwargs: Any
-) -> Any:
-    """loopline's agent with every service in this process (on the tests' Redis, not a
-    server of its own)."""
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
-    agent = create_agent(
-        ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test"),  # type: ignore[arg-type]
-        checkpointer=InMemorySaver(),
-        settings=Settings(prefix=EMBEDDED_PREFIX),
-        **kwargs,
-    )
-    assert agent.embedded
-    return agent
 
 
 def test_an_interrupt_in_wrap_model_call_matches_langchain_embedded(

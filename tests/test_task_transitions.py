@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -15,6 +15,8 @@ import redis.asyncio as aioredis
 from contracts.events import (
     ApprovalRequested,
     ModelResponded,
+    NodesUpdated,
+    NodeUpdate,
     StepStarted,
     TaskCompleted,
     TaskFailed,
@@ -412,6 +414,55 @@ async def test_a_before_model_hook_waits_and_its_answer_applies_the_hooks(
     state = await store.apply(TASK, hooks())
     assert state.applied and state.phase == Phase.MODEL and state.hooks_step == 1
     assert (await store.waiting(TASK)).pending is None
+
+
+def nodes(step: int, *names: str) -> bytes:
+    ran = [NodeUpdate(node=name, update=None) for name in names]
+    return dump_event(NodesUpdated(task_id=TASK, step=step, nodes=ran))
+
+
+async def test_the_hook_nodes_that_ran_are_logged_with_their_transition(
+    store: TaskStore, rt: Runtime
+) -> None:
+    """Where stream modes read them (``NodesUpdated``): before_model hooks when they are
+    applied, after_model hooks after the reply they ran on and before the end, and the
+    nodes that ran before one that asks a human before its request; once each."""
+    await store.apply(TASK, start())
+    before = replace(hooks(), nodes_event=nodes(1, "Limit.before_model"))
+    assert (await store.apply(TASK, before)).applied
+    assert not (await store.apply(TASK, before)).applied
+    ai = ai_with_calls("c0")
+    pending = dump_event(ModelResponded(task_id=TASK, step=1, agent_id=AGENT, message=ai))
+    asked = ApprovalRequested(task_id=TASK, step=1, request="ok?", node="Gate.after_model")
+    ask = AskHuman(
+        step=1,
+        cause=Cause.approval(1),
+        pending=pending,
+        approval_event=dump_event(asked),
+        node="Gate.after_model",
+        interrupt_id="i0",
+        at="after",
+        resume={},
+        nodes_event=nodes(1, "Limit.after_model"),
+    )
+    assert (await store.apply(TASK, ask)).applied
+    answer = AIMessage(content="done", id="ai:1")
+    done = replace(reply(answer), nodes_event=nodes(1, "Gate.after_model"))
+    assert (await store.apply(TASK, done)).applied
+    assert not (await store.apply(TASK, done)).applied
+    assert (await seen(rt.redis, rt.names)).log == [
+        "TaskSubmitted",
+        "StepStarted",
+        "NodesUpdated",
+        "NodesUpdated",
+        "ApprovalRequested",
+        "ModelResponded",
+        "NodesUpdated",
+        "TaskCompleted",
+    ]
+    logged = [e for e in await events_on(rt.redis, rt.names.task_log(TASK))]
+    ran = [[n.node for n in e.nodes] for e in logged if isinstance(e, NodesUpdated)]
+    assert ran == [["Limit.before_model"], ["Limit.after_model"], ["Gate.after_model"]]
 
 
 def interrupted(call_id: str) -> ToolInterrupted:

@@ -15,23 +15,23 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from langchain_core.messages import BaseMessage
 
 from contracts.chunks import ChunkBatch
-from contracts.events import (
-    AnyEvent,
-    ApprovalRequested,
-    ModelResponded,
-    TaskFailed,
-    parse_event,
-)
+from contracts.events import AnyEvent, TaskFailed
 from contracts.messages import to_langchain
 from loopline.api.records import RunRecord
 from loopline.api.tenant import Tenant
 from loopline.client import LostTaskWatch
-from loopline.stream_modes import Item, ModeTranslator
+from loopline.stream_modes import (
+    Item,
+    ModeTranslator,
+    StateView,
+    prime,
+    state_view,
+    with_asked_replies,
+)
 
 Position = tuple[int, int, int]
 """(entry milliseconds, entry sequence, index of the item within the entry)."""
@@ -89,17 +89,12 @@ Positioned = tuple[str, Position, Item | Failed]
 
 
 class PositionedTranslator(ModeTranslator):
-    """``ModeTranslator`` whose items say where they come from, and whose interrupts
-    are LangGraph's (``__interrupt__`` with ``value`` and ``id``, in ``updates`` and in
-    ``values``)."""
+    """``ModeTranslator`` whose items say where they come from."""
 
-    def __init__(self, task_id: str, modes: Sequence[str], *, resume: bool = False) -> None:
-        super().__init__(task_id, modes, [])
+    def __init__(self, task_id: str, modes: Sequence[str], view: StateView | None = None) -> None:
+        super().__init__(task_id, modes, [], view)
         self._entry_of: dict[int, str] = {}
         self._places: list[Position] = []  # of released chunk-stream items, in order
-        self._resume = resume
-        """A resume begins with the reply the human was asked about in its state; the
-        log shows that reply (as decided) once more: it replaces the one there."""
 
     def take_positioned(
         self, batches: list[tuple[str, ChunkBatch]], events: list[tuple[str, AnyEvent]]
@@ -111,6 +106,8 @@ class PositionedTranslator(ModeTranslator):
         out: list[Positioned] = []
         made: dict[str, int] = {}  # items made per entry (one entry may bring two events)
         for entry_id, event in events:
+            if self.done:  # what follows in the log is a later run's (a resume's)
+                return out
             out.extend(self._placed_chunks(self._release_before(event)))
             first = made.get(entry_id, 0)
             if isinstance(event, TaskFailed):  # the translator would raise its exception
@@ -123,7 +120,8 @@ class PositionedTranslator(ModeTranslator):
                 ("log", entry_position(entry_id, first + k), item) for k, item in enumerate(items)
             )
             out.extend(self._placed_chunks(self._release_after(event)))
-        out.extend(self._placed_chunks(self._release(self._due)))
+        if not self.done:
+            out.extend(self._placed_chunks(self._release(self._due)))
         return out
 
     def _batch_items(self, batch: ChunkBatch) -> list[Item]:
@@ -136,25 +134,6 @@ class PositionedTranslator(ModeTranslator):
         """Released chunk-stream items with the positions ``_batch_items`` noted."""
         places, self._places = self._places[: len(items)], self._places[len(items) :]
         return [("chunks", p, item) for p, item in zip(places, items, strict=True)]
-
-    def _event(self, event: AnyEvent) -> list[Item]:
-        if isinstance(event, ModelResponded) and self._resume:
-            self._resume = False
-            if self.state and self.state[-1].type == "ai":
-                self.state.pop()
-            self.streamed.add(event.step)  # its tokens streamed before the interrupt
-        if not isinstance(event, ApprovalRequested):
-            return super()._event(event)
-        self.done = True  # LangGraph's run ends at an interrupt
-        asked = [
-            {"value": event.request, "id": event.interrupt_id or f"{self.task_id}:{event.step}"}
-        ]
-        out: list[Item] = []
-        if "updates" in self.modes:
-            out.append(("updates", {"__interrupt__": asked}))
-        if "values" in self.modes:
-            out.append(("values", {"messages": list(self.state), "__interrupt__": asked}))
-        return out
 
 
 async def base_messages(tenant: Tenant, record: RunRecord) -> list[BaseMessage]:
@@ -171,20 +150,37 @@ async def base_messages(tenant: Tenant, record: RunRecord) -> list[BaseMessage]:
     return [to_langchain(m) for m in messages[:cut]]
 
 
+async def run_view(tenant: Tenant, task_id: str) -> StateView:
+    """What a run's ``values`` and ``updates`` show besides the messages: its agent's
+    output schema keys, as LangGraph's server shows them, folded by their reducers
+    (``loopline.stream_modes.state_view``; every key when the agent's middleware cannot
+    be loaded here)."""
+    spec = await tenant.spec_of_task(task_id)
+    if spec is None:
+        return StateView()
+    try:
+        return state_view(spec, {}, output_only=True)
+    except Exception:  # middleware this process cannot import
+        return StateView()
+
+
 async def run_items(
     tenant: Tenant, record: RunRecord, modes: Sequence[str], *, block_ms: int = 1000
 ) -> AsyncIterator[Positioned]:
     """Every item of the run from its start, positioned, until it ends, fails or stops
-    at an interrupt."""
-    translator = PositionedTranslator(record.task_id, modes, resume=record.is_resume)
-    watch = LostTaskWatch(tenant.client, record.task_id)
+    at an interrupt. A resume goes on from the task's log before it (``prime``)."""
+    view = await run_view(tenant, record.task_id)
+    translator = PositionedTranslator(record.task_id, modes, view)
+    client = tenant.client
+    if record.is_resume:  # it goes on from where the run before it stopped
+        await prime(client, translator, record.task_id, record.log_after)
+        translator.resume_from(await base_messages(tenant, record), record.answered, {})
+    watch = LostTaskWatch(client, record.task_id)
     await watch.begin()
     chunks_after, log_after = record.chunks_after, record.log_after
     started = False
     while not translator.done:
-        batches, events = await tenant.client.feed(
-            record.task_id, chunks_after, log_after, block_ms
-        )
+        batches, events = await client.feed(record.task_id, chunks_after, log_after, block_ms)
         if batches:
             chunks_after = batches[-1][0]
         if events:
@@ -196,42 +192,13 @@ async def run_items(
             return
         if not started and (events or record.is_resume):
             started = True
-            translator.state = await base_messages(tenant, record)
+            if not record.is_resume:
+                translator.state = await base_messages(tenant, record)
             for k, item in enumerate(translator.begin()):
                 yield "log", entry_position(record.log_after, k), item
-        events = await _with_asked_replies(tenant, record.task_id, events)
+        events = await with_asked_replies(client, record.task_id, events)
         for positioned in translator.take_positioned(batches, events):
             yield positioned
-
-
-async def _with_asked_replies(
-    tenant: Tenant, task_id: str, events: list[tuple[str, AnyEvent]]
-) -> list[tuple[str, AnyEvent]]:
-    """Each ``ApprovalRequested`` preceded by the reply it asks about, as LangGraph's
-    stream shows the model's update before the interrupt (loopline logs the reply once
-    the human decided: until then it waits in the task's state)."""
-    out: list[tuple[str, AnyEvent]] = []
-    for entry_id, event in events:
-        if isinstance(event, ApprovalRequested):
-            reply = await asked_reply(tenant, task_id, event.step)
-            if reply is not None:
-                out.append((entry_id, reply))
-        out.append((entry_id, event))
-    return out
-
-
-async def asked_reply(tenant: Tenant, task_id: str, step: int) -> ModelResponded | None:
-    """The reply of ``step`` a human is (or was) asked about: waiting in the task's
-    state, or, once decided, in its log."""
-    raw: Any = await tenant.redis.hget(tenant.names.task_state(task_id), "pending")
-    if raw:
-        found = parse_event(raw)
-        if isinstance(found, ModelResponded) and found.step == step:
-            return found
-    async for _, event in tenant.client.events(task_id, follow=False):
-        if isinstance(event, ModelResponded) and event.step == step:
-            return event
-    return None
 
 
 __all__ = ["Cursor", "Failed", "run_items"]

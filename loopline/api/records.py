@@ -51,6 +51,8 @@ class RunRecord:
     """Messages of the state this run begins from (a resume); -1: the thread's messages
     through this run's inputs, known once the task starts."""
     input_ids: list[str] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)
+    """The interrupts (ids) a resume answered."""
     ended: str = ""
     """The status of a run that stopped at an interrupt which a later run answered: the
     task goes on, this run does not."""
@@ -60,7 +62,7 @@ class RunRecord:
         return self.base_len >= 0
 
 
-_JSON_FIELDS = {"stream_mode", "metadata", "kwargs", "input_ids"}
+_JSON_FIELDS = {"stream_mode", "metadata", "kwargs", "input_ids", "answered"}
 
 
 class Records:
@@ -125,7 +127,8 @@ class Records:
             return None
         fields: dict[str, Any] = {_text(k): _text(v) for k, v in found.items()}
         for name in _JSON_FIELDS:
-            fields[name] = json.loads(fields[name])
+            if name in fields:  # a record of an older gateway may lack a newer field
+                fields[name] = json.loads(fields[name])
         fields["created_at"] = float(fields["created_at"])
         fields["base_len"] = int(fields["base_len"])
         return RunRecord(**fields)

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.events import MULTITASK_STRATEGIES, ApprovalRequested, TaskCompleted, TaskFailed
-from contracts.messages import Message, to_langchain
+from contracts.messages import to_langchain, with_input_ids
 from loopline.api.records import RunRecord, ThreadRecord
 from loopline.api.tenant import NotFound, Tenant
-from loopline.api.wire import BadRequest, input_messages, interrupt_json, jsonable
+from loopline.api.wire import BadRequest, input_messages, jsonable
 from loopline.conversation import (
     RunConfig,
     answers_of,
@@ -142,7 +142,8 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
     if request.input is None:
         raise BadRequest("a run needs input (or command.resume)")
     run_id = uuid.uuid4().hex
-    messages = _with_ids(run_id, input_messages(request.input))
+    # with the loop's ids, so a run's stream knows where its inputs end in the thread
+    messages = with_input_ids(run_id, input_messages(request.input))
     busy_matters = thread_id is not None and request.multitask_strategy == "reject"
     if busy_matters and await thread_busy(tenant, str(thread_id)):
         raise Busy(Busy.DETAIL)
@@ -181,15 +182,6 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
     return record
 
 
-def _with_ids(run_id: str, messages: list[Message]) -> list[Message]:
-    """Input messages with ids (the loop's own scheme), so a run's stream knows where
-    its inputs end in the thread's transcript."""
-    return [
-        m if m.id else m.model_copy(update={"id": f"{run_id}:in:{i}"})
-        for i, m in enumerate(messages)
-    ]
-
-
 async def _thread_for_run(tenant: Tenant, thread_id: str, request: RunRequest) -> None:
     if await thread_exists(tenant, thread_id):
         await tenant.records.touch_thread(thread_id)
@@ -226,6 +218,7 @@ async def _resume(tenant: Tenant, thread_id: str, request: RunRequest) -> RunRec
         log_after=log_after,
         chunks_after=chunks[0][0].decode() if chunks else "0",
         base_len=len(state.messages),
+        answered=list(answers),
     )
     await _end_answered_runs(tenant, thread_id, task_id)
     await tenant.records.save_run(record)
@@ -326,9 +319,7 @@ async def final_values(
     values = await state_values(tenant, state)
     if isinstance(outcome, ApprovalRequested):
         waits = await waiting_interrupts(tenant.client, state)
-        values["__interrupt__"] = [
-            interrupt_json(w.interrupt.value, str(w.interrupt.id)) for w in waits
-        ]
+        values["__interrupt__"] = jsonable([w.interrupt for w in waits])  # as in streams
     return values
 
 

@@ -76,7 +76,9 @@ async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
         "values": values,
         "error": None,
         "interrupts": (
-            {f"{state.run_id}:{state.step}": jsonable(interrupts)} if state and interrupts else {}
+            {f"{state.run_id}:{state.step}": [interrupt_json(i) for i in interrupts]}
+            if state and interrupts
+            else {}
         ),
     }
 
@@ -116,7 +118,7 @@ async def state_json(
                 "name": task.name,
                 "path": list(task.path),
                 "error": None,
-                "interrupts": [interrupt_json(i.value, str(i.id)) for i in task.interrupts],
+                "interrupts": [interrupt_json(i) for i in task.interrupts],
                 "checkpoint": None,
                 "state": None,
                 "result": None,
@@ -127,7 +129,7 @@ async def state_json(
         "created_at": snap.created_at,
         "checkpoint": checkpoint,
         "parent_checkpoint": parent,
-        "interrupts": [interrupt_json(i.value, str(i.id)) for i in snap.interrupts],
+        "interrupts": [interrupt_json(i) for i in snap.interrupts],
         "checkpoint_id": checkpoint.get("checkpoint_id"),
         "parent_checkpoint_id": parent.get("checkpoint_id") if parent else None,
     }

@@ -1,6 +1,7 @@
 """JSON as LangGraph's server writes it: messages as LangChain's ``model_dump()``
 (``type``, ``content``, ``id``, ``tool_calls``, ...), times in ISO 8601 with the zone,
-interrupts as ``{"value", "id"}``; and the run input a client sends, as loopline messages.
+interrupts as ``{"value", "id", "response_schema"}`` (in a thread's state without a null
+schema); and the run input a client sends, as loopline messages.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ def _default(value: Any) -> Any:
     if isinstance(value, set | frozenset | tuple):
         return list(value)
     if hasattr(value, "value") and hasattr(value, "id"):  # langgraph.types.Interrupt
-        return {"value": value.value, "id": value.id}
+        # in streams and run outputs LangGraph's server writes every field
+        schema = getattr(value, "response_schema", None)
+        return {"value": value.value, "id": value.id, "response_schema": schema}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
@@ -48,8 +51,13 @@ def message_json(message: Message) -> dict[str, Any]:
     return dict(to_langchain(message).model_dump())
 
 
-def interrupt_json(value: Any, interrupt_id: str) -> dict[str, Any]:
-    return {"value": value, "id": interrupt_id}
+def interrupt_json(interrupt: Any) -> dict[str, Any]:
+    """An interrupt in a thread's state: its value and id, and its ``response_schema``
+    when it has one (LangGraph's server leaves a null one out there)."""
+    out = {"value": interrupt.value, "id": str(interrupt.id)}
+    if interrupt.response_schema is not None:
+        out["response_schema"] = interrupt.response_schema
+    return out
 
 
 def input_messages(payload: Any) -> list[Message]:

@@ -50,7 +50,9 @@ async def start_step(
     original = [to_langchain(m) for m in transcript]
     messages, state, jump, changed = original, dict(extra), None, False
     if step == 1 and hooks.with_hook("before_agent"):
-        result = await run_state_hooks(hooks, "before_agent", messages, state, answers)
+        result = await run_state_hooks(
+            hooks, "before_agent", messages, state, answers, stored=transcript
+        )
         messages, state, jump, changed = (
             result.messages,
             result.extra,
@@ -58,7 +60,10 @@ async def start_step(
             result.changed,
         )
     if jump not in ("end", "model", "tools") and hooks.with_hook("before_model"):
-        result = await run_state_hooks(hooks, "before_model", messages, state, answers)
+        stored = None if changed else transcript
+        result = await run_state_hooks(
+            hooks, "before_model", messages, state, answers, stored=stored
+        )
         messages, state, jump = result.messages, result.extra, result.jump_to
         changed = changed or result.changed
     end = jump == "end"
@@ -83,6 +88,8 @@ class ModelTurn:
     end: bool = False
     end_after_tools: bool = False
     """The task ends once the reply's calls ran (a structured response was given)."""
+    ran: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+    """The hook nodes that ran on the reply, with their updates (``Answers.ran``)."""
 
 
 async def model_turn(
@@ -97,7 +104,9 @@ async def model_turn(
     for their interrupts (``services.interrupts``)."""
     base = [to_langchain(m) for m in transcript]
     with_ai = [*base, to_langchain(ai)]
-    result = await run_state_hooks(hooks, "after_model", with_ai, extra, answers)
+    result = await run_state_hooks(
+        hooks, "after_model", with_ai, extra, answers, stored=[*transcript, ai]
+    )
     messages, state = result.messages, result.extra
     end = result.jump_to == "end"
     new_ai = ai

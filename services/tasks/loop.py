@@ -31,6 +31,8 @@ from contracts.events import (
     ModelRequested,
     ModelResponded,
     ModelResumed,
+    NodesUpdated,
+    NodeUpdate,
     RunDequeued,
     StepStarted,
     StructuredOutcome,
@@ -43,7 +45,7 @@ from contracts.events import (
     dump_event,
     parse_event,
 )
-from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message
+from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message, with_input_ids
 from services import deployed
 from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
@@ -141,10 +143,7 @@ class Loop:
         # Messages get ids as LangGraph gives them, so middleware can replace them by id;
         # derived from the task id, so a redelivery stores the same ones.
         # Malformed tool calls answered as LangChain's model node answers them.
-        inputs = [
-            m if m.id else m.model_copy(update={"id": f"{event.task_id}:in:{i}"})
-            for i, m in enumerate(invalid_calls.answered(event.messages))
-        ]
+        inputs = with_input_ids(event.task_id, invalid_calls.answered(event.messages))
         agent_id = await rt.save_agent(spec)
         submitted_event = dump_event(event)
         step_event = dump_event(StepStarted(task_id=event.task_id, step=1))
@@ -659,6 +658,7 @@ class Loop:
                 extra=json.dumps(turn.extra) if turn.extra is not None else "",
                 issued=digests,
                 end_after=completed if turn.end_after_tools else b"",
+                nodes_event=_nodes_event(tid, event.step, turn.ran),
             ),
             fusion,
         )
@@ -694,10 +694,16 @@ class Loop:
         pending = [c for c in turn.ai.tool_calls if c.id not in decided]
         if outcome.given and not pending:
             after = [*answers.values(), *turn.after_ai]
-            return ModelTurn(turn.ai, after, {}, extra, end=True)
+            return ModelTurn(turn.ai, after, {}, extra, end=True, ran=turn.ran)
         # LangChain runs the reply's other calls, then ends on the structured answer
         return ModelTurn(
-            turn.ai, turn.after_ai, decided, extra, turn.end, end_after_tools=outcome.given
+            turn.ai,
+            turn.after_ai,
+            decided,
+            extra,
+            turn.end,
+            end_after_tools=outcome.given,
+            ran=turn.ran,
         )
 
     # -- hooks of the loop stage -------------------------------------------------------
@@ -752,6 +758,7 @@ class Loop:
             await self._fail_with(tid, exc)
             return None
         hooked.decided = {**turn.decided, **hooked.decided}
+        hooked.ran = list(answers.ran)
         return hooked
 
     async def _wait(
@@ -771,6 +778,7 @@ class Loop:
             request=asked.asked.value,
             interrupt_id=asked.asked.interrupt_id,
             node=asked.node,
+            response_schema=asked.asked.response_schema,
         )
         # Fused: once the task's log says it waits, nothing of this entry is pending.
         outputs: list[tuple[str, Event]] = [(self.names.approvals, request)]
@@ -788,6 +796,7 @@ class Loop:
                 resume={node: list(values) for node, values in answers.by_node.items()},
                 answered=answers.answered,
                 done=answers.done or None,
+                nodes_event=_nodes_event(task_id, step, answers.ran),
             ),
             fusion,
         )
@@ -845,6 +854,7 @@ class Loop:
                 extra=json.dumps(outcome.extra) if outcome.extra is not None else "",
                 end_now=outcome.end,
                 completed_event=dump_event(completed),
+                nodes_event=_nodes_event(task_id, state.step, answers.ran),
             ),
         )
 
@@ -954,6 +964,15 @@ def _started_state(hooks: HookSet, carried: str, event: TaskSubmitted) -> str:
     of the thread's (``carried``, JSON) and the input's."""
     state = hooks.start_state(json.loads(carried) if carried else {}, event.state)
     return json.dumps(state) if state else ""
+
+
+def _nodes_event(task_id: str, step: int, ran: list[tuple[str, dict[str, Any] | None]]) -> bytes:
+    """The ``NodesUpdated`` a transition logs for the hook nodes that ran, or b"" for
+    none."""
+    if not ran:
+        return b""
+    nodes = [NodeUpdate(node=node, update=update) for node, update in ran]
+    return dump_event(NodesUpdated(task_id=task_id, step=step, nodes=nodes))
 
 
 def _update_pairs(update: dict[str, Any] | None) -> str:

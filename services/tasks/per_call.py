@@ -47,6 +47,7 @@ class PerCallApprovals:
             request=event.request,
             interrupt_id=tool_interrupt_id(call_id, event.answered),
             node="tools",
+            response_schema=event.response_schema,
         )
         refused = decision_key(event.decision) if event.error else ""
         data = dump_event(event)

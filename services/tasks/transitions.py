@@ -133,6 +133,9 @@ class RecordReply(Args):
     """A TaskFailed (JSON) to end the task with right after the reply joins the
     transcript: the step limit (``services.tasks.recursion``) leaves no room for what
     the reply asks (its tools, or completing); empty for none."""
+    nodes_event: bytes = b""
+    """The ``NodesUpdated`` of the hooks that ran on the reply (logged after it), or
+    empty."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +174,8 @@ class ApplyHooks(Args):
     extra: str
     end_now: bool
     completed_event: bytes
+    nodes_event: bytes = b""
+    """The ``NodesUpdated`` of the hooks that ran (logged first), or empty."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +201,9 @@ class AskHuman(Args):
     """The interrupt id this resume answered ("" when the node asks for the first time)."""
     done: dict[str, dict[str, Any]] | None = None
     """The updates of the step's nodes that ran to their end before the waiting one."""
+    nodes_event: bytes = b""
+    """The ``NodesUpdated`` of the nodes this run called before the one that asks (logged
+    before the request), or empty."""
 
 
 @dataclass(frozen=True, slots=True)

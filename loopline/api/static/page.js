@@ -390,9 +390,9 @@ async function follow(response, threadId) {
   if ($("status").dataset.status === "running") setStatus("done");
 }
 
-// The results of calls a human rejected or answered (HumanInTheLoopMiddleware writes
-// them with the reply, not as tool runs: the stream shows no tool message for them)
-// from the thread's state.
+// The results of calls from the thread's state: for a page that opened after the stream
+// showed them (a rejected or answered call's tool message comes in the update of
+// HumanInTheLoopMiddleware's node, with the reply).
 async function fillResults(threadId) {
   if (!document.querySelector(".call .result.pending")) return;
   try {

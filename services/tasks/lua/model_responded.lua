@@ -1,8 +1,9 @@
--- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra issued end_after limit_event
+-- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra issued end_after limit_event nodes_event
 -- The model answered step `step` (model phase, or approval when a human decided): the
 -- reply joins the transcript; without calls to wait for the task completes, else it
 -- moves to the tools phase (results decided by after_model hooks are in already, and
--- when they are all the results, the next step starts).
+-- when they are all the results, the next step starts). The after_model (and after_agent)
+-- hooks that ran on the reply are logged after it (`nodes_event`, when there were any).
 local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'wait_at')
 if s[1] ~= 'running' or s[2] ~= arg.step then return snapshot(0) end
 -- waiting: only for the answer to an after_model hook's interrupt (before the model
@@ -14,6 +15,7 @@ redis.call('RPUSH', KEYS[2], arg.ai_message)
 for _, msg in ipairs(cjson.decode(arg.after_ai)) do redis.call('RPUSH', KEYS[2], msg) end
 if arg.extra ~= '' then redis.call('HSET', KEYS[1], 'extra', arg.extra) end
 log(arg.responded_event)
+if arg.nodes_event ~= '' then log(arg.nodes_event) end
 -- the step limit leaves no room for what the reply asks: the task fails with it
 if arg.limit_event ~= '' then
   redis.call('HSET', KEYS[1], 'cause', arg.cause)
