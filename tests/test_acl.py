@@ -480,7 +480,9 @@ async def test_the_http_gateway_serves_its_tenant_under_the_api_user(
             ask = {"messages": [{"role": "user", "content": "through the gateway"}]}
             parts = [p async for p in sdk.runs.stream(tid, "gated", input=ask)]
             (asked,) = parts[-2].data["__interrupt__"]
-            assert (await sdk.threads.get_state(tid))["interrupts"] == [asked]
+            # the thread's state leaves a null response_schema out, as LangGraph's server
+            in_state = {k: v for k, v in asked.items() if v is not None}
+            assert (await sdk.threads.get_state(tid))["interrupts"] == [in_state]
             approve = {"resume": {"decisions": [{"type": "approve"}]}}
             done = await sdk.runs.wait(tid, "gated", command=approve)
             assert done["messages"][-1]["content"] == "gateway done"
