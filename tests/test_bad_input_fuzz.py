@@ -103,7 +103,11 @@ VALID: dict[str, dict[str, Any]] = {
         "message": {"type": "tool", "content": "x", "tool_call_id": "c"},
     },
 }
-REQUIRED = {name: [k for k in body if k not in ("type",)] for name, body in VALID.items()}
+OPTIONAL = {"TaskSubmitted": ("task_id",)}  # a submission without one gets a new id
+REQUIRED = {
+    name: [k for k in body if k != "type" and k not in OPTIONAL.get(name, ())]
+    for name, body in VALID.items()
+}
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: (
@@ -126,10 +130,11 @@ def broken_event(draw: st.DrawFn) -> bytes:
     elif how == "unknown_type":
         body["type"] = draw(st.text(min_size=1, max_size=12).filter(lambda t: t not in VALID))
     else:
-        # well-formed, but naming a task/agent nobody knows (or an empty task)
+        # well-formed, but naming a task/agent nobody knows (a submission: an agent
+        # nobody deployed; an empty message list is a valid input, as in LangChain)
         body["task_id"] = f"ghost-{draw(st.uuids())}"
         if name == "TaskSubmitted":
-            body["messages"] = []
+            body["agent"] = f"nobody-deployed-{draw(st.uuids())}"
     return json.dumps(body).encode()
 
 
