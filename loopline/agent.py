@@ -582,11 +582,7 @@ class Agent:
         thread_id = self._thread_id(config)
         self._start_services()
         async with self.client() as client:
-            state = await client.threads().current(thread_id)
-            waits = await waiting_interrupts(client, state)
-            if not waits:
-                raise ValueError(f"thread {thread_id} has no interrupt waiting for a resume")
-            answers = answers_of(command.resume, [str(w.interrupt.id) for w in waits])
+            state, answers = await _waiting_answers(client, thread_id, command)
             task_id = state.run_id
             if "messages" in modes or "custom" in modes:
                 await client.stream_replies(task_id, self.settings.stream_ttl_s)
@@ -737,11 +733,7 @@ class Agent:
         """``Command(resume=...)``: answer the thread's waiting interrupt(s)."""
         thread_id = self._thread_id(config)
         async with self.client() as client:
-            state = await client.threads().current(thread_id)
-            waits = await waiting_interrupts(client, state)
-        if not waits:
-            raise ValueError(f"thread {thread_id} has no interrupt waiting for a resume")
-        answers = answers_of(command.resume, [str(w.interrupt.id) for w in waits])
+            state, answers = await _waiting_answers(client, thread_id, command)
         result = await self.aanswer(state.run_id, answers)
         return await self._thread_result(result, config)
 
@@ -853,3 +845,13 @@ async def subscribe(
 
 
 __all__ = ["Agent", "TaskFailed", "TaskFailedError", "create_agent", "subscribe"]
+
+
+async def _waiting_answers(client: Client, thread_id: str, command: Any) -> tuple[Any, Any]:
+    """The thread's state and ``command.resume`` as answers to its waiting interrupt(s);
+    a thread with none waiting is refused."""
+    state = await client.threads().current(thread_id)
+    waits = await waiting_interrupts(client, state)
+    if not waits:
+        raise ValueError(f"thread {thread_id} has no interrupt waiting for a resume")
+    return state, answers_of(command.resume, [str(w.interrupt.id) for w in waits])

@@ -35,7 +35,7 @@ from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolC
 from services.settings import Settings
 from tests import tooling
 from tests.interrupt_tooling import AskAround, AskBeforeModel, ConfirmModelCall, ask_human
-from tests.support import ServiceProcesses, embedded_agent, services_on, twin_servers
+from tests.support import ServiceProcesses, embedded_agent, services_on
 
 MODES = ["updates", "messages", "values"]
 INTERRUPT = "__interrupt__"
@@ -43,27 +43,21 @@ SLOW = 0.4
 """The ungated call of a step takes this long: it ends after the gated one asked (per
 call) or ran (approved), in the same order on both sides."""
 
+ADD_AND_WAIT = [
+    Reply(
+        content="Let me add.",
+        tool_calls=(
+            ScriptedToolCall("add", {"a": 1, "b": 2}),
+            ScriptedToolCall("hang", {"seconds": SLOW}),
+        ),
+    ),
+    Reply(content="Done with the numbers."),
+]
+"""A gated call and an ungated slow one, then the answer (both approval modes)."""
+
 SCRIPTS: dict[str, list[Reply]] = {
-    "batched": [
-        Reply(
-            content="Let me add.",
-            tool_calls=(
-                ScriptedToolCall("add", {"a": 1, "b": 2}),
-                ScriptedToolCall("hang", {"seconds": SLOW}),
-            ),
-        ),
-        Reply(content="Done with the numbers."),
-    ],
-    "per call": [
-        Reply(
-            content="Let me add.",
-            tool_calls=(
-                ScriptedToolCall("add", {"a": 1, "b": 2}),
-                ScriptedToolCall("hang", {"seconds": SLOW}),
-            ),
-        ),
-        Reply(content="Done with the numbers."),
-    ],
+    "batched": ADD_AND_WAIT,
+    "per call": ADD_AND_WAIT,
     "plan a trip": [
         Reply(
             tool_calls=(
@@ -82,12 +76,6 @@ DECISIONS: dict[str, dict[str, Any]] = {
     "edit": {"type": "edit", "edited_action": {"name": "add", "args": {"a": 10, "b": 20}}},
     "approve": {"type": "approve"},
 }
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    with twin_servers(SCRIPTS) as pair:
-        yield pair
 
 
 # -- what both sides must agree on -----------------------------------------------------

@@ -639,6 +639,7 @@ class Loop:
         ends = not expected or turn.end_after_tools
         completed = self._completed(event, turn) if ends else b""
         advances = bool(expected) and len(turn.decided) >= len(expected)
+        limit_failed = self._limit_failed(spec, tid, event.step) if advances or over else b""
         return await self.store.apply(
             tid,
             RecordReply(
@@ -652,8 +653,8 @@ class Loop:
                 step_event=(
                     dump_event(StepStarted(task_id=tid, step=event.step + 1)) if advances else b""
                 ),
-                failed_event=self._limit_failed(spec, tid, event.step) if advances else b"",
-                limit_event=self._limit_failed(spec, tid, event.step) if over else b"",
+                failed_event=limit_failed if advances else b"",
+                limit_event=limit_failed if over else b"",
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
                 extra=json.dumps(turn.extra) if turn.extra is not None else "",
                 issued=digests,
