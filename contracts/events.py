@@ -191,6 +191,10 @@ class ModelRequested(Event):
     """The transcript's last message (``transcript_len - 1``) when it is the step's only
     tool result and small: a model service whose cached transcript lacks only that
     message takes it from here instead of reading it from Redis."""
+    transcript: list[Message] | None = None
+    """The whole transcript (``transcript_len`` messages) when the step is a new task's
+    first and its input is small: the model service takes it from here instead of reading
+    it from Redis."""
 
 
 class StructuredOutcome(BaseModel):

@@ -92,6 +92,13 @@ class Names:
         return f"{self.prefix}:stream-requested"
 
     @property
+    def registry_removals(self) -> str:
+        """Pub/sub channel: ``NAME`` or ``NAME@VERSION`` of the deployed agents removed
+        from ``deployed``, published by the removal. Loop services listen (they keep the
+        registrations they read)."""
+        return f"{self.prefix}:registry-removals"
+
+    @property
     def dlq(self) -> str:
         """DeadLettered: events no consumer could handle, with the reason."""
         return f"{self.prefix}:dlq"

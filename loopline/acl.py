@@ -145,6 +145,8 @@ def roles(prefix: str) -> dict[str, Role]:
             keys=(f"{prefix}:*",),
             categories=("+@all", "-@dangerous", "-@admin"),
             commands=("info", "scan"),
+            # removing an agent announces it to the loop services (services.deployed)
+            channels=(names.registry_removals,),
         )
     }
     for service in SERVICES:
@@ -166,8 +168,10 @@ def roles(prefix: str) -> dict[str, Role]:
             reads.append(names.stream_requested)
             channels = (names.stream_requests,)
             commands += PUBSUB
-        if service == "loop":  # it looks up the deployed agent a task names
-            reads.append(names.deployed)
+        if service == "loop":  # it looks up the deployed agent a task names, and keeps it
+            reads.append(names.deployed)  # until a removal is announced
+            channels = (names.registry_removals,)
+            commands += PUBSUB
         found[service] = Role(
             service,
             keys=tuple(dict.fromkeys(keys)),

@@ -105,17 +105,23 @@ class Transcripts:
         self._cached: OrderedDict[str, list[Message]] = OrderedDict()
 
     async def get(
-        self, task_id: str, length: int, rev: int = 0, last: Message | None = None
+        self,
+        task_id: str,
+        length: int,
+        rev: int = 0,
+        last: Message | None = None,
+        whole: list[Message] | None = None,
     ) -> list[Message]:
         """The first ``length`` messages; reads from Redis only what this process lacks.
         A rewrite by middleware bumps ``rev``, which starts a fresh cache entry. ``last``:
-        the message at ``length - 1`` when the caller has it (``ModelRequested``)."""
+        the message at ``length - 1`` when the caller has it, ``whole``: all ``length``
+        of them (``ModelRequested``)."""
         key = f"{task_id}:{rev}"
         if last is not None:
             self.remember(task_id, rev, length - 1, last)
         cached = self._cached.get(key)
         if cached is None:
-            cached = []
+            cached = list(whole) if whole is not None and len(whole) == length else []
             self._cached[key] = cached
             if len(self._cached) > self._max_tasks:
                 self._cached.popitem(last=False)

@@ -23,8 +23,10 @@ from redis.exceptions import NoPermissionError
 from contracts.agent import OVERRIDABLE, AgentSpec, DeployedAgent, parse_agent_ref
 from contracts.streams import Names
 from services.errors import ConfigurationError
+from services.runtime import Runtime
 from services.spec.endpoints import endpoint_problem
 from services.spec.validation import InvalidSpec, check_deployable
+from services.subscription import ChannelListener
 
 # KEYS[1] the registry; ARGV: name, digest, body. Returns the version (new or unchanged)
 # and whether it is new.
@@ -41,9 +43,11 @@ redis.call('HSET', KEYS[1], ARGV[1] .. '@' .. version, ARGV[3], ARGV[1], version
 return {version, 1}
 """
 
-# KEYS[1] the registry; ARGV: name, version ('' for every version). Returns the versions
-# removed; the latest becomes the highest version left.
+# KEYS[1] the registry; ARGV: name, version ('' for every version), the channel that
+# announces removals. Returns the versions removed; the latest becomes the highest version
+# left. The announcement comes first: a user who may not publish it removes nothing.
 _REMOVE = """
+redis.call('PUBLISH', ARGV[3], ARGV[2] == '' and ARGV[1] or (ARGV[1] .. '@' .. ARGV[2]))
 local prefix = ARGV[1] .. '@'
 local removed, left = {}, 0
 for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
@@ -205,7 +209,12 @@ async def remove(redis: aioredis.Redis, names: Names, ref: str) -> list[int]:
     name, version = _ref(ref)
     try:
         reply: Any = await redis.eval(
-            _REMOVE, 1, names.deployed, name, "" if version is None else str(version)
+            _REMOVE,
+            1,
+            names.deployed,
+            name,
+            "" if version is None else str(version),
+            names.registry_removals,
         )
     except NoPermissionError as exc:
         raise _denied(names, f"remove agent {ref!r}", exc) from exc
@@ -258,3 +267,48 @@ def run_spec(
         where = ".".join(str(p) for p in first["loc"])
         raise ValueError(f"override {where} of agent {agent.ref}: {first['msg']}") from exc
     return spec, steps
+
+
+class Registrations(ChannelListener):
+    """Deployed agents by ``NAME@VERSION``, kept in this process (a loop service reads
+    one where each task starts): a stored version never changes, it can only be removed,
+    and ``remove`` announces every removal on ``Names.registry_removals``. While this
+    process may have missed an announcement (see ``ChannelListener``) it reads Redis, as
+    it always does for ``NAME`` (the latest version moves with each deploy)."""
+
+    MAX_KEPT = 1000
+
+    def __init__(self, rt: Runtime) -> None:
+        super().__init__(rt, rt.names.registry_removals)
+        self._kept: dict[str, DeployedAgent] = {}
+        self._removals = 0  # announcements heard: a read that spans one keeps nothing
+
+    async def lookup(self, ref: str) -> DeployedAgent | None:
+        """As ``lookup``: the registration ``ref`` names, None when there is none."""
+        found = self._kept.get(ref) if self.listening else None
+        if found is not None:
+            return found
+        removals = self._removals
+        found = await lookup(self.rt.redis, self.rt.names, ref)
+        kept = self.listening and removals == self._removals and _ref(ref)[1] is not None
+        if found is not None and kept:
+            if len(self._kept) >= self.MAX_KEPT:
+                self._kept.clear()
+            self._kept[ref] = found
+        return found
+
+    def heard(self, data: str) -> None:
+        self._removals += 1
+        try:
+            name, version = _ref(data)
+        except ValueError:  # not a reference: forget everything rather than guess
+            self._kept.clear()
+            return
+        if version is not None:
+            self._kept.pop(data, None)
+        else:
+            self._kept = {r: a for r, a in self._kept.items() if a.name != name}
+
+    async def caught_up(self) -> None:
+        self._removals += 1
+        self._kept.clear()  # a removal may have been missed while not listening

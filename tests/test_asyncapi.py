@@ -28,7 +28,8 @@ NOT_STREAMS = {
     "threads",
     "stream_requests",
     "stream_requested",
-}  # Names properties naming other keys (and a pub/sub channel)
+    "registry_removals",
+}  # Names properties naming other keys (and pub/sub channels)
 
 
 @pytest.fixture(scope="module")

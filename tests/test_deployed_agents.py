@@ -308,7 +308,12 @@ async def test_deploy_list_show_rm_and_versions(
     assert shown["spec"]["system_prompt"] == "first prompt" and shown["version"] == 1
 
     # NAME runs the latest version, NAME@VERSION that version
-    for ref, expected in ((name, "second prompt"), (f"{name}@1", "first prompt")):
+    versions = (
+        (name, "second prompt"),
+        (f"{name}@1", "first prompt"),
+        (f"{name}@2", "second prompt"),
+    )
+    for ref, expected in versions:
         prompt = answering("ok")
         await asyncio.wait_for(client.wait(await run_named(client, ref, prompt)), 60)
         (request,) = [r for r in servers["default"].chat_requests() if prompt in json.dumps(r)]
@@ -316,6 +321,9 @@ async def test_deploy_list_show_rm_and_versions(
 
     removed = cli("agents", "rm", f"{name}@2", env=env)
     assert removed.stdout.strip() == f"removed {name}@2"
+    # the loop kept @2 from its task above, and forgot it with the removal
+    refused = await ends_failed(client, await run_named(client, f"{name}@2"))
+    assert f"no deployed agent {name + '@2'!r}" in refused.reason
     assert (await client.get_agent(name)).version == 1  # the latest is the one left
     assert cli("agents", "rm", name, env=env).stdout.strip() == f"removed {name}@1"
     gone = cli("agents", "show", name, env=env)

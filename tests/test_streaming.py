@@ -387,7 +387,7 @@ async def test_model_services_know_the_streamed_tasks_without_a_command_per_step
         assert await requests.wanted("early")  # not listening yet: Redis was asked
         requests.start()
         try:
-            await wait_for(lambda: requests.unsure_until == 0.0)
+            await wait_for(lambda: requests.listening)
             assert "early" in requests.asked
             await client.stream_replies("late")
             await wait_for(lambda: "late" in requests.asked)

@@ -64,7 +64,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         event, answers = requested_of(event)
         spec = await rt.agent(event.agent_id)
         transcript = await rt.transcript(
-            event.task_id, event.transcript_len, event.rev, event.last_result
+            event.task_id, event.transcript_len, event.rev, event.last_result, event.transcript
         )
         view = apply_edits(transcript, event.edits) if event.edits else transcript
         started = time.perf_counter()

@@ -9,7 +9,6 @@ as before. Tasks nobody watches are called with ``ainvoke``, unchanged.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -24,6 +23,7 @@ from contracts.streams import DATA_FIELD, Names
 from services.connection import Connection
 from services.runtime import Runtime
 from services.settings import Settings
+from services.subscription import ChannelListener
 
 log = logging.getLogger("loopline.model")
 
@@ -38,28 +38,25 @@ PRUNE_AT = 10_000
 """Requests remembered before the expired ones are dropped."""
 
 
-class StreamRequests:
+class StreamRequests(ChannelListener):
     """Which tasks' replies a client asked to see, known without a Redis command per
     model call: clients announce a request on ``Names.stream_requests`` (pub/sub) when
     they make it, before submitting the task, and every model service remembers it for
     ``LOOPLINE_STREAM_TTL_S``; a service that (re)subscribes loads the requests made
-    meanwhile from ``Names.stream_requested``. Until then a request may have been
-    missed: a task not heard of is asked in Redis (``wanted``). On a Redis Cluster it
-    always is (no subscription)."""
+    meanwhile from ``Names.stream_requested``. While it is not listening a request may
+    have been missed: a task not heard of is asked in Redis (``wanted``)."""
 
     def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+        super().__init__(rt, rt.names.stream_requests)
         self.ttl_s = rt.settings.stream_ttl_s
         self.asked: dict[str, float] = {}  # task id -> when the request lapses (monotonic)
-        self.unsure_until = float("inf")
-        self._task: asyncio.Task[None] | None = None
 
     async def wanted(self, task_id: str) -> bool:
         now = time.monotonic()
         lapses = self.asked.get(task_id)
         if lapses is not None and lapses > now:
             return True
-        if lapses is not None or now < self.unsure_until:
+        if lapses is not None or not self.listening:
             # lapsed here, yet streaming (each chunk written renews the request in
             # Redis, not in every replica), or possibly missed: Redis knows
             self.asked.pop(task_id, None)
@@ -69,23 +66,13 @@ class StreamRequests:
             return found
         return False
 
-    def heard(self, task_id: str) -> None:
+    def heard(self, data: str) -> None:
         now = time.monotonic()
-        self.asked[task_id] = max(self.asked.get(task_id, 0.0), now + self.ttl_s)
+        self.asked[data] = max(self.asked.get(data, 0.0), now + self.ttl_s)
         if len(self.asked) > PRUNE_AT:
             self.asked = {t: at for t, at in self.asked.items() if at > now}
 
-    def start(self) -> None:
-        if not self.rt.cluster:
-            self._task = asyncio.create_task(self._listen(), name="stream-requests")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _load(self) -> None:
+    async def caught_up(self) -> None:
         """The requests made before this subscription heard them (from the sorted set);
         from here on pub/sub tells every new one."""
         now = time.time()
@@ -96,27 +83,6 @@ class StreamRequests:
         for task_id, lapses in found:
             name = task_id.decode() if isinstance(task_id, bytes) else str(task_id)
             self.asked[name] = max(self.asked.get(name, 0.0), float(lapses) + offset)
-        self.unsure_until = 0.0
-
-    async def _listen(self) -> None:
-        while True:
-            self.unsure_until = float("inf")
-            try:
-                async with self.rt.redis.pubsub() as pubsub:
-                    await pubsub.subscribe(self.rt.names.stream_requests)
-                    async for message in pubsub.listen():
-                        if message.get("type") == "subscribe":
-                            await self._load()
-                        elif message.get("type") == "message":
-                            data = message["data"]
-                            self.heard(data.decode() if isinstance(data, bytes) else data)
-            except (aioredis.ConnectionError, aioredis.TimeoutError, OSError):
-                log.info("stream requests: subscription lost; asking Redis until it is back")
-                await asyncio.sleep(0.5)
-            except aioredis.ResponseError as exc:  # e.g. a Redis user that may not SUBSCRIBE
-                self.unsure_until = float("inf")
-                log.warning("stream requests: cannot listen (%s); asking Redis per step", exc)
-                return
 
 
 def model_metadata(runnable: Any) -> dict[str, Any]:
@@ -147,9 +113,11 @@ class ChunkPublisher:
         *,
         task_id: str,
         step: int,
-        attempt: int,
+        attempt: asyncio.Future[int],
         model: dict[str, Any],
     ) -> None:
+        """``attempt``: the attempt's number, counted in Redis while the model is called
+        (needed by the first batch only, so the count is no round trip before the call)."""
         self.redis = redis
         self.key = names.task_chunks(task_id)
         self.meta_key = names.task_streaming(task_id)
@@ -158,7 +126,7 @@ class ChunkPublisher:
         self.ttl_s = settings.stream_ttl_s
         self.task_id = task_id
         self.step = step
-        self.attempt = attempt
+        self._attempt = attempt
         self.model = model
         self.first = True
         self.shown = False  # whether a batch with text (or a tool call) was cut
@@ -191,12 +159,13 @@ class ChunkPublisher:
         async with self._lock:
             if not self.buffer and end is None:
                 return
+            attempt = await self._attempt
             batch = ChunkBatch(
                 task_id=self.task_id,
                 step=self.step,
-                attempt=self.attempt,
+                attempt=attempt,
                 chunks=self.buffer,
-                reset=self.first and self.attempt > 1,
+                reset=self.first and attempt > 1,
                 end=end,
                 model=self.model if self.first else {},
             )
@@ -246,7 +215,7 @@ async def streamed_call(
     step: int,
 ) -> Any:
     """One model call of a streamed task: ``runnable.astream(prompt)``, published."""
-    attempt = await next_attempt(redis, names, task_id, step)
+    attempt = asyncio.ensure_future(next_attempt(redis, names, task_id, step))
     publisher = ChunkPublisher(
         redis,
         names,

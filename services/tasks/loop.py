@@ -113,6 +113,7 @@ class Loop:
         self.threads = ThreadRuns(rt, self.store, self.stop, self._emit)
         self._touching: set[asyncio.Task[None]] = set()
         self._limits: dict[str, StepLimit] = {}
+        self.registrations = deployed.Registrations(rt)  # read Redis until started
 
     # -- events ------------------------------------------------------------------------
 
@@ -176,10 +177,13 @@ class Loop:
                 extra=carried,
                 thread_id=event.thread_id,
             )
-        state = await self.store.apply(event.task_id, start)
+        deadline_s = event.deadline_s or rt.settings.task_deadline_s
+        fusion = None if deadline_s else self._start_fusion(event.task_id, spec, start, inputs)
+        state = await self.store.apply(event.task_id, start, fusion)
         if state.duplicate:  # a replayed id: the first submission's task goes on as it was
             raise Refused(f"task {event.task_id!r} exists already; this submission is refused")
-        deadline_s = event.deadline_s or rt.settings.task_deadline_s
+        if state.committed:  # the first model request went out with the start
+            return
         if deadline_s and state.running:
             # After the start, so only the submission that started the task sets it; a
             # crash in between leaves the entry pending, and its redelivery sets it.
@@ -193,6 +197,33 @@ class Loop:
         if state.cause in (Cause.START, Cause.hooks(1)):
             await self._advance(event.task_id, state)
 
+    def _start_fusion(
+        self, task_id: str, spec: AgentSpec, start: StartTask | StartRun, inputs: list[Message]
+    ) -> Fusion | None:
+        """A task whose first step runs no hook before the model call: its start also
+        publishes the step's model request and acks the submission, in one script (one
+        round trip before the first model call, not two). A new task's small input rides
+        along, so the model service need not read it back (another round trip)."""
+        try:
+            hooks = hooks_for(start.agent_id, spec)
+        except Exception:  # the step's hooks report it (``_begin_step``)
+            return None
+        if hooks.with_hook("before_agent") or hooks.with_hook("before_model"):
+            return None
+        if self._step_limit(spec).model_calls == 0:
+            return None  # it fails where it starts
+        request = model_request(
+            self.names,
+            spec,
+            task_id=task_id,
+            agent_id=start.agent_id,
+            step=1,
+            transcript_len=len(start.messages),
+            rev=0,
+            transcript=inputs if _inline(start) else None,
+        )
+        return self._fusion(task_id, (Phase.MODEL,), Phase.MODEL, [request], len(start.messages))
+
     async def _agent_of(self, event: TaskSubmitted) -> tuple[AgentSpec, int | None]:
         """The spec a submitted task runs and its step limit: the deployed agent it names
         with the overrides its registration allows, or (where inline agents are allowed)
@@ -200,7 +231,7 @@ class Loop:
         import allow-list and the model's endpoint again, as this process sees them."""
         if isinstance(event.agent, str):
             try:
-                found = await deployed.lookup(self.rt.redis, self.names, event.agent)
+                found = await self.registrations.lookup(event.agent)
                 if found is None:
                     raise BadEvent(
                         f"no deployed agent {event.agent!r}: the operator deploys it first "
@@ -958,6 +989,11 @@ def _answer_for(event: DecisionsSubmitted, interrupt_id: str) -> Any:
     if not event.decisions:
         raise BadEvent("DecisionsSubmitted needs decisions or answers")
     return {"decisions": event.decisions}
+
+
+def _inline(start: StartTask | StartRun) -> bool:
+    """Whether a start's transcript is small enough to ride on its model request."""
+    return isinstance(start, StartTask) and sum(map(len, start.messages)) <= LAST_RESULT_MAX_BYTES
 
 
 def _started_state(hooks: HookSet, carried: str, event: TaskSubmitted) -> str:

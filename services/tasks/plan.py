@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from contracts.agent import AgentSpec
 from contracts.events import ContextRequested, Event, ModelRequested, ToolRequested
-from contracts.messages import AIMessage, ToolCall, ToolMessage
+from contracts.messages import AIMessage, Message, ToolCall, ToolMessage
 from contracts.streams import Names
 from services.agent_view import has_todos
 from services.middleware.todo import PARALLEL_WRITE_TODOS_ERROR
@@ -47,11 +47,12 @@ def model_request(
     transcript_len: int,
     rev: int,
     last_result: ToolMessage | None = None,
+    transcript: list[Message] | None = None,
 ) -> tuple[str, Event]:
     """Where a step that calls the model goes first: the context stage when the agent
     edits its context, else straight to the model (one stream hop fewer per step: the
-    context stage would only pass the request on unchanged). ``last_result``: see
-    ``ModelRequested``."""
+    context stage would only pass the request on unchanged). ``last_result``,
+    ``transcript``: see ``ModelRequested``."""
     if edits_context(spec):
         request: Event = ContextRequested(
             task_id=task_id,
@@ -68,6 +69,7 @@ def model_request(
         transcript_len=transcript_len,
         rev=rev,
         last_result=last_result,
+        transcript=transcript,
     )
     return names.model, request
 

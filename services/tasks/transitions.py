@@ -282,7 +282,8 @@ ALL: tuple[type[Args], ...] = (
     LogOnce,
 )
 
-FUSABLE: tuple[type[Args], ...] = (RecordReply, RecordResult, AskHuman)
-"""The transitions that can commit the entry being handled (``transition.Fusion``): the
-model and tools services' inline hand-over, and the loop's wait for a human (so a task
-whose log says it waits has nothing pending)."""
+FUSABLE: tuple[type[Args], ...] = (StartTask, StartRun, RecordReply, RecordResult, AskHuman)
+"""The transitions that can commit the entry being handled (``transition.Fusion``): a
+start that publishes the first model request, the model and tools services' inline
+hand-over, and the loop's wait for a human (so a task whose log says it waits has nothing
+pending)."""
