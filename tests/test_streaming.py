@@ -20,7 +20,7 @@ import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langchain.agents.middleware import TodoListMiddleware
 from langchain.agents.structured_output import ToolStrategy
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.messages import HumanMessage as LcHumanMessage
 from langchain_openai import ChatOpenAI
 from langgraph.types import Command
@@ -28,6 +28,7 @@ from langgraph.types import Command
 from contracts import HumanMessage
 from contracts.chunks import ChunkBatch
 from contracts.events import new_task_id
+from contracts.streams import DATA_FIELD
 from loopline.agent import Agent, create_agent
 from loopline.client import Client
 from loopline.stream_modes import stream_task
@@ -37,7 +38,7 @@ from loopline.testing.scripted import (
     ScriptedToolCall,
     first_user_text,
 )
-from services.model.streaming import StreamRequests
+from services.model.streaming import ChunkPublisher, StreamRequests
 from services.runtime import Runtime
 from services.settings import Settings
 from tests import tooling
@@ -527,3 +528,44 @@ async def test_embedded_astream_events_match_langchain(
     )
     inputs = {"messages": [{"role": "user", "content": prompt}]}
     check_same_events(lc_events, [e async for e in agent.astream_events(inputs, version="v2")])
+
+
+@pytest.mark.fast
+async def test_a_chunk_after_a_quiet_window_goes_out_at_once_and_a_burst_waits(
+    redis_url: str,
+) -> None:
+    """One chunk-stream entry per LOOPLINE_STREAM_BATCH_MS at most, cut on the leading
+    edge: the first chunk of a quiet spell is written at once (no delay between tokens
+    of a model slower than the window), a burst after it waits for the window's end."""
+    settings = Settings(prefix=unique_prefix(), stream_batch_ms=200)
+    rt = Runtime(redis_url, settings)
+    done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    done.set_result(1)
+    publisher = ChunkPublisher(
+        rt.redis, rt.names, settings, task_id="t", step=1, attempt=done, model={}
+    )
+    key = rt.names.task_chunks("t")
+
+    async def entries() -> list[list[str]]:
+        found: Any = await rt.redis.xrange(key)
+        batches = [ChunkBatch.model_validate_json(f[DATA_FIELD.encode()]) for _, f in found]
+        return [[c["content"] for c in batch.chunks] for batch in batches]
+
+    try:
+        publisher.add(AIMessageChunk(content="a"))
+        await asyncio.sleep(0.05)
+        assert await entries() == [["a"]]  # the first text: at once
+        for piece in "bcd":
+            publisher.add(AIMessageChunk(content=piece))
+        await asyncio.sleep(0.05)
+        assert await entries() == [["a"]]  # the burst waits for the window
+        await asyncio.sleep(0.25)
+        assert await entries() == [["a"], ["b", "c", "d"]]
+        await asyncio.sleep(0.25)  # a quiet window: the next chunk goes at once
+        publisher.add(AIMessageChunk(content="e"))
+        await asyncio.sleep(0.05)
+        assert await entries() == [["a"], ["b", "c", "d"], ["e"]]
+        await publisher.close("done")
+    finally:
+        await rt.redis.delete(key, rt.names.task_streaming("t"))
+        await rt.close()

@@ -130,22 +130,28 @@ class ChunkPublisher:
         self.model = model
         self.first = True
         self.shown = False  # whether a batch with text (or a tool call) was cut
+        self._cut_at = float("-inf")  # when the last batch was cut (monotonic)
         self.buffer: list[dict[str, Any]] = []
         self._timer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # FIFO: batches reach the stream in the order cut
 
     def add(self, chunk: AIMessageChunk) -> None:
-        """Buffer a chunk; until the first text (or tool call) has gone out a chunk is
-        written at once, so that batching adds nothing to the time to the first token."""
+        """Buffer a chunk. It goes out at once when no batch was cut in the last
+        ``LOOPLINE_STREAM_BATCH_MS`` (and always until the first text or tool call has
+        gone out), else with the chunks that follow until that time is up: the stream
+        gets one entry per window at most, and a model slower than that is relayed
+        without delay, so batching adds nothing to the time to the first token nor to
+        the time between tokens."""
         self.buffer.append(chunk.model_dump(exclude_defaults=True))
         if self._timer is None:
-            delay = self.batch_s if self.shown else 0.0
+            delay = max(0.0, self._cut_at + self.batch_s - time.monotonic()) if self.shown else 0.0
             self.shown = self.shown or bool(chunk.content or chunk.tool_call_chunks)
             self._timer = asyncio.create_task(self._flush_later(delay))
 
     async def _flush_later(self, delay: float) -> None:
         await asyncio.sleep(delay)
         self._timer = None
+        self._cut_at = time.monotonic()
         await self._write(None)
 
     async def close(self, end: str) -> None:
