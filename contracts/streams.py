@@ -92,11 +92,12 @@ class Names:
         return f"{self.prefix}:stream-requested"
 
     @property
-    def registry_removals(self) -> str:
-        """Pub/sub channel: ``NAME`` or ``NAME@VERSION`` of the deployed agents removed
-        from ``deployed``, published by the removal. Loop services listen (they keep the
-        registrations they read)."""
-        return f"{self.prefix}:registry-removals"
+    def registry_changes(self) -> str:
+        """Pub/sub channel: ``NAME`` when a new version of it is deployed (its latest
+        moves) or all its versions are removed, ``NAME@VERSION`` when that version is
+        removed; published by the change. Loop services and the gateway listen (they keep
+        the registrations they read)."""
+        return f"{self.prefix}:registry-changes"
 
     @property
     def dlq(self) -> str:

@@ -75,7 +75,7 @@ DATA = (
 list (``services/tasks/lua/thread_*.lua``), and a thread's keys are kept while it lives."""
 
 PUBSUB = ("subscribe", "unsubscribe")
-"""What a model service listens with (stream requests)."""
+"""What a service listens with (stream requests, registry changes)."""
 
 STREAM_ASKS = ("hset", "expire", "zadd", "zremrangebyscore", "publish")
 """What a client runs to ask for a task's token stream (``Client.stream_replies``)."""
@@ -145,8 +145,8 @@ def roles(prefix: str) -> dict[str, Role]:
             keys=(f"{prefix}:*",),
             categories=("+@all", "-@dangerous", "-@admin"),
             commands=("info", "scan"),
-            # removing an agent announces it to the loop services (services.deployed)
-            channels=(names.registry_removals,),
+            # deploying or removing an agent announces it (services.deployed)
+            channels=(names.registry_changes,),
         )
     }
     for service in SERVICES:
@@ -170,7 +170,7 @@ def roles(prefix: str) -> dict[str, Role]:
             commands += PUBSUB
         if service == "loop":  # it looks up the deployed agent a task names, and keeps it
             reads.append(names.deployed)  # until a removal is announced
-            channels = (names.registry_removals,)
+            channels = (names.registry_changes,)
             commands += PUBSUB
         found[service] = Role(
             service,
@@ -198,8 +198,9 @@ def roles(prefix: str) -> dict[str, Role]:
         # and the agent specs, whose state keys a thread's state shows (LangGraph's)
         read_keys=(*producer.read_keys, f"{prefix}:agent:*"),
         write_keys=producer.write_keys,
-        commands=(*producer.commands, "del", "zadd"),
-        channels=producer.channels,
+        commands=(*producer.commands, "del", "zadd", *PUBSUB),
+        # and it keeps the assistants it read until the registry announces a change
+        channels=(*producer.channels, names.registry_changes),
     )
     return found
 

@@ -23,13 +23,13 @@ from redis.exceptions import NoPermissionError
 from contracts.agent import OVERRIDABLE, AgentSpec, DeployedAgent, parse_agent_ref
 from contracts.streams import Names
 from services.errors import ConfigurationError
-from services.runtime import Runtime
 from services.spec.endpoints import endpoint_problem
 from services.spec.validation import InvalidSpec, check_deployable
 from services.subscription import ChannelListener
 
-# KEYS[1] the registry; ARGV: name, digest, body. Returns the version (new or unchanged)
-# and whether it is new.
+# KEYS[1] the registry; ARGV: name, digest, body, the channel that announces changes.
+# Returns the version (new or unchanged) and whether it is new. A new version is
+# announced first (the latest moves): a user who may not announce it deploys nothing.
 _DEPLOY = """
 local latest = redis.call('HGET', KEYS[1], ARGV[1])
 if latest then
@@ -38,13 +38,14 @@ if latest then
     return {tonumber(latest), 0}
   end
 end
+redis.call('PUBLISH', ARGV[4], ARGV[1])
 local version = redis.call('HINCRBY', KEYS[1], ARGV[1] .. '#seq', 1)
 redis.call('HSET', KEYS[1], ARGV[1] .. '@' .. version, ARGV[3], ARGV[1], version)
 return {version, 1}
 """
 
 # KEYS[1] the registry; ARGV: name, version ('' for every version), the channel that
-# announces removals. Returns the versions removed; the latest becomes the highest version
+# announces changes. Returns the versions removed; the latest becomes the highest version
 # left. The announcement comes first: a user who may not publish it removes nothing.
 _REMOVE = """
 redis.call('PUBLISH', ARGV[3], ARGV[2] == '' and ARGV[1] or (ARGV[1] .. '@' .. ARGV[2]))
@@ -152,7 +153,9 @@ async def deploy(
     whether that version is new."""
     body = agent.model_dump_json(exclude={"version"})
     try:
-        reply: Any = await redis.eval(_DEPLOY, 1, names.deployed, agent.name, agent.digest, body)
+        reply: Any = await redis.eval(
+            _DEPLOY, 1, names.deployed, agent.name, agent.digest, body, names.registry_changes
+        )
     except NoPermissionError as exc:
         raise _denied(names, f"register agent {agent.name!r}", exc) from exc
     version, new = int(reply[0]), bool(int(reply[1]))
@@ -214,7 +217,7 @@ async def remove(redis: aioredis.Redis, names: Names, ref: str) -> list[int]:
             names.deployed,
             name,
             "" if version is None else str(version),
-            names.registry_removals,
+            names.registry_changes,
         )
     except NoPermissionError as exc:
         raise _denied(names, f"remove agent {ref!r}", exc) from exc
@@ -270,45 +273,46 @@ def run_spec(
 
 
 class Registrations(ChannelListener):
-    """Deployed agents by ``NAME@VERSION``, kept in this process (a loop service reads
-    one where each task starts): a stored version never changes, it can only be removed,
-    and ``remove`` announces every removal on ``Names.registry_removals``. While this
-    process may have missed an announcement (see ``ChannelListener``) it reads Redis, as
-    it always does for ``NAME`` (the latest version moves with each deploy)."""
+    """Deployed agents as this process read them, kept until a change is announced on
+    ``Names.registry_changes`` (``deploy`` and ``remove`` announce every change before
+    making it): ``NAME@VERSION`` never changes but can be removed, ``NAME`` (the latest)
+    moves with each new version. While this process may have missed an announcement (see
+    ``ChannelListener``) every lookup reads Redis."""
 
     MAX_KEPT = 1000
 
-    def __init__(self, rt: Runtime) -> None:
-        super().__init__(rt, rt.names.registry_removals)
+    def __init__(self, redis: aioredis.Redis, names: Names, *, enabled: bool = True) -> None:
+        super().__init__(redis, names.registry_changes, enabled=enabled)
+        self.names = names
         self._kept: dict[str, DeployedAgent] = {}
-        self._removals = 0  # announcements heard: a read that spans one keeps nothing
+        self._changes = 0  # announcements heard: a read that spans one keeps nothing
 
     async def lookup(self, ref: str) -> DeployedAgent | None:
         """As ``lookup``: the registration ``ref`` names, None when there is none."""
         found = self._kept.get(ref) if self.listening else None
         if found is not None:
             return found
-        removals = self._removals
-        found = await lookup(self.rt.redis, self.rt.names, ref)
-        kept = self.listening and removals == self._removals and _ref(ref)[1] is not None
-        if found is not None and kept:
+        changes = self._changes
+        found = await lookup(self.redis, self.names, ref)
+        if found is not None and self.listening and changes == self._changes:
             if len(self._kept) >= self.MAX_KEPT:
                 self._kept.clear()
             self._kept[ref] = found
         return found
 
     def heard(self, data: str) -> None:
-        self._removals += 1
+        self._changes += 1
         try:
             name, version = _ref(data)
         except ValueError:  # not a reference: forget everything rather than guess
             self._kept.clear()
             return
-        if version is not None:
+        if version is not None:  # that version removed: the latest may have moved too
             self._kept.pop(data, None)
+            self._kept.pop(name, None)
         else:
             self._kept = {r: a for r, a in self._kept.items() if a.name != name}
 
     async def caught_up(self) -> None:
-        self._removals += 1
-        self._kept.clear()  # a removal may have been missed while not listening
+        self._changes += 1
+        self._kept.clear()  # a change may have been missed while not listening

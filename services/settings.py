@@ -60,9 +60,11 @@ class Settings(BaseSettings):
     cached prefix is valid forever and each step reads only the new messages); at least
     twice the largest service concurrency (``transcript_cache_size``)."""
 
-    stream_batch_ms: float = Field(default=5.0, ge=0)
-    """Streamed chunks that arrive within this many milliseconds go out as one entry of
-    the task's chunk stream (0: one entry per chunk)."""
+    stream_batch_ms: float = Field(default=2.0, ge=0)
+    """At most one entry of a task's chunk stream per this many milliseconds: a chunk
+    after a quiet window goes out at once, a burst waits for the window's end (0: one
+    entry per chunk). Models stream a token every few milliseconds or slower, so the
+    default relays each as it comes and batches only bursts."""
     stream_maxlen: int = Field(default=10_000, ge=100)
     """Entries a task's chunk stream keeps (``XADD MAXLEN ~``)."""
     stream_ttl_s: int = Field(default=300, ge=10)

@@ -17,17 +17,17 @@ import logging
 
 import redis.asyncio as aioredis
 
-from services.runtime import Runtime
-
 log = logging.getLogger("loopline")
 
 
 class ChannelListener:
-    """A ``Background`` of a service: calls ``heard`` for each message on ``channel``."""
+    """A ``Background`` of a service: calls ``heard`` for each message on ``channel``
+    (``enabled=False``: never listens, e.g. on a Redis Cluster)."""
 
-    def __init__(self, rt: Runtime, channel: str) -> None:
-        self.rt = rt
+    def __init__(self, redis: aioredis.Redis, channel: str, *, enabled: bool = True) -> None:
+        self.redis = redis
         self.channel = channel
+        self.enabled = enabled
         self.listening = False
         self._task: asyncio.Task[None] | None = None
 
@@ -38,7 +38,7 @@ class ChannelListener:
         """The subscription is confirmed: what was published before it may be lost."""
 
     def start(self) -> None:
-        if not self.rt.cluster:
+        if self.enabled and self._task is None:
             self._task = asyncio.create_task(self._listen(), name=f"listen {self.channel}")
 
     async def stop(self) -> None:
@@ -47,12 +47,13 @@ class ChannelListener:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None
 
     async def _listen(self) -> None:
         while True:
             self.listening = False
             try:
-                async with self.rt.redis.pubsub() as pubsub:
+                async with self.redis.pubsub() as pubsub:
                     await pubsub.subscribe(self.channel)
                     async for message in pubsub.listen():
                         if message.get("type") == "subscribe":

@@ -28,7 +28,7 @@ NOT_STREAMS = {
     "threads",
     "stream_requests",
     "stream_requested",
-    "registry_removals",
+    "registry_changes",
 }  # Names properties naming other keys (and pub/sub channels)
 
 

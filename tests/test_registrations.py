@@ -1,6 +1,7 @@
-"""Loop services keep the registrations they read, and forget one as soon as it is
-removed (``services.deployed.Registrations``): a removed version never starts a task,
-and while a process may have missed a removal it reads Redis every time."""
+"""Loop services and the gateway keep the registrations they read, and forget one as
+soon as it changes (``services.deployed.Registrations``): a removed version never starts
+a task, ``NAME`` follows each new version, and while a process may have missed an
+announcement it reads Redis every time."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def refuse_reads(rt: Runtime) -> None:
 
 async def test_a_kept_version_is_read_once_and_forgotten_when_removed(redis_url: str) -> None:
     rt = Runtime(redis_url, Settings(prefix=unique_prefix()))
-    kept = Registrations(rt)
+    kept = Registrations(rt.redis, rt.names)
     async with Client(redis_url, rt.names.prefix) as operator:
         first = await operator.deploy(spec("one"), name="helper")
         second = await operator.deploy(spec("two"), name="helper")
@@ -56,6 +57,16 @@ async def test_a_kept_version_is_read_once_and_forgotten_when_removed(redis_url:
             # a name deployed again starts at version 1 again: the new one runs
             again = await operator.deploy(spec("three"), name="helper")
             assert again.version == 1 and await kept.lookup("helper@1") == again
+
+            # NAME is kept too, and follows the next version as soon as it is deployed
+            assert await kept.lookup("helper") == again
+            refuse_reads(rt)
+            assert await kept.lookup("helper") == again
+            rt.redis.hget = latest  # type: ignore[method-assign]
+            newer = await operator.deploy(spec("four"), name="helper")
+            await wait_for(lambda: "helper" not in kept._kept)
+            assert await kept.lookup("helper") == newer
+            assert await kept.lookup("helper@1") == again  # an older version still resolves
         finally:
             await kept.stop()
             await rt.close()
@@ -63,7 +74,7 @@ async def test_a_kept_version_is_read_once_and_forgotten_when_removed(redis_url:
 
 async def test_while_not_listening_every_lookup_reads_redis(redis_url: str) -> None:
     rt = Runtime(redis_url, Settings(prefix=unique_prefix()))
-    kept = Registrations(rt)  # never started: a removal could be missed
+    kept = Registrations(rt.redis, rt.names)  # never started: a change could be missed
     async with Client(redis_url, rt.names.prefix) as operator:
         deployed = await operator.deploy(spec("one"), name="helper")
         try:

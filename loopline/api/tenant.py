@@ -26,6 +26,7 @@ class Tenant:
         self.redis = self.client.redis
         self.settings = settings
         self.records = Records(self.redis, self.names, settings.retention_s)
+        self.registrations = deployed.Registrations(self.redis, self.names)
         self._specs: dict[str, AgentSpec] = {}
 
     @property
@@ -33,12 +34,14 @@ class Tenant:
         return self.client.threads()
 
     async def close(self) -> None:
+        await self.registrations.stop()
         await self.client.close()
 
     async def assistant(self, assistant_id: str) -> DeployedAgent:
         """The deployed agent an ``assistant_id`` names (``NAME`` or ``NAME@VERSION``)."""
+        self.registrations.start()  # listens from the first lookup on: kept from then
         try:
-            found = await deployed.lookup(self.redis, self.names, assistant_id)
+            found = await self.registrations.lookup(assistant_id)
         except deployed.BadAgentRef as exc:
             raise BadRequest(f"Invalid assistant: {assistant_id!r}: {exc}") from exc
         if found is None:

@@ -27,7 +27,7 @@ from services.tasks.loop import Loop
 def handlers(rt: Runtime) -> dict[str, Handler]:
     loop = Loop(rt)
     rt.background.append(DeadlineSweeper(rt, loop.stop))
-    rt.background.append(loop.registrations)  # kept registrations, told of removals
+    rt.background.append(loop.registrations)  # kept registrations, told of changes
 
     async def on_task(event: AnyEvent) -> None:
         if isinstance(event, TaskSubmitted):

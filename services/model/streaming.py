@@ -47,7 +47,8 @@ class StreamRequests(ChannelListener):
     have been missed: a task not heard of is asked in Redis (``wanted``)."""
 
     def __init__(self, rt: Runtime) -> None:
-        super().__init__(rt, rt.names.stream_requests)
+        super().__init__(rt.redis, rt.names.stream_requests, enabled=not rt.cluster)
+        self.rt = rt
         self.ttl_s = rt.settings.stream_ttl_s
         self.asked: dict[str, float] = {}  # task id -> when the request lapses (monotonic)
 

@@ -113,7 +113,8 @@ class Loop:
         self.threads = ThreadRuns(rt, self.store, self.stop, self._emit)
         self._touching: set[asyncio.Task[None]] = set()
         self._limits: dict[str, StepLimit] = {}
-        self.registrations = deployed.Registrations(rt)  # read Redis until started
+        # read Redis until started (services.loop.handlers)
+        self.registrations = deployed.Registrations(rt.redis, rt.names, enabled=not rt.cluster)
 
     # -- events ------------------------------------------------------------------------
 
