@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +88,15 @@ class LostTaskWatch:
     def __init__(self, client: Client, task_id: str) -> None:
         self.client = client
         self.task_id = task_id
-        self.run_id = ""
         self.seen = False
         self._next = 0.0
+        self._began: asyncio.Future[str] | None = None  # the server's run id at begin
 
     async def begin(self) -> None:
-        self.run_id = await self._run_id()
+        """Note the server's run id, read beside the caller's first reads (no round trip
+        before them: only ``lost``, seconds later, needs it)."""
+        self._began = asyncio.ensure_future(self._run_id())
+        self._began.add_done_callback(_retrieved)
         self._next = asyncio.get_running_loop().time() + LOST_CHECK_S
 
     async def lost(self) -> TaskFailed | None:
@@ -104,7 +107,8 @@ class LostTaskWatch:
         names, redis = self.client.names, self.client.redis
         if await redis.exists(names.task_state(self.task_id), names.task_log(self.task_id)):
             return None
-        if not self.seen and await self._run_id() == self.run_id:
+        began = await self._began if self._began is not None else ""
+        if not self.seen and await self._run_id() == began:
             return None  # not started yet (queued): its log appears when it starts
         return TaskFailed(task_id=self.task_id, step=0, reason=LOST_STATE)
 
@@ -114,6 +118,12 @@ class LostTaskWatch:
         except aioredis.ResponseError:  # INFO not allowed for this user
             return ""
         return str(info.get("run_id", ""))
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Marks a future's failure seen (it is raised again where the future is awaited)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _spec_of(agent: Any) -> tuple[AgentSpec, int | None]:
@@ -216,6 +226,7 @@ class Client:
         run_mode: RunMode | None = None,
         stream_ttl_s: int | None = None,
         recursion_limit: int | None = None,
+        along: Callable[[Any], object] | None = None,
     ) -> str:
         """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
         ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
@@ -224,7 +235,9 @@ class Client:
         has a run going (see ``TaskSubmitted``); ``state``: the input's state keys
         besides the messages (those of the agent's input schema start its state);
         ``stream_ttl_s``: also ask for its token stream (``stream_replies``), in the same
-        round trip; ``recursion_limit``: LangChain's, the task's step limit derived from it."""
+        round trip; ``recursion_limit``: LangChain's, the task's step limit derived from it;
+        ``along``: queues more commands on the submission's pipeline (sent before the task,
+        in the same round trip, only once the task passed its checks)."""
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
         if state:
             fields["state"] = dict(state)
@@ -258,11 +271,14 @@ class Client:
                 f"the task is {len(data)} bytes, over the event limit of {limit} bytes "
                 "(LOOPLINE_MAX_EVENT_BYTES)"
             )
-        if stream_ttl_s is None:
+        if stream_ttl_s is None and along is None:
             await self.redis.xadd(self.names.tasks, {DATA_FIELD: data})
             return event.task_id
         async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
-            self._ask_streaming(pipe, event.task_id, stream_ttl_s)
+            if along is not None:
+                along(pipe)
+            if stream_ttl_s is not None:
+                self._ask_streaming(pipe, event.task_id, stream_ttl_s)
             pipe.xadd(self.names.tasks, {DATA_FIELD: data})
             await pipe.execute()
         return event.task_id

@@ -18,11 +18,13 @@ from dataclasses import dataclass, replace
 
 from langchain_core.messages import BaseMessage
 
+from contracts.agent import AgentSpec
 from contracts.chunks import ChunkBatch
 from contracts.events import AnyEvent, TaskFailed
 from contracts.messages import to_langchain
 from loopline.api.records import RunRecord
-from loopline.api.tenant import Tenant
+from loopline.api.tenant import NotFound, Tenant
+from loopline.api.wire import BadRequest
 from loopline.client import LostTaskWatch
 from loopline.stream_modes import (
     Item,
@@ -150,12 +152,24 @@ async def base_messages(tenant: Tenant, record: RunRecord) -> list[BaseMessage]:
     return [to_langchain(m) for m in messages[:cut]]
 
 
-async def run_view(tenant: Tenant, task_id: str) -> StateView:
+async def _registered_spec(tenant: Tenant, ref: str) -> AgentSpec | None:
+    if not ref:
+        return None
+    try:
+        return (await tenant.assistant(ref)).spec
+    except (NotFound, BadRequest):  # removed since: the task's own copy
+        return None
+
+
+async def run_view(tenant: Tenant, record: RunRecord) -> StateView:
     """What a run's ``values`` and ``updates`` show besides the messages: its agent's
     output schema keys, as LangGraph's server shows them, folded by their reducers
     (``loopline.stream_modes.state_view``; every key when the agent's middleware cannot
-    be loaded here)."""
-    spec = await tenant.spec_of_task(task_id)
+    be loaded here). The agent is the registration the run started (kept by the
+    gateway: known before the task has started), else the spec the task stored."""
+    spec = await _registered_spec(tenant, record.agent_ref)
+    if spec is None:
+        spec = await tenant.spec_of_task(record.task_id)
     if spec is None:
         return StateView()
     try:
@@ -169,7 +183,7 @@ async def run_items(
 ) -> AsyncIterator[Positioned]:
     """Every item of the run from its start, positioned, until it ends, fails or stops
     at an interrupt. A resume goes on from the task's log before it (``prime``)."""
-    view = await run_view(tenant, record.task_id)
+    view = await run_view(tenant, record)
     translator = PositionedTranslator(record.task_id, modes, view)
     client = tenant.client
     if record.is_resume:  # it goes on from where the run before it stopped

@@ -56,6 +56,8 @@ class RunRecord:
     ended: str = ""
     """The status of a run that stopped at an interrupt which a later run answered: the
     task goes on, this run does not."""
+    agent_ref: str = ""
+    """The registration the run's task runs (``NAME@VERSION``); "" in older records."""
 
     @property
     def is_resume(self) -> bool:
@@ -102,18 +104,22 @@ class Records:
         return int(await self.redis.delete(key, runs)) >= 1
 
     async def save_run(self, record: RunRecord) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self.queue_run(pipe, record)
+            await pipe.execute()
+
+    def queue_run(self, pipe: Any, record: RunRecord) -> None:
+        """``save_run``'s commands, queued on a pipeline (the run's submission)."""
         key = self.names.api_run(record.run_id)
         mapping: dict[Any, Any] = {
             k: json.dumps(v) if k in _JSON_FIELDS else v for k, v in asdict(record).items()
         }
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(key, mapping=mapping)
-            pipe.expire(key, self.retention_s)
-            if record.thread_id:
-                runs = self.names.api_thread_runs(record.thread_id)
-                pipe.zadd(runs, {record.run_id: record.created_at})
-                pipe.expire(runs, self.retention_s)
-            await pipe.execute()
+        pipe.hset(key, mapping=mapping)
+        pipe.expire(key, self.retention_s)
+        if record.thread_id:
+            runs = self.names.api_thread_runs(record.thread_id)
+            pipe.zadd(runs, {record.run_id: record.created_at})
+            pipe.expire(runs, self.retention_s)
 
     async def run_ids(self, thread_id: str, offset: int, limit: int) -> list[str]:
         """The thread's runs, newest first."""

@@ -151,6 +151,18 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
         config = RunConfig.of(request.config)
     except ValueError as exc:
         raise BadRequest(f"config: {exc}") from exc
+    record = RunRecord(
+        run_id=run_id,
+        task_id=run_id,
+        thread_id=thread_id or "",
+        assistant_id=request.assistant_id,
+        multitask_strategy=request.multitask_strategy,
+        stream_mode=request.stream_mode,
+        metadata=request.metadata,
+        kwargs=jsonable(request.kwargs),
+        input_ids=[str(m.id) for m in messages],
+        agent_ref=agent.ref,
+    )
     try:
         await tenant.client.submit(
             agent.ref,
@@ -164,21 +176,10 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
             tags=config.tags,
             metadata={**config.metadata, **request.metadata},
             stream_ttl_s=tenant.settings.stream_ttl_s,  # any stream of it may ask for tokens
+            along=lambda pipe: tenant.records.queue_run(pipe, record),  # one round trip
         )
     except ValueError as exc:  # over the event size limit
         raise BadRequest(str(exc)) from exc
-    record = RunRecord(
-        run_id=run_id,
-        task_id=run_id,
-        thread_id=thread_id or "",
-        assistant_id=request.assistant_id,
-        multitask_strategy=request.multitask_strategy,
-        stream_mode=request.stream_mode,
-        metadata=request.metadata,
-        kwargs=jsonable(request.kwargs),
-        input_ids=[str(m.id) for m in messages],
-    )
-    await tenant.records.save_run(record)
     return record
 
 
