@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
@@ -68,12 +69,19 @@ from contracts.events import (
     ToolCompleted,
     parse_event,
 )
-from contracts.messages import MESSAGE_ADAPTER, to_langchain
+from contracts.messages import MESSAGE_ADAPTER, from_langchain, to_langchain
 from contracts.messages import AIMessage as Reply
 from contracts.messages import ToolMessage as ToolResult
 from loopline.client import Client, LostTaskWatch
 from loopline.errors import TaskFailedError, failure_of
-from services.hooks import hooks_for, merge_messages, with_stand_in_ids, without_stand_in_ids
+from services.hooks import (
+    HookSet,
+    hooks_for,
+    merge_messages,
+    node_name,
+    with_stand_in_ids,
+    without_stand_in_ids,
+)
 from services.spec.channels import NO_CHANNELS, StateChannels
 
 STREAM_MODES = ("messages", "updates", "values", "custom")
@@ -178,6 +186,12 @@ class StateView:
     decided: Callable[[Reply], dict[str, ToolResult]] = lambda message: {}
     """The tool messages the agent's after_model node answers calls with before any tool
     runs (TodoListMiddleware's refusal of parallel ``write_todos``)."""
+    todo_node: str | None = None
+    """TodoListMiddleware's after_model node, which loopline runs in its own code (no
+    log event says it ran): LangGraph runs it after every model call."""
+    todo_after: str | None = None
+    """The after_model node it follows in LangGraph's chain (after_model hooks run in
+    reverse middleware order); None: it runs right after the model."""
 
 
 MESSAGES_ONLY = StateView(shown=lambda key: False)
@@ -211,13 +225,25 @@ def state_view(
             return todos
         return keys is None or key in keys
 
+    todo_node, todo_after = _todo_chain(spec, hooks) if todos else (None, None)
     return StateView(
         initial=initial,
         channels=hooks.channels,
         shown=shown,
         structured=(structured or _as_is) if spec.response_format is not None else None,
         decided=lambda message: after_model_results(spec, message),
+        todo_node=todo_node,
+        todo_after=todo_after,
     )
+
+
+def _todo_chain(spec: AgentSpec, hooks: HookSet) -> tuple[str, str | None]:
+    """TodoListMiddleware's after_model node and the after_model node before it in
+    LangGraph's chain: that of the nearest middleware after it in the list."""
+    at = next(i for i, m in enumerate(spec.middleware) if m.type == "TodoListMiddleware")
+    later = [(i, m) for i, m in hooks.with_hook("after_model") if i > at]
+    before = node_name(later[0][1], "after_model") if later else None
+    return "TodoListMiddleware.after_model", before
 
 
 def _as_is(value: Any) -> Any:
@@ -468,14 +494,43 @@ class ModeTranslator:
             out.append(("updates", {"model": {"messages": [message]}}))
         if "values" in self.modes:
             out.append(("values", self._values()))
-        decided = self.view.decided(event.message)
-        if decided:  # the after_model node's answers: a superstep of their own
-            self.state.extend(to_langchain(m) for m in decided.values())
-            if "values" in self.modes:
-                out.append(("values", self._values()))
+        if self.view.todo_node is not None and self.view.todo_after is None:
+            out.extend(self._todo_node(event.message))
+        return out
+
+    def _todo_node(self, reply: Reply) -> list[Item]:
+        """TodoListMiddleware's after_model superstep: None, or its refusals of parallel
+        ``write_todos`` calls (loopline answers them before any tool runs)."""
+        self.superstep += 1
+        node = str(self.view.todo_node)
+        decided = self.view.decided(reply)
+        if not decided:
+            return [("updates", {node: None})] if "updates" in self.modes else []
+        answers = [to_langchain(m) for m in decided.values()]
+        self.state.extend(answers)
+        out: list[Item] = []
+        if "messages" in self.modes:
+            meta = node_metadata(self.task_id, node, self.superstep, self.thread_id)
+            out.extend(("messages", (message, meta)) for message in answers)
+        if "updates" in self.modes:
+            out.append(("updates", {node: {"messages": answers}}))
+        if "values" in self.modes:
+            out.append(("values", self._values()))
         return out
 
     def _node(self, ran: NodeUpdate) -> list[Item]:
+        """A hook node's superstep, then TodoListMiddleware's when it follows this one
+        (unless the node jumped)."""
+        out = self._hook_node(ran)
+        jumped = ran.update is not None and JUMP in ran.update
+        if ran.node == self.view.todo_after and not jumped:
+            last = next((m for m in reversed(self.state) if isinstance(m, AIMessage)), None)
+            reply = from_langchain(last) if last is not None else None
+            if isinstance(reply, Reply):
+                out.extend(self._todo_node(reply))
+        return out
+
+    def _hook_node(self, ran: NodeUpdate) -> list[Item]:
         """A hook node's superstep: the messages it added, its update, the new state."""
         self.superstep += 1
         if ran.update is None:
@@ -697,12 +752,32 @@ async def stream_task(
     thread_id: str | None = None,
 ) -> AsyncIterator[Item]:
     """``(mode, data)`` items of a submitted task until it ends or waits for a human;
-    ``view``: what ``values`` show besides the messages."""
+    ``view``: what ``values`` show besides the messages. A run of a thread starts from
+    the thread's state, as LangGraph's from its checkpoint (read once the run started)."""
     translator = ModeTranslator(task_id, modes, inputs, view, thread_id=thread_id)
-    for item in translator.begin():
+    begin: Callable[[], Awaitable[list[Item]]] | None = None
+    if thread_id is None:
+        for item in translator.begin():
+            yield item
+    else:
+        begin = partial(_thread_start, client, translator, thread_id, inputs)
+    async for item in _follow(client, translator, "0", "0", block_ms, begin=begin):
         yield item
-    async for item in _follow(client, translator, "0", "0", block_ms):
-        yield item
+
+
+async def _thread_start(
+    client: Client, translator: ModeTranslator, thread_id: str, inputs: list[BaseMessage]
+) -> list[Item]:
+    """The first items of a thread's run: the thread's messages through the run's inputs
+    and the state keys its earlier runs left."""
+    state = await client.threads().of_run(thread_id, translator.task_id)
+    ids = [m.id for m in state.messages]
+    last = inputs[-1].id if inputs else None
+    cut = ids.index(last) + 1 if last in ids else len(state.messages)
+    translator.state = [to_langchain(m) for m in state.messages[:cut]]
+    todos = {"todos": state.todos} if state.todos is not None else {}
+    translator.keys = {**translator.keys, **state.extra, **todos}
+    return translator.begin()
 
 
 @dataclass
@@ -768,7 +843,9 @@ async def _follow(
     block_ms: int,
     *,
     task_id: str | None = None,
+    begin: Callable[[], Awaitable[list[Item]]] | None = None,
 ) -> AsyncIterator[Item]:
+    """``begin``: the first items, made once the task's log shows it started."""
     task_id = task_id or translator.task_id
     watch = LostTaskWatch(client, task_id)  # a task Redis lost would never end
     await watch.begin()
@@ -779,6 +856,10 @@ async def _follow(
         if events:
             log_after = events[-1][0]
             watch.seen = True
+            if begin is not None:
+                for item in await begin():
+                    yield item
+                begin = None
         elif not batches:
             lost = await watch.lost()
             if lost is not None:

@@ -23,6 +23,7 @@ from langchain.agents.structured_output import ToolStrategy
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.messages import HumanMessage as LcHumanMessage
 from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from contracts import HumanMessage
@@ -82,6 +83,19 @@ with a reducer that the tools' Commands add to (two in one step) and one the inp
 sets (``state_schema``), and a structured response."""
 
 
+THREAD_TURNS = [
+    Reply(
+        tool_calls=(
+            ScriptedToolCall("write_todos", {"todos": [{"content": "sum", "status": "pending"}]}),
+        )
+    ),
+    Reply(content="Planned."),
+    Reply(tool_calls=(ScriptedToolCall("add", {"a": 1, "b": 2}),)),
+    Reply(content="It is 3."),
+]
+"""Two runs of one thread: the first plans (a todo list), the second adds."""
+
+
 def state_kwargs() -> dict[str, Any]:
     return {
         "middleware": [TodoListMiddleware()],
@@ -92,7 +106,12 @@ def state_kwargs() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]]:
-    scripts = {"stream": TURNS, "long": [Reply(content=LONG)], "state values": STATE_TURNS}
+    scripts = {
+        "stream": TURNS,
+        "long": [Reply(content=LONG)],
+        "state values": STATE_TURNS,
+        "thread values": THREAD_TURNS,
+    }
     with twin_servers(scripts) as pair:
         yield pair
 
@@ -569,3 +588,70 @@ async def test_a_chunk_after_a_quiet_window_goes_out_at_once_and_a_burst_waits(
     finally:
         await rt.redis.delete(key, rt.names.task_streaming("t"))
         await rt.close()
+
+
+def stream_second_run(agent: Any, prompt: str, modes: list[str]) -> list[Any]:
+    """The first run of a thread, then the second one streamed (``stream``, sync)."""
+    config = {"configurable": {"thread_id": f"thread-{prompt}"}}
+    first = {"messages": [{"role": "user", "content": prompt}]}
+    second = {"messages": [{"role": "user", "content": "now add"}]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent.invoke(first, config)
+        return list(agent.stream(second, config, stream_mode=modes))
+
+
+def thread_shapes(items: list[Any]) -> list[Any]:
+    """The items by shape, ``langgraph_step`` counted from the run's first model call:
+    LangGraph's goes on from the thread's earlier runs, loopline's starts at each run."""
+    first = min(d[1]["langgraph_step"] for m, d in items if m == "messages")
+    out = []
+    for mode, data in items:
+        if mode == "messages":
+            data = (data[0], {**data[1], "langgraph_step": data[1]["langgraph_step"] - first})
+        out.append((mode, thread_item_shape(mode, data)))
+    return out
+
+
+def thread_item_shape(mode: str, data: Any) -> Any:
+    if mode == "values":
+        return values_shape(data)
+    if mode == "messages":
+        return shape(mode, data)
+    return {node: _update_shape(update) for node, update in data.items()}
+
+
+def _update_shape(update: dict[str, Any] | None) -> dict[str, Any] | None:
+    if update is None:
+        return None
+    return {k: [message_shape(m) for m in v] if k == "messages" else v for k, v in update.items()}
+
+
+@pytest.mark.parametrize("where", ["deployed", "embedded"])
+async def test_a_threads_next_run_streams_the_threads_state_as_langchain(
+    where: str,
+    request: pytest.FixtureRequest,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """LangGraph streams a thread's run from its checkpoint: the first ``values`` holds
+    the earlier runs' messages and the todo list they left, then the new input; and
+    TodoListMiddleware's after_model node is a superstep after every model call."""
+    lc_server, ll_server = servers
+    modes = ["values", "updates", "messages"]  # messages: langgraph_step counts its node
+    prompt = f"thread values {where}"
+    kwargs: dict[str, Any] = {"middleware": [TodoListMiddleware()], "checkpointer": InMemorySaver()}
+    theirs = lc_create_agent(chat_model(lc_server), tools=[tooling.add], **kwargs)
+    expected = await asyncio.to_thread(stream_second_run, theirs, prompt, modes)
+    if where == "deployed":
+        stack = request.getfixturevalue("stack")
+        settings = Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+        ours = create_agent("gpt-4o-mini", ["tests.tooling:add"], settings=settings, **kwargs)
+    else:
+        request.getfixturevalue("embedded")
+        settings = Settings(prefix=EMBEDDED_PREFIX)
+        ours = create_agent(chat_model(ll_server), [tooling.add], settings=settings, **kwargs)
+    got = await asyncio.to_thread(stream_second_run, ours, prompt, modes)
+    assert thread_shapes(got) == thread_shapes(expected)
+    first_values = got[0][1]
+    assert [m.type for m in first_values["messages"]] == ["human", "ai", "tool", "ai", "human"]
+    assert first_values["todos"] == [{"content": "sum", "status": "pending"}]
