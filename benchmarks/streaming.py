@@ -13,13 +13,20 @@ of each in turn per round so that the machine's load falls on all alike:
 
 First token: from the call to the first chunk with text. Token rate: text chunks after
 the first, over the time from the first to the last.
+
+Beside them, the floor under the gateway's overhead: ``langgraph_sdk`` against a stub on
+the gateway's HTTP stack that answers at once (``benchmarks.http_floor``).
 """
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +34,12 @@ from langchain.agents import create_agent as lc_create_agent
 from langchain_openai import ChatOpenAI
 from langgraph_sdk import get_client
 
-from benchmarks.stack import Services, drop_prefix, new_prefix
+from benchmarks.stack import REPO_ROOT, Services, drop_prefix, new_prefix
 from benchmarks.suite import pct
+from loopline import lifetime
 from loopline.agent import create_agent
 from loopline.client import Client
-from loopline.testing.processes import GatewayProcess, ScriptedServerProcess
+from loopline.testing.processes import GatewayProcess, ScriptedServerProcess, free_port
 from services.settings import Settings
 
 PIECE = "token "  # the scripted server streams a reply in pieces of about 8 characters
@@ -104,16 +112,48 @@ def summary(runs: list[Timing], baseline: list[Timing] | None) -> dict[str, Any]
     return out
 
 
+@contextmanager
+def floor_server() -> Iterator[str]:
+    """``benchmarks.http_floor`` as its own process; yields its URL."""
+    port = free_port()
+    proc = lifetime.spawn(
+        [sys.executable, "-m", "benchmarks.http_floor", str(port)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the HTTP floor's stub did not start") from None
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 async def streaming(url: str, rounds: int) -> dict[str, Any]:
     """``rounds`` runs of each side, interleaved, after one warm-up run each."""
     prefix = new_prefix()
     reply = [{"content": PIECE * (PIECES * 8 // len(PIECE))}]
-    runs: dict[str, list[Timing]] = {side: [] for side in SIDES}
+    runs: dict[str, list[Timing]] = {side: [] for side in (*SIDES, "floor")}
     with ScriptedServerProcess(reply, chunk_delay=CHUNK_DELAY) as model_server:
         env = {"OPENAI_BASE_URL": model_server.url, "OPENAI_API_KEY": "unused"}
-        with Services(url, prefix, env=env), GatewayProcess(url, prefix, env=env) as api:
+        with (
+            Services(url, prefix, env=env),
+            GatewayProcess(url, prefix, env=env) as api,
+            floor_server() as floor_url,
+        ):
             sdk = get_client(url=api.url, api_key=None)
+            floor_sdk = get_client(url=floor_url, api_key=None)
             sides = await _sides(url, prefix, model_server.url, sdk)
+            sides["floor"] = lambda prompt: gateway_texts(floor_sdk, prompt)
             try:
                 for r in range(rounds + 1):
                     for side, run in sides.items():
@@ -122,12 +162,15 @@ async def streaming(url: str, rounds: int) -> dict[str, Any]:
                             runs[side].append(timing)
             finally:
                 await sdk.http.client.aclose()
+                await floor_sdk.http.client.aclose()
     drop_prefix(url, prefix)
     base = runs["langchain"]
+    floor = [t.first_s for t in runs["floor"]]
     return {
         "langchain": summary(base, None),
         "bus": summary(runs["bus"], base),
         "gateway": summary(runs["gateway"], base),
+        "http_floor_p50_ms": pct(floor, 50) * 1000,
         "pieces": PIECES,
         "chunk_delay_ms": CHUNK_DELAY * 1000,
     }
@@ -192,4 +235,13 @@ def to_markdown(fig: dict[str, Any], environment: dict[str, Any]) -> str:
         "lower token rate.",
         "",
     ]
+    if "http_floor_p50_ms" in fig:
+        lines += [
+            f"HTTP floor: `langgraph_sdk`'s `runs.stream` to the first `messages` frame of a "
+            f"stub on the gateway's HTTP stack (Starlette on uvicorn) that answers at once, no "
+            f"bus behind it (`benchmarks/http_floor.py`): {fig['http_floor_p50_ms']:.1f} ms "
+            "p50. A front door of this kind costs a client at least that much; the gateway's "
+            "overhead above overlaps part of it with the task's own start.",
+            "",
+        ]
     return "\n".join(lines)

@@ -140,6 +140,10 @@ def _spec_of(agent: Any) -> tuple[AgentSpec, int | None]:
     raise TypeError(f"cannot deploy {agent!r}: give an AgentSpec, an Agent or an agent file")
 
 
+PRUNE_EVERY_S = 1.0
+"""How often a client drops the lapsed requests from ``Names.stream_requested``."""
+
+
 class Client:
     def __init__(
         self, url: str, prefix: str = "loopline", max_event_bytes: int | None = None
@@ -149,6 +153,7 @@ class Client:
         self.redis: aioredis.Redis = async_client(url)  # a server or a Redis Cluster
         self._max_event_bytes = max_event_bytes
         """The settings' ``max_event_bytes`` (read at the first submit when not given)."""
+        self._pruned_at = 0.0  # when this client last dropped lapsed stream requests
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -565,7 +570,9 @@ class Client:
         pipe.hset(key, "asked", "1")
         pipe.expire(key, ttl)
         pipe.zadd(self.names.stream_requested, {task_id: now + ttl})
-        pipe.zremrangebyscore(self.names.stream_requested, "-inf", now)
+        if now - self._pruned_at >= PRUNE_EVERY_S:  # the set stays small, at no cost per run
+            self._pruned_at = now
+            pipe.zremrangebyscore(self.names.stream_requested, "-inf", now)
         # the model services learn of it at once, and need not ask Redis on every step
         pipe.publish(self.names.stream_requests, task_id)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -112,8 +112,10 @@ class Records:
         """``save_run``'s commands, queued on a pipeline (the run's submission)."""
         key = self.names.api_run(record.run_id)
         mapping: dict[Any, Any] = {
-            k: json.dumps(v) if k in _JSON_FIELDS else v for k, v in asdict(record).items()
-        }
+            f.name: json.dumps(v) if f.name in _JSON_FIELDS else v
+            for f in fields(record)
+            for v in (getattr(record, f.name),)
+        }  # not asdict: its deep copy of every list and dict cost more than the rest
         pipe.hset(key, mapping=mapping)
         pipe.expire(key, self.retention_s)
         if record.thread_id:
