@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain.agents.middleware import HumanInTheLoopMiddleware, TodoListMiddleware
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
 
@@ -42,6 +42,14 @@ SCRIPTS: dict[str, list[Reply]] = {
     "gated": [
         Reply(tool_calls=(ScriptedToolCall("add", {"a": 2, "b": 3}),)),
         Reply(content="2 + 3 is 5."),
+    ],
+    "plan": [
+        Reply(
+            tool_calls=(
+                ScriptedToolCall("write_todos", {"todos": [{"content": "a", "status": "pending"}]}),
+            )
+        ),
+        Reply(content="Planned."),
     ],
     "slow": [
         Reply(tool_calls=(ScriptedToolCall("hang", {"seconds": 2.0}),)),
@@ -69,10 +77,10 @@ def scripted() -> Iterator[ScriptedOpenAIServer]:
 
 @pytest.fixture(scope="module")
 def deployment(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[ServiceProcesses]:
-    """The services these agents use (loop, model, tools), each as a process, with the
-    agents ``agent`` and ``gated`` deployed."""
+    """The services these agents use (loop, model, tools, todos), each as a process,
+    with the agents ``agent``, ``gated`` and ``planner`` deployed."""
     env = {"OPENAI_BASE_URL": scripted.url, "OPENAI_API_KEY": "test"}
-    services = ("loop", "model", "tools")
+    services = ("loop", "model", "tools", "todos")
     with ServiceProcesses(redis_url, unique_prefix(), env=env, services=services) as procs:
         asyncio.run(_deploy(procs))
         yield procs
@@ -93,9 +101,16 @@ async def _deploy(procs: ServiceProcesses) -> None:
         redis_url=procs.redis_url,
         settings=settings,
     )
+    planner = create_agent(
+        "gpt-4o-mini",
+        middleware=[TodoListMiddleware()],
+        redis_url=procs.redis_url,
+        settings=settings,
+    )
     async with Client(procs.redis_url, procs.prefix) as client:
         await client.deploy(plain, name="agent")
         await client.deploy(gated, name="gated")
+        await client.deploy(planner, name="planner")
 
 
 @pytest.fixture(scope="module")
@@ -472,6 +487,22 @@ async def test_rollback_removes_the_busy_run(sdk: Any) -> None:
 
 
 # -- stateless runs, tenants ---------------------------------------------------------
+
+
+async def test_a_threads_next_run_streams_from_the_threads_state(sdk: Any) -> None:
+    """As LangGraph's server streams a run of a thread from its checkpoint: the first
+    values hold the earlier run's messages and the todo list it left."""
+    thread = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(thread, "planner", input=hello("plan"))
+    parts = await collect(
+        sdk.runs.stream(thread, "planner", input=hello("go on"), stream_mode="values")
+    )
+    values = [p.data for p in parts if p.event == "values"]
+    first, last = values[0], values[-1]
+    assert [m["type"] for m in first["messages"]] == ["human", "ai", "tool", "ai", "human"]
+    assert first["todos"] == [{"content": "a", "status": "pending"}]
+    assert last["messages"][-1]["content"] == "answer to go on"
+    assert last["todos"] == first["todos"]
 
 
 async def test_stateless_runs(sdk: Any) -> None:

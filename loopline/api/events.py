@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
@@ -138,10 +139,15 @@ class PositionedTranslator(ModeTranslator):
         return [("chunks", p, item) for p, item in zip(places, items, strict=True)]
 
 
-async def base_messages(tenant: Tenant, record: RunRecord) -> list[BaseMessage]:
-    """The state's messages when the run begins: a resume's from its record; a new run's
-    are the thread's transcript through the run's inputs (read once the task started)."""
+async def base_state(
+    tenant: Tenant, record: RunRecord
+) -> tuple[list[BaseMessage], dict[str, Any]]:
+    """The state when the run begins: its messages (a resume's as its record says; a new
+    run's are the thread's transcript through the run's inputs, read once the task
+    started) and the other keys the thread's earlier runs left (the todo list,
+    middleware state)."""
     state = await tenant.threads.of_run(record.thread_id, record.task_id)
+    keys = {**state.extra, **({"todos": state.todos} if state.todos is not None else {})}
     messages = state.messages
     if record.is_resume:
         cut = record.base_len
@@ -149,7 +155,7 @@ async def base_messages(tenant: Tenant, record: RunRecord) -> list[BaseMessage]:
         ids = [m.id for m in messages]
         last = record.input_ids[-1] if record.input_ids else None
         cut = ids.index(last) + 1 if last in ids else len(messages)
-    return [to_langchain(m) for m in messages[:cut]]
+    return [to_langchain(m) for m in messages[:cut]], keys
 
 
 async def _registered_spec(tenant: Tenant, ref: str) -> AgentSpec | None:
@@ -188,7 +194,8 @@ async def run_items(
     client = tenant.client
     if record.is_resume:  # it goes on from where the run before it stopped
         await prime(client, translator, record.task_id, record.log_after)
-        translator.resume_from(await base_messages(tenant, record), record.answered, {})
+        messages, keys = await base_state(tenant, record)
+        translator.resume_from(messages, record.answered, keys)
     watch = LostTaskWatch(client, record.task_id)
     await watch.begin()
     chunks_after, log_after = record.chunks_after, record.log_after
@@ -207,7 +214,8 @@ async def run_items(
         if not started and (events or record.is_resume):
             started = True
             if not record.is_resume:
-                translator.state = await base_messages(tenant, record)
+                translator.state, keys = await base_state(tenant, record)
+                translator.keys = {**translator.keys, **keys}
             for k, item in enumerate(translator.begin()):
                 yield "log", entry_position(record.log_after, k), item
         events = await with_asked_replies(client, record.task_id, events)
