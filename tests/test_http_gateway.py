@@ -140,7 +140,7 @@ async def collect(parts: AsyncIterator[Any]) -> list[Any]:
 
 async def test_assistants_are_the_deployed_agents(sdk: Any) -> None:
     found = await sdk.assistants.search()
-    assert sorted(a["assistant_id"] for a in found) == ["agent", "gated"]
+    assert sorted(a["assistant_id"] for a in found) == ["agent", "gated", "planner"]
     one = await sdk.assistants.get("gated")
     assert one["graph_id"] == "gated" and one["version"] == 1
     assert one["metadata"]["loopline_ref"] == "gated@1"
@@ -533,7 +533,11 @@ async def test_api_keys_map_to_tenants(deployment: ServiceProcesses) -> None:
             tid = (await main.threads.create())["thread_id"]
             values = await main.runs.wait(tid, "agent", input=hello())
             assert values["messages"][-1]["content"] == ANSWER
-            assert sorted(a["name"] for a in await main.assistants.search()) == ["agent", "gated"]
+            assert sorted(a["name"] for a in await main.assistants.search()) == [
+                "agent",
+                "gated",
+                "planner",
+            ]
             assert [a["name"] for a in await elsewhere.assistants.search()] == ["theirs"]
             with pytest.raises(NotFoundError):
                 await elsewhere.threads.get(tid)
@@ -584,7 +588,7 @@ def test_the_javascript_sdk_runs_the_same_flow(gateway: GatewayProcess, node_sdk
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
     seen = json.loads(ran.stdout.strip().splitlines()[-1])
-    assert seen["assistants"] == ["agent", "gated"]
+    assert seen["assistants"] == ["agent", "gated", "planner"]
     assert seen["events"][0] == "metadata" and seen["events"][-1] == "end"
     assert seen["events"].count("messages") > 3 and seen["tokens"] == ANSWER
     assert seen["waited"][-2:] == ["hello again", "answer to hello again"]
