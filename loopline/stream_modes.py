@@ -777,7 +777,36 @@ async def _thread_start(
     translator.state = [to_langchain(m) for m in state.messages[:cut]]
     todos = {"todos": state.todos} if state.todos is not None else {}
     translator.keys = {**translator.keys, **state.extra, **todos}
+    if "messages" in translator.modes:  # its metadata counts LangGraph's steps
+        translator.superstep = await thread_steps(client, thread_id, translator)
     return translator.begin()
+
+
+ENDED_ELSEWHERE = ("rejected", "rolled_back", "queued")
+"""Runs of a thread that left no step in its history (LangGraph deletes a rolled-back
+run's checkpoints; the others never started)."""
+
+
+async def thread_steps(client: Client, thread_id: str, translator: ModeTranslator) -> int:
+    """The step LangGraph's checkpoints of the thread stand at before this run: every
+    earlier run's supersteps (its resumes go on counting) and two more each (the
+    checkpoints of its input and of ``__start__``), counted from their logs."""
+    threads = client.threads()
+    info = await threads.info(thread_id)
+    statuses = info.runs if info is not None else {}
+    steps = 0
+    for run_id in await threads.run_ids(thread_id):
+        if run_id == translator.task_id:
+            break
+        if statuses.get(run_id) in ENDED_ELSEWHERE:
+            continue
+        earlier = ModeTranslator(run_id, (), [], translator.view)
+        seen = [(entry, event) async for entry, event in client.events(run_id, follow=False)]
+        seen = await with_asked_replies(client, run_id, seen)
+        # a failed run's steps count up to its failure (which the translator raises)
+        earlier.prime([event for _, event in seen if not isinstance(event, TaskFailed)])
+        steps += earlier.superstep + 2
+    return steps
 
 
 @dataclass

@@ -491,11 +491,13 @@ async def test_rollback_removes_the_busy_run(sdk: Any) -> None:
 
 async def test_a_threads_next_run_streams_from_the_threads_state(sdk: Any) -> None:
     """As LangGraph's server streams a run of a thread from its checkpoint: the first
-    values hold the earlier run's messages and the todo list it left."""
+    values hold the earlier run's messages and the todo list it left, and the steps
+    count on from the earlier run's."""
     thread = (await sdk.threads.create())["thread_id"]
     await sdk.runs.wait(thread, "planner", input=hello("plan"))
+    modes = ["values", "messages-tuple"]
     parts = await collect(
-        sdk.runs.stream(thread, "planner", input=hello("go on"), stream_mode="values")
+        sdk.runs.stream(thread, "planner", input=hello("go on"), stream_mode=modes)
     )
     values = [p.data for p in parts if p.event == "values"]
     first, last = values[0], values[-1]
@@ -503,6 +505,10 @@ async def test_a_threads_next_run_streams_from_the_threads_state(sdk: Any) -> No
     assert first["todos"] == [{"content": "a", "status": "pending"}]
     assert last["messages"][-1]["content"] == "answer to go on"
     assert last["todos"] == first["todos"]
+    # LangGraph's steps go on from the first run (model 1, todo node 2, tools 3, model
+    # 4, todo node 5), two more for this run's input and __start__: its model call is 8
+    steps = {p.data[1]["langgraph_step"] for p in parts if p.event == "messages"}
+    assert steps == {8}
 
 
 async def test_stateless_runs(sdk: Any) -> None:

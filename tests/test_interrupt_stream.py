@@ -318,6 +318,35 @@ def test_batched_approval_streams_as_langchain(
         assert [node for _, node in tool_items] == ["tools", "tools"]
 
 
+def test_a_later_run_of_the_thread_counts_its_steps_on_as_langchain(
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """LangGraph's steps go on across a thread's runs (a resume counts on within its
+    run, each new run adds its input's and ``__start__``'s): the run after an answered
+    interrupt streams what LangChain's does, ``langgraph_step`` included."""
+    lc_server, ll_server = servers
+    prompt, resumes = "batched approve", [decided(DECISIONS["approve"])]
+    kwargs: Any = {"tools": HITL_TOOLS, "middleware": [hitl("batched")]}
+    thread = new_thread()
+    agents = [
+        lc_create_agent(chat_model(lc_server), checkpointer=InMemorySaver(), **kwargs),
+        embedded_agent(redis_url, monkeypatch, ll_server, **kwargs),
+    ]
+    later: list[list[Any]] = []
+    for agent in agents:
+        stream_conversation(agent, thread, prompt, resumes)
+        config: Any = {"configurable": {"thread_id": thread}}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            next_run = {"messages": [{"role": "user", "content": "and then?"}]}
+            later.append(list(agent.stream(next_run, config, stream_mode=MODES)))
+    check_same([later[0]], [later[1]])
+    steps = [d[1]["langgraph_step"] for m, d in later[1] if m == "messages"]
+    assert steps and min(steps) > 5  # after the first run's five
+
+
 def test_per_call_approval_streams_as_langchain(
     redis_url: str,
     monkeypatch: pytest.MonkeyPatch,

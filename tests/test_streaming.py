@@ -602,15 +602,7 @@ def stream_second_run(agent: Any, prompt: str, modes: list[str]) -> list[Any]:
 
 
 def thread_shapes(items: list[Any]) -> list[Any]:
-    """The items by shape, ``langgraph_step`` counted from the run's first model call:
-    LangGraph's goes on from the thread's earlier runs, loopline's starts at each run."""
-    first = min(d[1]["langgraph_step"] for m, d in items if m == "messages")
-    out = []
-    for mode, data in items:
-        if mode == "messages":
-            data = (data[0], {**data[1], "langgraph_step": data[1]["langgraph_step"] - first})
-        out.append((mode, thread_item_shape(mode, data)))
-    return out
+    return [(mode, thread_item_shape(mode, data)) for mode, data in items]
 
 
 def thread_item_shape(mode: str, data: Any) -> Any:
@@ -634,8 +626,9 @@ async def test_a_threads_next_run_streams_the_threads_state_as_langchain(
     servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
 ) -> None:
     """LangGraph streams a thread's run from its checkpoint: the first ``values`` holds
-    the earlier runs' messages and the todo list they left, then the new input; and
-    TodoListMiddleware's after_model node is a superstep after every model call."""
+    the earlier runs' messages and the todo list they left, then the new input;
+    TodoListMiddleware's after_model node is a superstep after every model call, and
+    ``langgraph_step`` goes on from the thread's earlier run."""
     lc_server, ll_server = servers
     modes = ["values", "updates", "messages"]  # messages: langgraph_step counts its node
     prompt = f"thread values {where}"

@@ -33,6 +33,7 @@ from loopline.stream_modes import (
     StateView,
     prime,
     state_view,
+    thread_steps,
     with_asked_replies,
 )
 
@@ -139,9 +140,7 @@ class PositionedTranslator(ModeTranslator):
         return [("chunks", p, item) for p, item in zip(places, items, strict=True)]
 
 
-async def base_state(
-    tenant: Tenant, record: RunRecord
-) -> tuple[list[BaseMessage], dict[str, Any]]:
+async def base_state(tenant: Tenant, record: RunRecord) -> tuple[list[BaseMessage], dict[str, Any]]:
     """The state when the run begins: its messages (a resume's as its record says; a new
     run's are the thread's transcript through the run's inputs, read once the task
     started) and the other keys the thread's earlier runs left (the todo list,
@@ -192,7 +191,10 @@ async def run_items(
     view = await run_view(tenant, record)
     translator = PositionedTranslator(record.task_id, modes, view)
     client = tenant.client
+    counts_steps = "messages" in modes and bool(record.thread_id)  # LangGraph's go on
     if record.is_resume:  # it goes on from where the run before it stopped
+        if counts_steps:
+            translator.superstep = await thread_steps(client, record.thread_id, translator)
         await prime(client, translator, record.task_id, record.log_after)
         messages, keys = await base_state(tenant, record)
         translator.resume_from(messages, record.answered, keys)
@@ -216,6 +218,8 @@ async def run_items(
             if not record.is_resume:
                 translator.state, keys = await base_state(tenant, record)
                 translator.keys = {**translator.keys, **keys}
+                if counts_steps:  # the earlier runs have ended: this one started
+                    translator.superstep = await thread_steps(client, record.thread_id, translator)
             for k, item in enumerate(translator.begin()):
                 yield "log", entry_position(record.log_after, k), item
         events = await with_asked_replies(client, record.task_id, events)
