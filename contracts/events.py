@@ -456,6 +456,19 @@ class TaskFailed(Event):
     exception of the agent's code (a cancel, a deadline, a refused event, lost state)."""
 
 
+class DecisionsRefused(Event):
+    """Loop → task log: an answer to the task's interrupt that the node which asked
+    refused (HumanInTheLoopMiddleware's count of decisions, say). LangGraph's resume
+    raises the node's exception and the thread stays at its interrupt: so does the
+    task, waiting for an answer that fits; the refused answer is dead-lettered too."""
+
+    type: Literal["DecisionsRefused"] = "DecisionsRefused"
+    step: int
+    reason: str
+    exception: ExceptionInfo | None = None
+    """The node's exception: what the resume raises again."""
+
+
 class DeadLettered(Event):
     """Any consumer → ``dlq``: an entry no handler could process, kept with the reason."""
 
@@ -497,6 +510,7 @@ AnyEvent = Annotated[
     | StepStarted
     | TaskCompleted
     | TaskFailed
+    | DecisionsRefused
     | DeadLettered,
     Field(discriminator="type"),
 ]
@@ -524,6 +538,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     StepStarted,
     TaskCompleted,
     TaskFailed,
+    DecisionsRefused,
     DeadLettered,
 )
 

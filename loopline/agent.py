@@ -27,6 +27,7 @@ from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec, RunMode
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
+    DecisionsRefused,
     TaskFailed,
     ToolInterrupted,
     new_task_id,
@@ -47,7 +48,7 @@ from loopline.conversation import (
     snapshot,
     waiting_interrupts,
 )
-from loopline.errors import TaskFailedError, failure_of
+from loopline.errors import TaskFailedError, failure_of, refusal_of
 from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from services.errors import ConfigurationError
@@ -372,20 +373,32 @@ class Agent:
             )
 
     async def aresult(
-        self, task_id: str, *, after: str = "0", answered: Sequence[str] = ()
+        self,
+        task_id: str,
+        *,
+        after: str = "0",
+        answered: Sequence[str] = (),
+        answering: bool = False,
     ) -> dict[str, Any]:
         """Wait for the task and return ``{"messages": [...], "todos": [...]}``; a task
         waiting for an answer returns with ``"__interrupt__"`` (LangChain's key) instead:
         the value a hook's ``interrupt()`` asked (HITL's HITLRequest in batched mode), or
         each waiting tool call's (per-call mode: its ToolApprovalRequest). ``answered``:
-        tool calls whose answers were just sent (see ``aresume``)."""
+        tool calls whose answers were just sent (see ``aresume``); ``answering``: the
+        task's interrupt was just answered (after ``after``): a refused answer raises the
+        exception of the node that refused it, as LangGraph's resume does."""
         async with self.client() as client:
+            outcome: Any
             if answered:
                 _, outcome = await client.outcome_of_decisions(task_id, answered, after=after)
+            elif answering:
+                _, outcome = await client.outcome_of_answer(task_id, after=after)
             else:
                 _, outcome = await client.outcome(task_id, after=after)
             if isinstance(outcome, TaskFailed):
                 raise failure_of(outcome)
+            if isinstance(outcome, DecisionsRefused):
+                raise refusal_of(outcome)
             if isinstance(outcome, ToolInterrupted):  # a decision the call's schema refused
                 raise ValueError(f"decision for call {outcome.call.id} refused: {outcome.error}")
             open_calls = []
@@ -441,7 +454,7 @@ class Agent:
         async with self.client() as client:
             after = await client.last_entry(task_id)
             answered = await client.decide(task_id, decisions)
-        return await self.aresult(task_id, after=after, answered=answered)
+        return await self.aresult(task_id, after=after, answered=answered, answering=True)
 
     def resume(
         self, task_id: str, decisions: Sequence[dict[str, Any]] | Mapping[str, Any]
@@ -455,7 +468,7 @@ class Agent:
         async with self.client() as client:
             after = await client.last_entry(task_id)
             answered = await client.answer(task_id, answers)
-        return await self.aresult(task_id, after=after, answered=answered)
+        return await self.aresult(task_id, after=after, answered=answered, answering=True)
 
     async def acancel(self, task_id: str, reason: str = "cancelled by request") -> None:
         async with self.client() as client:

@@ -21,6 +21,7 @@ from contracts.events import (
     ApprovalRequested,
     CancelRequested,
     DeadLettered,
+    DecisionsRefused,
     DecisionsSubmitted,
     TaskCompleted,
     TaskFailed,
@@ -456,6 +457,18 @@ class Client:
         """Follow the log from ``after`` until the task ends or asks for approval."""
         async for entry_id, event in self.events(task_id, after=after):
             if isinstance(event, TaskCompleted | TaskFailed | ApprovalRequested):
+                return entry_id, event
+        raise RuntimeError("task log ended without an outcome")  # pragma: no cover
+
+    async def outcome_of_answer(
+        self, task_id: str, *, after: str
+    ) -> tuple[str, TaskCompleted | TaskFailed | ApprovalRequested | DecisionsRefused]:
+        """What answering the task's interrupt (just before log entry ``after``) led to:
+        like ``outcome``, or the answer refused by the node that asked."""
+        async for entry_id, event in self.events(task_id, after=after):
+            if isinstance(event, TaskCompleted | TaskFailed | ApprovalRequested):
+                return entry_id, event
+            if isinstance(event, DecisionsRefused):
                 return entry_id, event
         raise RuntimeError("task log ended without an outcome")  # pragma: no cover
 

@@ -28,7 +28,7 @@ import importlib
 import sys
 from typing import Any
 
-from contracts.events import ExceptionInfo, TaskFailed
+from contracts.events import DecisionsRefused, ExceptionInfo, TaskFailed
 from services.spec import imports
 
 
@@ -52,6 +52,18 @@ def failure_of(event: TaskFailed) -> Exception:
     if rebuilt is None:
         return TaskFailedError(event)
     rebuilt.add_note(f"loopline: task {event.task_id} failed at step {event.step}")
+    return rebuilt
+
+
+def refusal_of(event: DecisionsRefused) -> Exception:
+    """What a resume whose answers were refused raises: the node's exception where it
+    can be rebuilt (LangGraph raises it from the resume), else a ValueError."""
+    info = event.exception
+    cls = exception_class(info.type) if info is not None else None
+    rebuilt = _instance(cls, info) if cls is not None and info is not None else None
+    if rebuilt is None:
+        rebuilt = ValueError(event.reason)
+    rebuilt.add_note(f"loopline: task {event.task_id} still waits at step {event.step}")
     return rebuilt
 
 

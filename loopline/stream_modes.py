@@ -59,6 +59,7 @@ from contracts.chunks import ChunkBatch
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
+    DecisionsRefused,
     ModelResponded,
     NodesUpdated,
     NodeUpdate,
@@ -73,7 +74,7 @@ from contracts.messages import MESSAGE_ADAPTER, from_langchain, to_langchain
 from contracts.messages import AIMessage as Reply
 from contracts.messages import ToolMessage as ToolResult
 from loopline.client import Client, LostTaskWatch
-from loopline.errors import TaskFailedError, failure_of
+from loopline.errors import TaskFailedError, failure_of, refusal_of
 from services.hooks import (
     HookSet,
     hooks_for,
@@ -461,6 +462,8 @@ class ModeTranslator:
             self.done = True
         elif isinstance(event, TaskFailed):
             raise failure_of(event)
+        elif isinstance(event, DecisionsRefused) and self.resumed:
+            raise refusal_of(event)  # the answer this stream's resume sent
         return []
 
     def _model_responded(self, event: ModelResponded) -> list[Item]:

@@ -28,6 +28,16 @@ class BadEvent(PermanentError):
     pass
 
 
+class AnswerRefused(BadEvent):
+    """Answers to an interrupt that the node which asked refused (``cause``): the event
+    is dead-lettered, and the task's log says so (``DecisionsRefused``)."""
+
+    def __init__(self, step: int, cause: BaseException) -> None:
+        super().__init__(f"decisions rejected: {cause}")
+        self.step = step
+        self.cause = cause
+
+
 class UnknownAgent(PermanentError):
     pass
 

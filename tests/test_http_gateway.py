@@ -301,6 +301,24 @@ async def test_an_interrupt_is_answered_with_command_resume(sdk: Any) -> None:
     assert history[0]["values"]["messages"][-1]["content"] == "2 + 3 is 5."
 
 
+async def test_a_refused_answer_ends_its_run_with_the_nodes_error(sdk: Any) -> None:
+    """Three decisions for one gated call: the resumed run's stream ends with the error
+    HumanInTheLoopMiddleware raised (as LangGraph's server streams a run that raised),
+    and the thread still waits at its interrupt; an answer that fits then goes on."""
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "gated", input=hello("gated"))
+    approve = {"type": "approve"}
+    bad = {"resume": {"decisions": [approve, approve, approve]}}
+    parts = await collect(sdk.runs.stream(tid, "gated", command=bad, stream_mode="values"))
+    (error,) = [p.data for p in parts if p.event == "error"]
+    assert error["error"] == "ValueError"
+    assert "does not match number of hanging tool calls" in error["message"]
+    assert parts[-1].event == "end"
+    assert len((await sdk.threads.get_state(tid))["interrupts"]) == 1
+    done = await sdk.runs.wait(tid, "gated", command={"resume": {"decisions": [approve]}})
+    assert done["messages"][-1]["content"] == "2 + 3 is 5."
+
+
 async def test_a_resumed_run_streams_the_rest(sdk: Any) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     await sdk.runs.wait(tid, "gated", input=hello("gated"))

@@ -471,3 +471,47 @@ def test_deployed_approvals_stream_as_langchain(
     )
     ll_phases = stream_conversation(agent, thread, prompt, resumes)
     check_same(lc_phases, ll_phases)
+
+
+def test_a_refused_answer_raises_as_langchain_and_the_thread_still_waits(
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """Three decisions for one gated call: HumanInTheLoopMiddleware refuses them with a
+    ValueError, which LangGraph's resume raises (``stream`` and ``invoke`` alike), and
+    the thread stays at its interrupt."""
+    lc_server, ll_server = servers
+    kwargs: Any = {"tools": HITL_TOOLS, "middleware": [hitl("batched")]}
+    thread = new_thread()
+    approve = {"type": "approve"}
+    bad = Command(resume={"decisions": [approve, approve, approve]})
+    seen: dict[str, list[Any]] = {}
+    agents = {
+        "lc": lc_create_agent(chat_model(lc_server), checkpointer=InMemorySaver(), **kwargs),
+        "ll": embedded_agent(redis_url, monkeypatch, ll_server, **kwargs),
+    }
+    for name, agent in agents.items():
+        config: Any = {"configurable": {"thread_id": thread}}
+        first = {"messages": [{"role": "user", "content": "batched approve"}]}
+        errors: list[Any] = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            list(agent.stream(first, config, stream_mode=MODES))
+            for streamed in (True, False):
+                with pytest.raises(ValueError) as raised:
+                    if streamed:
+                        list(agent.stream(bad, config, stream_mode=MODES))
+                    else:
+                        agent.invoke(bad, config)
+                errors.append((type(raised.value), str(raised.value)))
+            assert len(agent.get_state(config).interrupts) == 1, name
+        seen[name] = errors
+    assert seen["ll"] == seen["lc"]
+    assert "does not match number of hanging tool calls" in seen["ll"][0][1]
+    # LangGraph keeps the refused resume value in the checkpoint: its next resume fails
+    # the same way whatever it says. loopline drops the refused answer: one that fits
+    # goes on (a deliberate difference, README parity notes).
+    good = Command(resume={"decisions": [approve]})
+    done = agents["ll"].invoke(good, {"configurable": {"thread_id": thread}})
+    assert done["messages"][-1].content == "Done with the numbers."

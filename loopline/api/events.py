@@ -21,7 +21,7 @@ from langchain_core.messages import BaseMessage
 
 from contracts.agent import AgentSpec
 from contracts.chunks import ChunkBatch
-from contracts.events import AnyEvent, TaskFailed
+from contracts.events import AnyEvent, DecisionsRefused, TaskFailed
 from contracts.messages import to_langchain
 from loopline.api.records import RunRecord
 from loopline.api.tenant import NotFound, Tenant
@@ -84,9 +84,10 @@ def _unpos(text: str) -> Position:
 
 @dataclass(frozen=True)
 class Failed:
-    """The task failed: the stream says so (unless it was stopped) and ends."""
+    """The task failed, or refused the answers this run resumed it with: the stream
+    says so (unless it was stopped) and ends."""
 
-    event: TaskFailed
+    event: TaskFailed | DecisionsRefused
 
 
 Positioned = tuple[str, Position, Item | Failed]
@@ -114,7 +115,9 @@ class PositionedTranslator(ModeTranslator):
                 return out
             out.extend(self._placed_chunks(self._release_before(event)))
             first = made.get(entry_id, 0)
-            if isinstance(event, TaskFailed):  # the translator would raise its exception
+            if isinstance(event, TaskFailed) or (
+                isinstance(event, DecisionsRefused) and self.resumed
+            ):  # the translator would raise its exception (a refusal: of this resume's)
                 self.done = True
                 out.append(("log", entry_position(entry_id, first), Failed(event)))
                 return out

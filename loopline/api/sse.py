@@ -19,6 +19,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
 
+from contracts.events import DecisionsRefused
 from loopline.api.events import Cursor, Failed, run_items
 from loopline.api.records import RunRecord
 from loopline.api.runs import loopline_modes, was_stopped
@@ -107,7 +108,11 @@ async def run_frames(
 
 
 def _error(failed: Failed) -> dict[str, str]:
-    return {"error": "TaskFailed", "message": failed.event.reason}
+    event = failed.event
+    if isinstance(event, DecisionsRefused):  # LangGraph's run errs with the node's exception
+        name = event.exception.name if event.exception is not None else "ValueError"
+        return {"error": name, "message": event.reason}
+    return {"error": "TaskFailed", "message": event.reason}
 
 
 async def with_heartbeats(

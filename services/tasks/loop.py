@@ -23,6 +23,7 @@ from contracts.agent import AgentSpec
 from contracts.events import (
     ApprovalRequested,
     CancelRequested,
+    DecisionsRefused,
     DecisionsSubmitted,
     Event,
     ExceptionInfo,
@@ -49,7 +50,7 @@ from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message, with_input_i
 from services import deployed
 from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
-from services.errors import BadEvent, Refused, UnknownAgent, UnknownTask
+from services.errors import AnswerRefused, BadEvent, Refused, UnknownAgent, UnknownTask
 from services.failures import exception_info, failure_text, own_exception_info
 from services.hooks import HOOK_SETS_CACHED, HookSet, hooks_for
 from services.interrupts import Answers, Asked, NodeInterrupted, ResumeRefused, interrupt_id
@@ -284,7 +285,24 @@ class Loop:
     async def decisions_submitted(self, event: DecisionsSubmitted) -> None:
         """An answer to the interrupt a task waits on: a tool call's (tools phase; one
         per waiting call), or a loop-stage hook's, whose node then runs again from its
-        start with ``interrupt()`` returning it (and the answers it had before)."""
+        start with ``interrupt()`` returning it (and the answers it had before). An
+        answer the node refuses is logged (``DecisionsRefused``: the client that sent it
+        raises the node's exception, as LangGraph's resume does) and dead-lettered."""
+        try:
+            await self._decided(event)
+        except AnswerRefused as refused:
+            logged = DecisionsRefused(
+                task_id=event.task_id,
+                step=refused.step,
+                reason=str(refused),
+                exception=exception_info(refused.cause),
+            )
+            await self.store.log_once(
+                event.task_id, f"refused:{current_entry_id()}", dump_event(logged)
+            )
+            raise
+
+    async def _decided(self, event: DecisionsSubmitted) -> None:
         tid = event.task_id
         waiting = await self.store.waiting(tid)
         if waiting.phase == Phase.TOOLS:  # calls that wait one by one
@@ -784,7 +802,7 @@ class Loop:
             return None
         except (ValueError, ResumeRefused) as exc:
             if answers.answered:  # answers that do not fit: refuse them, keep waiting
-                raise BadEvent(f"decisions rejected: {exc}") from exc
+                raise AnswerRefused(event.step, _refusal(exc)) from exc
             await self._fail_with(tid, exc)
             return None
         except Exception as exc:  # a hook that raises ends the task with its exception
@@ -868,10 +886,10 @@ class Loop:
             await self._wait(task_id, state.step, asked, started, "before", answers)
             return None
         except ResumeRefused as exc:
-            raise BadEvent(f"decisions rejected: {exc}") from exc
+            raise AnswerRefused(state.step, _refusal(exc)) from exc
         except Exception as exc:  # a hook that raises (a limit with exit "error") ends it
             if answers.answered and isinstance(exc, ValueError):
-                raise BadEvent(f"decisions rejected: {exc}") from exc
+                raise AnswerRefused(state.step, exc) from exc
             await self._fail_with(task_id, exc)
             return None
         completed = TaskCompleted(task_id=task_id, steps=state.step - 1, answer=outcome.answer)
@@ -990,6 +1008,11 @@ def _answer_for(event: DecisionsSubmitted, interrupt_id: str) -> Any:
     if not event.decisions:
         raise BadEvent("DecisionsSubmitted needs decisions or answers")
     return {"decisions": event.decisions}
+
+
+def _refusal(exc: BaseException) -> BaseException:
+    """The node's own exception behind a refused resume (``ResumeRefused`` wraps it)."""
+    return exc.__cause__ if isinstance(exc, ResumeRefused) and exc.__cause__ else exc
 
 
 def _inline(start: StartTask | StartRun) -> bool:
