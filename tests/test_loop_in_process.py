@@ -16,6 +16,7 @@ from contracts.events import (
     ApprovalRequested,
     CancelRequested,
     DeadLettered,
+    DecisionsRefused,
     DecisionsSubmitted,
     Event,
     ModelFailed,
@@ -324,8 +325,11 @@ async def test_a_gated_call_waits_for_a_human_with_nothing_pending_then_runs_edi
         DecisionsSubmitted(task_id="gated", decisions=[{"type": "approve"}, {"type": "approve"}])
     )
     (letter,) = await events_on(rt.redis, rt.names.dlq, DeadLettered)
-    assert letter.error.startswith("BadEvent: decisions rejected")
+    assert letter.error.startswith("AnswerRefused: decisions rejected")
     assert await loop.status("gated") == "running"
+    refused = (await loop.log("gated"))[-1]  # the client that answered learns why
+    assert isinstance(refused, DecisionsRefused) and refused.exception is not None
+    assert refused.exception.type == "builtins:ValueError" and "(2)" in refused.reason
 
     edit = {"type": "edit", "edited_action": {"name": "add", "args": {"a": 10, "b": 20}}}
     await loop.send(DecisionsSubmitted(task_id="gated", decisions=[edit]))
