@@ -774,12 +774,8 @@ async def _thread_start(
     """The first items of a thread's run: the thread's messages through the run's inputs
     and the state keys its earlier runs left."""
     state = await client.threads().of_run(thread_id, translator.task_id)
-    ids = [m.id for m in state.messages]
-    last = inputs[-1].id if inputs else None
-    cut = ids.index(last) + 1 if last in ids else len(state.messages)
-    translator.state = [to_langchain(m) for m in state.messages[:cut]]
-    todos = {"todos": state.todos} if state.todos is not None else {}
-    translator.keys = {**translator.keys, **state.extra, **todos}
+    translator.state = [to_langchain(m) for m in state.through(inputs[-1].id if inputs else None)]
+    translator.keys = {**translator.keys, **state.keys}
     if "messages" in translator.modes:  # its metadata counts LangGraph's steps
         translator.superstep = await thread_steps(client, thread_id, translator)
     return translator.begin()

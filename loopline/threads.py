@@ -42,6 +42,18 @@ class ThreadValues:
     step: int = 0
     updated: float = 0.0
 
+    @property
+    def keys(self) -> dict[str, Any]:
+        """The state's keys besides the messages: the middleware's, and the todo list
+        once one was written."""
+        return {**self.extra, **({"todos": self.todos} if self.todos is not None else {})}
+
+    def through(self, message_id: str | None) -> list[Message]:
+        """The messages through the one with ``message_id`` (a run's last input); all of
+        them when none has it."""
+        ids = [m.id for m in self.messages]
+        return self.messages[: ids.index(message_id) + 1] if message_id in ids else self.messages
+
 
 @dataclass
 class ThreadInfo:

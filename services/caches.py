@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
@@ -105,28 +106,22 @@ class Transcripts:
         self._cached: OrderedDict[str, list[Message]] = OrderedDict()
 
     async def get(
-        self,
-        task_id: str,
-        length: int,
-        rev: int = 0,
-        last: Message | None = None,
-        whole: list[Message] | None = None,
+        self, task_id: str, length: int, rev: int = 0, known: Sequence[Message] = ()
     ) -> list[Message]:
         """The first ``length`` messages; reads from Redis only what this process lacks.
-        A rewrite by middleware bumps ``rev``, which starts a fresh cache entry. ``last``:
-        the message at ``length - 1`` when the caller has it, ``whole``: all ``length``
-        of them (``ModelRequested``)."""
+        A rewrite by middleware bumps ``rev``, which starts a fresh cache entry.
+        ``known``: the last of those messages, when the caller has them (a
+        ``ModelRequested`` carries the step's one small result, or a new task's input)."""
         key = f"{task_id}:{rev}"
-        if last is not None:
-            self.remember(task_id, rev, length - 1, last)
         cached = self._cached.get(key)
         if cached is None:
-            cached = list(whole) if whole is not None and len(whole) == length else []
+            cached = []
             self._cached[key] = cached
             if len(self._cached) > self._max_tasks:
                 self._cached.popitem(last=False)
         else:
             self._cached.move_to_end(key)
+        _extend(cached, length - len(known), known)
         if len(cached) < length:
             start = len(cached)
             raw = await self._connection.command(
@@ -142,8 +137,15 @@ class Transcripts:
         """The message that stands at ``at`` in the stored transcript, known without
         reading it: kept when the cached transcript ends right before it."""
         cached = self._cached.get(f"{task_id}:{rev}")
-        if cached is not None and len(cached) == at:
-            cached.append(message)
+        if cached is not None:
+            _extend(cached, at, [message])
 
     def forget(self, task_id: str, rev: int = 0) -> None:
         self._cached.pop(f"{task_id}:{rev}", None)
+
+
+def _extend(cached: list[Message], at: int, messages: Sequence[Message]) -> None:
+    """``messages`` stand at ``at`` on in the transcript: the cache takes those it lacks,
+    when it reaches ``at`` (else it reads them, with what comes before)."""
+    if at <= len(cached) < at + len(messages):
+        cached.extend(messages[len(cached) - at :])

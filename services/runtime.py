@@ -168,15 +168,10 @@ class Runtime:
         return await self.agents.get(agent_id)
 
     async def transcript(
-        self,
-        task_id: str,
-        length: int,
-        rev: int = 0,
-        last: Message | None = None,
-        whole: list[Message] | None = None,
+        self, task_id: str, length: int, rev: int = 0, known: Sequence[Message] = ()
     ) -> list[Message]:
         """The first ``length`` messages of a task's transcript (``Transcripts.get``)."""
-        return await self.transcripts.get(task_id, length, rev, last, whole)
+        return await self.transcripts.get(task_id, length, rev, known)
 
     def remember(self, task_id: str, rev: int, at: int, message: Message) -> None:
         """The message that stands at ``at`` in the stored transcript (``Transcripts``)."""

@@ -185,7 +185,7 @@ async def test_a_single_small_result_rides_in_the_model_request(rt: Runtime) -> 
 
     # A model service holding the first two messages takes the third from the request
     # (the very object), and it is the one stored at that place.
-    transcript = await rt.transcript("r1", 3, 0, request.last_result)
+    transcript = await rt.transcript("r1", 3, 0, [request.last_result])
     assert transcript[2] is request.last_result
     stored = await rt.redis.lindex(rt.names.task_messages("r1"), 2)
     assert ToolMessage.model_validate_json(stored) == transcript[2]
@@ -202,7 +202,7 @@ async def test_a_model_service_missing_more_reads_the_transcript(
     (request,) = await events_on(rt.redis, rt.names.model, ModelRequested)
 
     other = await make_runtime()  # another replica: nothing cached
-    transcript = await other.transcript("r2", 3, 0, request.last_result)
+    transcript = await other.transcript("r2", 3, 0, [request.last_result])
     assert [m.type for m in transcript] == ["human", "ai", "tool"]
     assert transcript[2] is not request.last_result  # read from Redis, not taken
     assert transcript[2] == request.last_result
@@ -222,7 +222,7 @@ async def test_results_of_a_step_with_several_calls_or_large_ones_are_not_carrie
     # message lacks c0 too, so the request's result alone does not fill it
     assert request.last_result is not None and request.last_result.tool_call_id == "c1"
     await rt.transcript("r3", 2)
-    transcript = await rt.transcript("r3", 4, 0, request.last_result)
+    transcript = await rt.transcript("r3", 4, 0, [request.last_result])
     assert [m.tool_call_id for m in transcript[2:] if isinstance(m, ToolMessage)] == ["c0", "c1"]
 
     await start_task(rt, "r4")

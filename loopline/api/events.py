@@ -149,15 +149,11 @@ async def base_state(tenant: Tenant, record: RunRecord) -> tuple[list[BaseMessag
     started) and the other keys the thread's earlier runs left (the todo list,
     middleware state)."""
     state = await tenant.threads.of_run(record.thread_id, record.task_id)
-    keys = {**state.extra, **({"todos": state.todos} if state.todos is not None else {})}
-    messages = state.messages
     if record.is_resume:
-        cut = record.base_len
+        messages = state.messages[: record.base_len]
     else:
-        ids = [m.id for m in messages]
-        last = record.input_ids[-1] if record.input_ids else None
-        cut = ids.index(last) + 1 if last in ids else len(messages)
-    return [to_langchain(m) for m in messages[:cut]], keys
+        messages = state.through(record.input_ids[-1] if record.input_ids else None)
+    return [to_langchain(m) for m in messages], state.keys
 
 
 async def _registered_spec(tenant: Tenant, ref: str) -> AgentSpec | None:

@@ -64,7 +64,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         event, answers = requested_of(event)
         spec = await rt.agent(event.agent_id)
         transcript = await rt.transcript(
-            event.task_id, event.transcript_len, event.rev, event.last_result, event.transcript
+            event.task_id, event.transcript_len, event.rev, carried(event)
         )
         view = apply_edits(transcript, event.edits) if event.edits else transcript
         started = time.perf_counter()
@@ -143,6 +143,13 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             )
 
     return {rt.names.model: on_model_requested}
+
+
+def carried(event: ModelRequested) -> list[Message]:
+    """The end of the transcript the request carries (``transcript``, ``last_result``)."""
+    if event.transcript is not None:
+        return event.transcript
+    return [event.last_result] if event.last_result is not None else []
 
 
 def requested_of(event: AnyEvent) -> tuple[ModelRequested, list[Any]]:

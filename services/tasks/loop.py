@@ -210,7 +210,7 @@ class Loop:
             hooks = hooks_for(start.agent_id, spec)
         except Exception:  # the step's hooks report it (``_begin_step``)
             return None
-        if hooks.with_hook("before_agent") or hooks.with_hook("before_model"):
+        if _hooks_before_model(hooks, 1):
             return None
         if self._step_limit(spec).model_calls == 0:
             return None  # it fails where it starts
@@ -868,10 +868,7 @@ class Loop:
         hooks = await self._hooks(task_id, state.agent_id)
         if hooks is None:
             return None
-        wanted = hooks.with_hook("before_model") or (
-            state.step == 1 and hooks.with_hook("before_agent")
-        )
-        if not wanted:
+        if not _hooks_before_model(hooks, state.step):
             return state
         transcript = await self.rt.transcript(task_id, state.transcript_len, state.rev)
         extra = await self.store.extra(task_id)
@@ -1008,6 +1005,11 @@ def _answer_for(event: DecisionsSubmitted, interrupt_id: str) -> Any:
     if not event.decisions:
         raise BadEvent("DecisionsSubmitted needs decisions or answers")
     return {"decisions": event.decisions}
+
+
+def _hooks_before_model(hooks: HookSet, step: int) -> bool:
+    """Whether hooks run before the model call of ``step`` (before_agent: at the first)."""
+    return bool(hooks.with_hook("before_model") or (step == 1 and hooks.with_hook("before_agent")))
 
 
 def _refusal(exc: BaseException) -> BaseException:
