@@ -402,10 +402,13 @@ class Agent:
             if isinstance(outcome, ToolInterrupted):  # a decision the call's schema refused
                 raise ValueError(f"decision for call {outcome.call.id} refused: {outcome.error}")
             open_calls = []
-            if isinstance(outcome, ApprovalRequested) and outcome.per_call:
+            per_call = isinstance(outcome, ApprovalRequested) and outcome.per_call
+            if per_call:
                 await client.step_settled(task_id)
                 open_calls = await client.waiting_calls(task_id)
             messages = await client.messages(task_id)
+            if per_call:  # the step's other calls' results: LangGraph's state at the
+                messages += await client.step_results(task_id)  # interrupt has them
             todos = await client.todos(task_id)
             state = await client.state(task_id)
         given, structured_json = "structured_response" in state, state.get("structured_response")

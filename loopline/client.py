@@ -33,7 +33,7 @@ from contracts.events import (
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
 from loopline.errors import TaskFailedError as TaskFailedError  # re-exported
-from loopline.threads import ThreadReader
+from loopline.threads import ThreadReader, in_call_order
 from services import deployed
 from services.redisconn import async_client
 from services.settings import Settings
@@ -549,6 +549,15 @@ class Client:
     async def messages(self, task_id: str) -> list[Message]:
         raw = await self.redis.lrange(self.names.task_messages(task_id), 0, -1)
         return [MESSAGE_ADAPTER.validate_json(item) for item in raw]
+
+    async def step_results(self, task_id: str) -> list[Message]:
+        """What the current step's tool calls gave so far, in call order (they join the
+        transcript when the step ends; ``ThreadValues.written``)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(self.names.task_state(task_id), "expected")
+        pipe.hgetall(self.names.task_results(task_id))
+        expected, results = await pipe.execute()
+        return in_call_order(expected, results)
 
     async def state(self, task_id: str) -> dict[str, Any]:
         """The task's state keys besides its messages (the middleware's fields and

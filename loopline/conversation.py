@@ -87,7 +87,8 @@ def _hooks(spec: AgentSpec) -> HookSet:
 def snapshot_values(spec: AgentSpec, state: ThreadValues) -> dict[str, Any]:
     """``StateSnapshot.values``: the messages, the todo list once written, and the
     middleware's state fields LangGraph checkpoints (not its ``UntrackedValue`` ones)."""
-    values: dict[str, Any] = {"messages": [to_langchain(m) for m in state.messages]}
+    messages = [*state.messages, *state.written]  # with the pending writes, as LangGraph's
+    values: dict[str, Any] = {"messages": [to_langchain(m) for m in messages]}
     if state.todos is not None:
         values["todos"] = state.todos
     dropped = untracked_keys(_hooks(spec))

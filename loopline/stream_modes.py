@@ -50,7 +50,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 
@@ -84,6 +84,9 @@ from services.hooks import (
     without_stand_in_ids,
 )
 from services.spec.channels import NO_CHANNELS, StateChannels
+
+if TYPE_CHECKING:
+    from langgraph.types import Interrupt
 
 STREAM_MODES = ("messages", "updates", "values", "custom")
 Item = tuple[str, Any]
@@ -161,7 +164,7 @@ def node_metadata(
     }
 
 
-def interrupt_of(event: ApprovalRequested) -> Any:
+def interrupt_of(event: ApprovalRequested) -> Interrupt:
     """LangGraph's ``Interrupt`` for a request of the log."""
     from langgraph.types import Interrupt
 
@@ -263,8 +266,8 @@ class ToolsStep:
     """Call id -> its tool message, in the order they ended."""
     updates: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Call id -> the state keys its ``Command(update=...)`` set."""
-    waiting: dict[str, str] = field(default_factory=dict)
-    """Call id -> the id of the interrupt it waits on."""
+    waiting: dict[str, Interrupt] = field(default_factory=dict)
+    """Call id -> the interrupt it waits on."""
 
     def index(self, call_id: str) -> int:
         return self.sent.index(call_id) if call_id in self.sent else len(self.sent)
@@ -325,12 +328,17 @@ class ModeTranslator:
 
     def begin(self) -> list[Item]:
         """The first items: the state the run starts from; a resumed run's waiting tool
-        step replays the results its calls had (LangGraph's cached writes)."""
+        step replays the results its calls had (LangGraph's cached writes), then its
+        calls the answer left waiting ask again (LangGraph runs them again, and they
+        interrupt again before the answered calls end)."""
         out: list[Item] = [("values", self._values())] if "values" in self.modes else []
-        if self.resumed and self.tools is not None and "updates" in self.modes:
-            for message in self.tools.results.values():
-                update = {TOOLS_NODE: {"messages": [message]}, "__metadata__": {"cached": True}}
-                out.append(("updates", update))
+        if self.resumed and self.tools is not None:
+            if "updates" in self.modes:
+                for message in self.tools.results.values():
+                    cached = {TOOLS_NODE: {"messages": [message]}, "__metadata__": {"cached": True}}
+                    out.append(("updates", cached))
+            for asked in self.tools.waiting.values():
+                out.extend(self._interrupt_items(asked))
         return out
 
     def prime(self, events: Sequence[AnyEvent]) -> None:
@@ -354,7 +362,7 @@ class ModeTranslator:
         self.resumed = True
         if self.tools is not None:
             waiting = self.tools.waiting
-            self.tools.waiting = {c: i for c, i in waiting.items() if i not in answered}
+            self.tools.waiting = {c: i for c, i in waiting.items() if i.id not in answered}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -635,21 +643,26 @@ class ModeTranslator:
     def _asked(self, event: ApprovalRequested) -> list[Item]:
         """A node (or a tool call) asked a human: LangGraph's interrupt items. A tool
         call's ends the run once the step's other calls ended or wait too."""
-        asked = (interrupt_of(event),)
-        out: list[Item] = []
-        if "updates" in self.modes:
-            out.append(("updates", {INTERRUPT: asked}))
-        if "values" in self.modes:
-            out.append(("values", {**self._values(), INTERRUPT: asked}))
+        asked = interrupt_of(event)
+        out = self._interrupt_items(asked)
         if event.node != TOOLS_NODE and not event.per_call:
             if event.node.endswith(AFTER_HOOKS):
                 self._model_step(event.step)  # the reply it asks about was shown
             self.done = True
             return out
         tools = self._tools_step(event.step)
-        tools.waiting[event.call_id] = asked[0].id
+        tools.waiting[event.call_id] = asked
         if tools.settled:
             out.extend(self._settled(tools))
+        return out
+
+    def _interrupt_items(self, asked: Interrupt) -> list[Item]:
+        """LangGraph's items for one interrupt: its update, the state with it."""
+        out: list[Item] = []
+        if "updates" in self.modes:
+            out.append(("updates", {INTERRUPT: (asked,)}))
+        if "values" in self.modes:
+            out.append(("values", {**self._values(), INTERRUPT: (asked,)}))
         return out
 
     def _settled(self, tools: ToolsStep) -> list[Item]:

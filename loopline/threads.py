@@ -10,6 +10,7 @@ supersteps. Earlier states are the ended runs' task keys, kept for the retention
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,11 @@ class ThreadValues:
     run_id: str
     """The run whose state this is ("" for a thread with no run yet)."""
     messages: list[Message] = field(default_factory=list)
+    """The messages as the run's last step began (LangGraph's checkpoint)."""
+    written: list[Message] = field(default_factory=list)
+    """What the current step's tool calls gave so far, in call order: LangGraph's pending
+    writes, which its state shows (``StateSnapshot.values``) and a resume's stream does
+    not start from."""
     todos: list[dict[str, Any]] | None = None
     """None: no todo list was ever written (LangGraph leaves the key out then)."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -53,6 +59,16 @@ class ThreadValues:
         them when none has it."""
         ids = [m.id for m in self.messages]
         return self.messages[: ids.index(message_id) + 1] if message_id in ids else self.messages
+
+
+def in_call_order(expected: Any, results: Mapping[Any, Any]) -> list[Message]:
+    """The current step's tool results (the task's ``results`` hash) in the order of its
+    calls (the task's ``expected``), as LangGraph applies its tasks' pending writes."""
+    if not results:
+        return []
+    by_call = {_text(k): v for k, v in results.items()}
+    order = json.loads(_text(expected) or "[]")
+    return [MESSAGE_ADAPTER.validate_json(by_call[c]) for c in order if c in by_call]
 
 
 @dataclass
@@ -114,11 +130,21 @@ class ThreadReader:
         """The state a run of the thread has (or left when it ended)."""
         names = self.names
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(names.task_state(task_id), "status", "phase", "step", "extra", "pending")
+        fields = ("status", "phase", "step", "extra", "pending", "expected")
+        pipe.hmget(names.task_state(task_id), *fields)
         pipe.lrange(names.task_messages(task_id), 0, -1)
+        # read after the transcript: a step's results move into it at once, so a step
+        # that ends between the two reads shows them once or not yet, never twice
+        pipe.hgetall(names.task_results(task_id))
         pipe.get(names.task_todos(task_id))
         pipe.xrevrange(names.task_log(task_id), count=1)
-        (status, phase, step, extra, pending), raw, todos, last = await pipe.execute()
+        (
+            (status, phase, step, extra, pending, expected),
+            raw,
+            results,
+            todos,
+            last,
+        ) = await pipe.execute()
         updated = int(_text(last[0][0]).split("-")[0]) / 1000 if last else 0.0
         messages = [MESSAGE_ADAPTER.validate_json(m) for m in raw]
         if _text(phase) == "approval" and pending:
@@ -131,6 +157,7 @@ class ThreadReader:
             thread_id=thread_id,
             run_id=task_id,
             messages=messages,
+            written=in_call_order(expected, results),
             todos=list(json.loads(todos)) if todos else None,
             extra=dict(json.loads(extra)) if extra else {},
             status=_text(status),

@@ -43,6 +43,15 @@ SCRIPTS: dict[str, list[Reply]] = {
         Reply(tool_calls=(ScriptedToolCall("add", {"a": 2, "b": 3}),)),
         Reply(content="2 + 3 is 5."),
     ],
+    "two gated": [
+        Reply(
+            tool_calls=(
+                ScriptedToolCall("add", {"a": 2, "b": 3}),
+                ScriptedToolCall("hang", {"seconds": 0.2}),
+            )
+        ),
+        Reply(content="Both ran."),
+    ],
     "plan": [
         Reply(
             tool_calls=(
@@ -78,7 +87,7 @@ def scripted() -> Iterator[ScriptedOpenAIServer]:
 @pytest.fixture(scope="module")
 def deployment(redis_url: str, scripted: ScriptedOpenAIServer) -> Iterator[ServiceProcesses]:
     """The services these agents use (loop, model, tools, todos), each as a process,
-    with the agents ``agent``, ``gated`` and ``planner`` deployed."""
+    with the agents ``agent``, ``gated``, ``each-gated`` and ``planner`` deployed."""
     env = {"OPENAI_BASE_URL": scripted.url, "OPENAI_API_KEY": "test"}
     services = ("loop", "model", "tools", "todos")
     with ServiceProcesses(redis_url, unique_prefix(), env=env, services=services) as procs:
@@ -101,6 +110,17 @@ async def _deploy(procs: ServiceProcesses) -> None:
         redis_url=procs.redis_url,
         settings=settings,
     )
+    each_gated = create_agent(
+        "gpt-4o-mini",
+        tools=[tooling.add, tooling.hang],
+        middleware=[
+            HumanInTheLoopMiddleware(
+                interrupt_on={"add": True, "hang": True}, interrupt_mode="per_call"
+            )
+        ],
+        redis_url=procs.redis_url,
+        settings=settings,
+    )
     planner = create_agent(
         "gpt-4o-mini",
         middleware=[TodoListMiddleware()],
@@ -110,6 +130,7 @@ async def _deploy(procs: ServiceProcesses) -> None:
     async with Client(procs.redis_url, procs.prefix) as client:
         await client.deploy(plain, name="agent")
         await client.deploy(gated, name="gated")
+        await client.deploy(each_gated, name="each-gated")
         await client.deploy(planner, name="planner")
 
 
@@ -140,7 +161,7 @@ async def collect(parts: AsyncIterator[Any]) -> list[Any]:
 
 async def test_assistants_are_the_deployed_agents(sdk: Any) -> None:
     found = await sdk.assistants.search()
-    assert sorted(a["assistant_id"] for a in found) == ["agent", "gated", "planner"]
+    assert sorted(a["assistant_id"] for a in found) == ["agent", "each-gated", "gated", "planner"]
     one = await sdk.assistants.get("gated")
     assert one["graph_id"] == "gated" and one["version"] == 1
     assert one["metadata"]["loopline_ref"] == "gated@1"
@@ -299,6 +320,40 @@ async def test_an_interrupt_is_answered_with_command_resume(sdk: Any) -> None:
     assert runs[1]["run_id"] == run_id
     history = await sdk.threads.get_history(tid)
     assert history[0]["values"]["messages"][-1]["content"] == "2 + 3 is 5."
+
+
+async def test_calls_answered_one_by_one_ask_again_until_answered(sdk: Any) -> None:
+    """Two calls gated per call, one answered: the resumed run shows the other asking
+    again (as LangGraph's server does), then the answered call's result; the thread's
+    state holds that result while the other waits; answered too, the run goes on."""
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "each-gated", input=hello("two gated"))
+    state = await sdk.threads.get_state(tid)
+    by_tool = {i["value"]["name"]: i for i in state["interrupts"]}
+    assert sorted(by_tool) == ["add", "hang"]
+    approve = {"type": "approve"}
+    parts = await collect(
+        sdk.runs.stream(
+            tid,
+            "each-gated",
+            command={"resume": {by_tool["hang"]["id"]: approve}},
+            stream_mode=["updates", "values"],
+        )
+    )
+    updates = [p.data for p in parts if p.event == "updates"]
+    (again,) = updates[0]["__interrupt__"]
+    assert again["id"] == by_tool["add"]["id"] and again["value"]["name"] == "add"
+    assert [u["tools"]["messages"][0]["name"] for u in updates[1:]] == ["hang"]
+    values = [p.data for p in parts if p.event == "values"]
+    assert [m["type"] for m in values[-1]["messages"]] == ["human", "ai", "tool"]
+    waiting = await sdk.threads.get_state(tid)
+    assert [m.get("name") for m in waiting["values"]["messages"]] == [None, None, "hang"]
+    assert [i["id"] for i in waiting["interrupts"]] == [by_tool["add"]["id"]]
+    done = await sdk.runs.wait(
+        tid, "each-gated", command={"resume": {by_tool["add"]["id"]: approve}}
+    )
+    assert [m.get("name") for m in done["messages"][2:4]] == ["add", "hang"]  # call order
+    assert done["messages"][-1]["content"] == "Both ran."
 
 
 async def test_a_refused_answer_ends_its_run_with_the_nodes_error(sdk: Any) -> None:
@@ -559,6 +614,7 @@ async def test_api_keys_map_to_tenants(deployment: ServiceProcesses) -> None:
             assert values["messages"][-1]["content"] == ANSWER
             assert sorted(a["name"] for a in await main.assistants.search()) == [
                 "agent",
+                "each-gated",
                 "gated",
                 "planner",
             ]
@@ -612,7 +668,7 @@ def test_the_javascript_sdk_runs_the_same_flow(gateway: GatewayProcess, node_sdk
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
     seen = json.loads(ran.stdout.strip().splitlines()[-1])
-    assert seen["assistants"] == ["agent", "gated", "planner"]
+    assert seen["assistants"] == ["agent", "each-gated", "gated", "planner"]
     assert seen["events"][0] == "metadata" and seen["events"][-1] == "end"
     assert seen["events"].count("messages") > 3 and seen["tokens"] == ANSWER
     assert seen["waited"][-2:] == ["hello again", "answer to hello again"]

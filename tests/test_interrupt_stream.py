@@ -67,6 +67,7 @@ SCRIPTS: dict[str, list[Reply]] = {
         ),
         Reply(content="Trip planned."),
     ],
+    "both gated one by one": ADD_AND_WAIT,
     "confirm first": [Reply(content="Confirmed.")],
     "review me": [Reply(content="Draft answer.")],
 }
@@ -370,6 +371,92 @@ def test_per_call_approval_streams_as_langchain(
     rejected = next(d for m, d in resumed if m == "messages")
     assert rejected[0].content.endswith("not these numbers")
     assert rejected[1]["langgraph_node"] == "tools" and rejected[1]["langgraph_step"] == 3
+
+
+def call_of(name: str, decision: dict[str, Any]) -> Resume:
+    """A per-call answer for the waiting call of tool ``name`` alone (the others wait on)."""
+    return lambda snapshot: {i.id: decision for i in snapshot.interrupts if i.value["name"] == name}
+
+
+def test_per_call_answers_one_at_a_time_stream_as_langchain(
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """Both calls of a step gated, answered one by one: the first resume shows the call
+    that still waits asking again (LangGraph runs it again and it interrupts again), then
+    the answered call's result and the state with it; the second runs the other call."""
+    lc_server, ll_server = servers
+    prompt = "both gated one by one"
+    resumes = [call_of("hang", DECISIONS["approve"]), call_of("add", DECISIONS["reject"])]
+    gate_both = HumanInTheLoopMiddleware(
+        interrupt_on={"add": True, "hang": True}, interrupt_mode="per_call"
+    )
+    kwargs: Any = {"tools": HITL_TOOLS, "middleware": [gate_both]}
+    thread = new_thread()
+    lc_phases = langchain_phases(lc_server, thread, prompt, resumes, **kwargs)
+    agent = embedded_agent(redis_url, monkeypatch, ll_server, **kwargs)
+    ll_phases = stream_conversation(agent, thread, prompt, resumes)
+    check_same(lc_phases, ll_phases)
+    updates = [d for m, d in ll_phases[1] if m == "updates"]
+    first_asks = [d[INTERRUPT][0] for m, d in ll_phases[0] if m == "updates" and INTERRUPT in d]
+    (asked,) = updates[0][INTERRUPT]  # the add call asks again, under the id it had
+    assert asked.value["name"] == "add" and asked.id in [i.id for i in first_asks]
+    assert [u["tools"]["messages"][0].name for u in updates[1:]] == ["hang"]
+
+
+def test_invoke_and_state_at_a_per_call_interrupt_hold_the_steps_results_as_langchain(
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """While a gated call waits, what the step's other calls gave is in ``invoke``'s
+    result and in ``get_state``'s values (LangGraph's pending writes), before and after
+    an answer that leaves a call waiting."""
+    lc_server, ll_server = servers
+    gate_both = HumanInTheLoopMiddleware(
+        interrupt_on={"add": True, "hang": True}, interrupt_mode="per_call"
+    )
+    kwargs: Any = {"tools": HITL_TOOLS}
+    cases: list[tuple[str, Any, list[Resume]]] = [
+        ("per call approve", hitl("per_call"), []),
+        ("both gated one by one", gate_both, [call_of("hang", DECISIONS["approve"])]),
+    ]
+    for prompt, middleware, resumes in cases:
+        thread = new_thread()
+        seen: dict[str, list[Any]] = {}
+        agents = {
+            "lc": lc_create_agent(
+                chat_model(lc_server),
+                checkpointer=InMemorySaver(),
+                middleware=[middleware],
+                **kwargs,
+            ),
+            "ll": embedded_agent(
+                redis_url, monkeypatch, ll_server, middleware=[middleware], **kwargs
+            ),
+        }
+        for name, agent in agents.items():
+            config: Any = {"configurable": {"thread_id": thread}}
+            payload: Any = {"messages": [{"role": "user", "content": prompt}]}
+            seen[name] = []
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for resume in [None, *resumes]:
+                    if resume is not None:
+                        payload = Command(resume=resume(agent.get_state(config)))
+                    result = agent.invoke(payload, config)
+                    values = agent.get_state(config).values
+                    seen[name].append(
+                        (
+                            [message_shape(m) for m in result["messages"]],
+                            interrupts_shape(tuple(result[INTERRUPT])),
+                            [message_shape(m) for m in values["messages"]],
+                        )
+                    )
+        assert seen["ll"] == seen["lc"], prompt
+        messages = seen["ll"][-1][2]
+        assert messages[-1]["type"] == "tool" and messages[-1]["name"] == "hang", prompt
 
 
 def test_a_single_mode_gives_the_interrupt_as_langchain(
