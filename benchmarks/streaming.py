@@ -15,7 +15,8 @@ First token: from the call to the first chunk with text. Token rate: text chunks
 the first, over the time from the first to the last.
 
 Beside them, the floor under the gateway's overhead: ``langgraph_sdk`` against a stub on
-the gateway's HTTP stack that answers at once (``benchmarks.http_floor``).
+the gateway's HTTP stack that answers at once, and against a bare asyncio server that
+does (the client's own cost; ``benchmarks.http_floor``).
 """
 
 from __future__ import annotations
@@ -113,11 +114,12 @@ def summary(runs: list[Timing], baseline: list[Timing] | None) -> dict[str, Any]
 
 
 @contextmanager
-def floor_server() -> Iterator[str]:
-    """``benchmarks.http_floor`` as its own process; yields its URL."""
+def floor_server(*, raw: bool = False) -> Iterator[str]:
+    """``benchmarks.http_floor`` as its own process (``raw``: the bare asyncio server);
+    yields its URL."""
     port = free_port()
     proc = lifetime.spawn(
-        [sys.executable, "-m", "benchmarks.http_floor", str(port)],
+        [sys.executable, "-m", "benchmarks.http_floor", str(port), *(["--raw"] if raw else [])],
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -142,18 +144,21 @@ async def streaming(url: str, rounds: int) -> dict[str, Any]:
     """``rounds`` runs of each side, interleaved, after one warm-up run each."""
     prefix = new_prefix()
     reply = [{"content": PIECE * (PIECES * 8 // len(PIECE))}]
-    runs: dict[str, list[Timing]] = {side: [] for side in (*SIDES, "floor")}
+    runs: dict[str, list[Timing]] = {side: [] for side in (*SIDES, "floor", "sdk_floor")}
     with ScriptedServerProcess(reply, chunk_delay=CHUNK_DELAY) as model_server:
         env = {"OPENAI_BASE_URL": model_server.url, "OPENAI_API_KEY": "unused"}
         with (
             Services(url, prefix, env=env),
             GatewayProcess(url, prefix, env=env) as api,
             floor_server() as floor_url,
+            floor_server(raw=True) as raw_url,
         ):
             sdk = get_client(url=api.url, api_key=None)
             floor_sdk = get_client(url=floor_url, api_key=None)
+            raw_sdk = get_client(url=raw_url, api_key=None)
             sides = await _sides(url, prefix, model_server.url, sdk)
             sides["floor"] = lambda prompt: gateway_texts(floor_sdk, prompt)
+            sides["sdk_floor"] = lambda prompt: gateway_texts(raw_sdk, prompt)
             try:
                 for r in range(rounds + 1):
                     for side, run in sides.items():
@@ -163,6 +168,7 @@ async def streaming(url: str, rounds: int) -> dict[str, Any]:
             finally:
                 await sdk.http.client.aclose()
                 await floor_sdk.http.client.aclose()
+                await raw_sdk.http.client.aclose()
     drop_prefix(url, prefix)
     base = runs["langchain"]
     floor = [t.first_s for t in runs["floor"]]
@@ -171,6 +177,7 @@ async def streaming(url: str, rounds: int) -> dict[str, Any]:
         "bus": summary(runs["bus"], base),
         "gateway": summary(runs["gateway"], base),
         "http_floor_p50_ms": pct(floor, 50) * 1000,
+        "sdk_floor_p50_ms": pct([t.first_s for t in runs["sdk_floor"]], 50) * 1000,
         "pieces": PIECES,
         "chunk_delay_ms": CHUNK_DELAY * 1000,
     }
@@ -242,6 +249,13 @@ def to_markdown(fig: dict[str, Any], environment: dict[str, Any]) -> str:
             f"bus behind it (`benchmarks/http_floor.py`): {fig['http_floor_p50_ms']:.1f} ms "
             "p50. A front door of this kind costs a client at least that much; the gateway's "
             "overhead above overlaps part of it with the task's own start.",
+            "",
+        ]
+    if "sdk_floor_p50_ms" in fig:
+        lines += [
+            f"Of that, the client's own part: the same call to a bare asyncio server that "
+            f"answers at once (`http_floor.py --raw`, no HTTP framework): "
+            f"{fig['sdk_floor_p50_ms']:.1f} ms p50.",
             "",
         ]
     return "\n".join(lines)
