@@ -11,6 +11,10 @@ hooks is a function of that sequence:
   ``on_chain_end``, the graph's ``on_chain_stream``) and opens one ``tools`` node per
   tool call the reply asked for (``on_chain_start``, ``on_tool_start``);
 - a tool message ends its tool (``on_tool_end``), the ``tools`` update closes its node;
+- a hook node's update (``<middleware>.<hook>``) is its whole run: ``on_chain_start``
+  with the state it read, ``on_chain_stream`` and ``on_chain_end`` with its update, in
+  the superstep after the node before it (the tools of a reply start after its
+  after_model nodes);
 - the graph's run (``LangGraph``) starts before everything and ends with the last values.
 
 Run ids are stable per task (uuid5 of the task id and the run's place) rather than
@@ -27,7 +31,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langgraph.types import Command
 
-from loopline.stream_modes import Item, tool_metadata
+from loopline.stream_modes import INTERRUPT, Item, node_metadata, tool_metadata
 
 GRAPH = "LangGraph"
 CHAT_MODEL = "ChatOpenAI"  # the model service's client (langchain-openai)
@@ -61,9 +65,12 @@ class EventTranslator:
         self.system = system
         self.root = self._run_id("graph")
         self.model_step = 0  # the LangGraph step of the open model node (0: none)
+        self.step = 0  # the LangGraph step of the last node that ran
+        self.values: dict[str, Any] = {"messages": list(inputs)}  # the state as it stands
         self.model_meta: dict[str, Any] = {}
         self.model_input: dict[str, Any] = {}
         self.tools: dict[str, OpenTool] = {}  # tool call id -> its open node
+        self.calls: list[Any] = []  # the last reply's calls, sent once its hook nodes ran
 
     def _run_id(self, place: str) -> str:
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"loopline:{self.task_id}:run:{place}"))
@@ -98,17 +105,27 @@ class EventTranslator:
         return [self._graph("on_chain_start", {"input": self.graph_input})]
 
     def end(self) -> list[Event]:
-        return [self._graph("on_chain_end", {"output": {"messages": list(self.state)}})]
+        return [self._graph("on_chain_end", {"output": self._state()})]
+
+    def _state(self) -> dict[str, Any]:
+        """The state as it stands: what a node reads, what the graph gives at its end."""
+        return {**self.values, "messages": list(self.state)}
 
     def take(self, item: Item) -> list[Event]:
         mode, data = item
         if mode == "values":
+            self.values = dict(data)
             self.state = list(data["messages"])
             return []
+        if _of_hook_node(mode, data):  # its messages: no chat model or tool ran
+            return self._hook_nodes(data) if mode == "updates" else []
+        if mode == "updates" and INTERRUPT in data:  # the run stops: no call is sent
+            return [self._graph("on_chain_stream", {"chunk": data})]
+        return [*self._send_calls(), *self._item(mode, data)]
+
+    def _item(self, mode: str, data: Any) -> list[Event]:
         if mode == "messages":
             message, meta = data
-            if meta["langgraph_node"] not in ("model", "tools"):
-                return []  # what a hook node added: no chat model or tool ran
             if isinstance(message, ToolMessage):
                 return self._tool_end(message)
             return self._chunk(message, meta)
@@ -147,11 +164,11 @@ class EventTranslator:
         return out
 
     def _model_start(self, meta: dict[str, Any]) -> list[Event]:
-        self.model_step = meta["langgraph_step"]
+        self.model_step = self.step = meta["langgraph_step"]
         self.model_meta = {k: v for k, v in meta.items() if not k.startswith("loopline_")}
         system = [SystemMessage(content=self.system)] if self.system else []
         self.model_input = {"messages": [[*system, *self.state]]}
-        node_input = {"messages": list(self.state)}
+        node_input = self._state()
         return [
             self._node(
                 "on_chain_start", "model", self.model_step, {"input": node_input}, _node_meta(meta)
@@ -161,7 +178,7 @@ class EventTranslator:
 
     def _model_end(self, message: AIMessage) -> list[Event]:
         step, meta = self.model_step, _node_meta(self.model_meta)
-        node_input = {"messages": list(self.state)}
+        node_input = self._state()
         output: list[Command[Any]] = [Command(update={"messages": [message]})]
         return [
             self._chat("on_chat_model_end", {"output": message, "input": self.model_input}),
@@ -173,10 +190,15 @@ class EventTranslator:
 
     # -- the tools nodes ----------------------------------------------------------------
 
-    def _tools_start(self, message: AIMessage) -> list[Event]:
+    def _send_calls(self) -> list[Event]:
+        """The tools nodes of the last reply's calls, once its after_model nodes ran."""
+        if not self.calls:
+            return []
+        calls, self.calls = self.calls, []
         out: list[Event] = []
-        step = self.model_step + 1
-        for index, call in enumerate(message.tool_calls):
+        self.step += 1
+        step = self.step
+        for index, call in enumerate(calls):
             meta = tool_metadata(self.task_id, step, index)
             opened = OpenTool(
                 dict(call),
@@ -235,13 +257,38 @@ class EventTranslator:
             message = update["model"]["messages"][-1]
             out.extend(self._model_end(message))
             out.append(self._graph("on_chain_stream", {"chunk": update}))
-            out.extend(self._tools_start(message))
+            self.calls = list(message.tool_calls)
             return out
         if "tools" in update:
             for message in update["tools"]["messages"]:
                 out.extend(self._tools_update(message))
         out.append(self._graph("on_chain_stream", {"chunk": update}))
         return out
+
+
+    # -- hook nodes ------------------------------------------------------------------------
+
+    def _hook_nodes(self, update: dict[str, Any]) -> list[Event]:
+        """A hook node ran (one per superstep): its run, from the state it read."""
+        out: list[Event] = []
+        for node, written in update.items():
+            self.step += 1
+            meta = node_metadata(self.task_id, node, self.step)
+            read = self._state()
+            out.append(self._node("on_chain_start", node, self.step, {"input": read}, meta))
+            out.append(self._node("on_chain_stream", node, self.step, {"chunk": written}, meta))
+            ended = {"output": written, "input": read}
+            out.append(self._node("on_chain_end", node, self.step, ended, meta))
+            out.append(self._graph("on_chain_stream", {"chunk": {node: written}}))
+        return out
+
+
+def _of_hook_node(mode: str, data: Any) -> bool:
+    """Whether an item is a hook node's (``<middleware>.<hook>``): its update or a
+    message it added."""
+    if mode == "messages":
+        return str(data[1]["langgraph_node"]) not in ("model", "tools")
+    return mode == "updates" and all("." in node for node in data)
 
 
 def _node_meta(chat_meta: dict[str, Any]) -> dict[str, Any]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -44,6 +45,7 @@ from services.runtime import Runtime
 from services.settings import Settings
 from tests import tooling
 from tests.answers import Weather
+from tests.middlewares import Recorder
 from tests.runtime_tools import TrailState, step_on
 from tests.support import (
     EMBEDDED_PREFIX,
@@ -144,7 +146,7 @@ def message_shape(message: BaseMessage) -> dict[str, Any]:
     return shape
 
 
-NAMESPACE = re.compile(r"^(model|tools):[0-9a-f-]{36}$")
+NAMESPACE = re.compile(r"^(model|tools|\w+\.\w+):[0-9a-f-]{36}$")  # a hook node: NAME.hook
 
 
 def metadata_shape(meta: dict[str, Any]) -> dict[str, Any]:
@@ -479,7 +481,9 @@ def event_shape(event: dict[str, Any]) -> Any:
     )
 
 
-def run_langchain_events(server: ScriptedOpenAIServer, prompt: str) -> list[dict[str, Any]]:
+def run_langchain_events(
+    server: ScriptedOpenAIServer, prompt: str, middleware: Sequence[Any] = ()
+) -> list[dict[str, Any]]:
     inputs: Any = {"messages": [{"role": "user", "content": prompt}]}
 
     async def collect() -> list[dict[str, Any]]:
@@ -493,7 +497,9 @@ def run_langchain_events(server: ScriptedOpenAIServer, prompt: str) -> list[dict
                 stream_usage=True,
                 http_async_client=http,
             )
-            agent = lc_create_agent(model, tools=[tooling.add], system_prompt=SYSTEM_PROMPT)
+            agent = lc_create_agent(
+                model, tools=[tooling.add], system_prompt=SYSTEM_PROMPT, middleware=middleware
+            )
             return [e async for e in agent.astream_events(inputs, version="v2")]
 
     with warnings.catch_warnings():
@@ -547,6 +553,34 @@ async def test_embedded_astream_events_match_langchain(
     )
     inputs = {"messages": [{"role": "user", "content": prompt}]}
     check_same_events(lc_events, [e async for e in agent.astream_events(inputs, version="v2")])
+
+
+async def test_hook_nodes_have_their_events_as_langchain(
+    embedded: None,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    """A middleware with every node hook (one returning a state update): each node's
+    ``on_chain_start`` with the state it read, ``on_chain_stream`` and ``on_chain_end``
+    with its update, at its superstep; a reply's tools start after its after_model node."""
+    lc_server, ll_server = servers
+    prompt = "stream events of hooks"  # the script "stream": a tool call, then the answer
+    key = f"events-hooks-{uuid.uuid4().hex[:8]}"
+    lc_events = await asyncio.to_thread(
+        run_langchain_events, lc_server, prompt, [Recorder("A", key)]
+    )
+    agent = create_agent(
+        chat_model(ll_server),
+        [tooling.add],
+        system_prompt=SYSTEM_PROMPT,
+        middleware=[Recorder("A", key)],
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+    )
+    inputs = {"messages": [{"role": "user", "content": prompt}]}
+    ll_events = [e async for e in agent.astream_events(inputs, version="v2")]
+    check_same_events(lc_events, ll_events)
+    started = [e["name"] for e in ll_events if e["event"] == "on_chain_start"]
+    assert started[:3] == ["LangGraph", "A.before_agent", "A.before_model"]
+    assert started.index("A.after_model") < started.index("tools") < started.index("A.after_agent")
 
 
 @pytest.mark.fast
