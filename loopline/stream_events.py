@@ -265,7 +265,6 @@ class EventTranslator:
         out.append(self._graph("on_chain_stream", {"chunk": update}))
         return out
 
-
     # -- hook nodes ------------------------------------------------------------------------
 
     def _hook_nodes(self, update: dict[str, Any]) -> list[Event]:
