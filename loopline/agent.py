@@ -47,6 +47,7 @@ from loopline.conversation import (
     is_command,
     snapshot,
     waiting_interrupts,
+    with_pending,
 )
 from loopline.errors import TaskFailedError, failure_of, refusal_of
 from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
@@ -407,10 +408,12 @@ class Agent:
                 await client.step_settled(task_id)
                 open_calls = await client.waiting_calls(task_id)
             messages = await client.messages(task_id)
-            if per_call:  # the step's other calls' results: LangGraph's state at the
-                messages += await client.step_results(task_id)  # interrupt has them
             todos = await client.todos(task_id)
             state = await client.state(task_id)
+            if per_call:  # what the step's ended calls gave: LangGraph's state at the
+                written = await client.step_written(task_id)  # interrupt holds them
+                messages += written.messages
+                state = with_pending(self.spec, state, written.updates)
         given, structured_json = "structured_response" in state, state.get("structured_response")
         result: dict[str, Any] = {
             "messages": [to_langchain(m) for m in messages],

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
@@ -33,10 +33,13 @@ from contracts.events import (
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
 from loopline.errors import TaskFailedError as TaskFailedError  # re-exported
-from loopline.threads import ThreadReader, in_call_order
+from loopline.threads import ThreadReader
 from services import deployed
 from services.redisconn import async_client
 from services.settings import Settings
+
+if TYPE_CHECKING:
+    from services.tasks.store import StepWritten
 
 TERMINAL = (TaskCompleted, TaskFailed)
 log = logging.getLogger("loopline.client")
@@ -550,14 +553,12 @@ class Client:
         raw = await self.redis.lrange(self.names.task_messages(task_id), 0, -1)
         return [MESSAGE_ADAPTER.validate_json(item) for item in raw]
 
-    async def step_results(self, task_id: str) -> list[Message]:
-        """What the current step's tool calls gave so far, in call order (they join the
-        transcript when the step ends; ``ThreadValues.written``)."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hget(self.names.task_state(task_id), "expected")
-        pipe.hgetall(self.names.task_results(task_id))
-        expected, results = await pipe.execute()
-        return in_call_order(expected, results)
+    async def step_written(self, task_id: str) -> StepWritten:
+        """What the current step's ended calls gave so far, in call order (they join the
+        transcript and the state when the step ends; ``ThreadValues.written``)."""
+        from services.tasks.store import step_written
+
+        return await step_written(self.redis, self.names, task_id)
 
     async def state(self, task_id: str) -> dict[str, Any]:
         """The task's state keys besides its messages (the middleware's fields and

@@ -92,8 +92,23 @@ def snapshot_values(spec: AgentSpec, state: ThreadValues) -> dict[str, Any]:
     if state.todos is not None:
         values["todos"] = state.todos
     dropped = untracked_keys(_hooks(spec))
-    values.update({k: v for k, v in state.extra.items() if k not in dropped})
+    extra = with_pending(spec, state.extra, state.written_updates)
+    values.update({k: v for k, v in extra.items() if k not in dropped})
     return values
+
+
+def with_pending(
+    spec: AgentSpec, keys: Mapping[str, Any], updates: Sequence[tuple[str, Any]]
+) -> dict[str, Any]:
+    """The state keys with the waiting step's ended calls' updates applied through the
+    agent's reducers, as LangGraph's state applies its pending writes (as they stand
+    when they do not join: the step's join reports that)."""
+    if not updates:
+        return dict(keys)
+    try:
+        return _hooks(spec).channels.apply(keys, updates)
+    except Exception:  # InvalidUpdateError, a reducer's: the task fails when it joins
+        return dict(keys)
 
 
 def checkpoint_config(thread_id: str, run_id: str) -> RunnableConfig:

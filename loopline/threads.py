@@ -10,7 +10,6 @@ supersteps. Earlier states are the ended runs' task keys, kept for the retention
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +18,7 @@ import redis.asyncio as aioredis
 from contracts.events import ApprovalRequested, ModelResponded, TaskSubmitted, parse_event
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
+from services.tasks.store import StepWritten, step_written
 
 
 def _text(value: Any) -> str:
@@ -38,6 +38,9 @@ class ThreadValues:
     """What the current step's tool calls gave so far, in call order: LangGraph's pending
     writes, which its state shows (``StateSnapshot.values``) and a resume's stream does
     not start from."""
+    written_updates: list[tuple[str, Any]] = field(default_factory=list)
+    """The state updates of those calls (their ``Command(update=...)``), in call order,
+    before the agent's reducers join them (``conversation.snapshot_values``)."""
     todos: list[dict[str, Any]] | None = None
     """None: no todo list was ever written (LangGraph leaves the key out then)."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -59,16 +62,6 @@ class ThreadValues:
         them when none has it."""
         ids = [m.id for m in self.messages]
         return self.messages[: ids.index(message_id) + 1] if message_id in ids else self.messages
-
-
-def in_call_order(expected: Any, results: Mapping[Any, Any]) -> list[Message]:
-    """The current step's tool results (the task's ``results`` hash) in the order of its
-    calls (the task's ``expected``), as LangGraph applies its tasks' pending writes."""
-    if not results:
-        return []
-    by_call = {_text(k): v for k, v in results.items()}
-    order = json.loads(_text(expected) or "[]")
-    return [MESSAGE_ADAPTER.validate_json(by_call[c]) for c in order if c in by_call]
 
 
 @dataclass
@@ -130,21 +123,11 @@ class ThreadReader:
         """The state a run of the thread has (or left when it ended)."""
         names = self.names
         pipe = self.redis.pipeline(transaction=False)
-        fields = ("status", "phase", "step", "extra", "pending", "expected")
-        pipe.hmget(names.task_state(task_id), *fields)
+        pipe.hmget(names.task_state(task_id), "status", "phase", "step", "extra", "pending")
         pipe.lrange(names.task_messages(task_id), 0, -1)
-        # read after the transcript: a step's results move into it at once, so a step
-        # that ends between the two reads shows them once or not yet, never twice
-        pipe.hgetall(names.task_results(task_id))
         pipe.get(names.task_todos(task_id))
         pipe.xrevrange(names.task_log(task_id), count=1)
-        (
-            (status, phase, step, extra, pending, expected),
-            raw,
-            results,
-            todos,
-            last,
-        ) = await pipe.execute()
+        (status, phase, step, extra, pending), raw, todos, last = await pipe.execute()
         updated = int(_text(last[0][0]).split("-")[0]) / 1000 if last else 0.0
         messages = [MESSAGE_ADAPTER.validate_json(m) for m in raw]
         if _text(phase) == "approval" and pending:
@@ -153,11 +136,19 @@ class ThreadReader:
             reply = parse_event(pending)
             if isinstance(reply, ModelResponded):
                 messages.append(reply.message)
+        # read after the transcript: a step's results move into it at once, so a step
+        # that ends between the reads shows them once or not yet, never twice
+        written = StepWritten()
+        if _text(phase) == "tools":
+            written = await step_written(self.redis, names, task_id)
+        if written.step != int(_text(step) or 0):  # a later step's: not this state's
+            written = StepWritten()
         return ThreadValues(
             thread_id=thread_id,
             run_id=task_id,
             messages=messages,
-            written=in_call_order(expected, results),
+            written=written.messages,
+            written_updates=written.updates,
             todos=list(json.loads(todos)) if todos else None,
             extra=dict(json.loads(extra)) if extra else {},
             status=_text(status),

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent as lc_create_agent
-from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain.agents.middleware import HumanInTheLoopMiddleware, TodoListMiddleware
 from langchain_core.messages import BaseMessage
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
@@ -35,6 +35,7 @@ from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolC
 from services.settings import Settings
 from tests import tooling
 from tests.interrupt_tooling import AskAround, AskBeforeModel, ConfirmModelCall, ask_human
+from tests.runtime_tools import TrailState, step_on
 from tests.support import ServiceProcesses, embedded_agent, services_on
 
 MODES = ["updates", "messages", "values"]
@@ -68,6 +69,16 @@ SCRIPTS: dict[str, list[Reply]] = {
         Reply(content="Trip planned."),
     ],
     "both gated one by one": ADD_AND_WAIT,
+    "plan and step beside a gated call": [
+        Reply(
+            tool_calls=(
+                ScriptedToolCall("add", {"a": 1, "b": 2}),
+                ScriptedToolCall("write_todos", {"todos": [{"content": "x", "status": "pending"}]}),
+                ScriptedToolCall("step_on", {"label": "a"}),
+            )
+        ),
+        Reply(content="Planned and stepped."),
+    ],
     "confirm first": [Reply(content="Confirmed.")],
     "review me": [Reply(content="Draft answer.")],
 }
@@ -411,30 +422,35 @@ def test_invoke_and_state_at_a_per_call_interrupt_hold_the_steps_results_as_lang
     servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
 ) -> None:
     """While a gated call waits, what the step's other calls gave is in ``invoke``'s
-    result and in ``get_state``'s values (LangGraph's pending writes), before and after
-    an answer that leaves a call waiting."""
+    result and in ``get_state``'s values (LangGraph's pending writes): their tool
+    messages and their Commands' state updates through the keys' reducers, before and
+    after an answer that leaves a call waiting."""
     lc_server, ll_server = servers
     gate_both = HumanInTheLoopMiddleware(
         interrupt_on={"add": True, "hang": True}, interrupt_mode="per_call"
     )
-    kwargs: Any = {"tools": HITL_TOOLS}
-    cases: list[tuple[str, Any, list[Resume]]] = [
-        ("per call approve", hitl("per_call"), []),
-        ("both gated one by one", gate_both, [call_of("hang", DECISIONS["approve"])]),
+    with_state: Any = {
+        "tools": [*HITL_TOOLS, step_on],
+        "middleware": [hitl("per_call"), TodoListMiddleware()],
+        "state_schema": TrailState,
+    }
+    cases: list[tuple[str, dict[str, Any], list[Resume], str]] = [
+        ("per call approve", {"middleware": [hitl("per_call")]}, [], "hang"),
+        (
+            "both gated one by one",
+            {"middleware": [gate_both]},
+            [call_of("hang", DECISIONS["approve"])],
+            "hang",
+        ),
+        ("plan and step beside a gated call", with_state, [], "step_on"),
     ]
-    for prompt, middleware, resumes in cases:
+    for prompt, kwargs, resumes, last_tool in cases:
+        kwargs = {"tools": HITL_TOOLS, **kwargs}
         thread = new_thread()
         seen: dict[str, list[Any]] = {}
         agents = {
-            "lc": lc_create_agent(
-                chat_model(lc_server),
-                checkpointer=InMemorySaver(),
-                middleware=[middleware],
-                **kwargs,
-            ),
-            "ll": embedded_agent(
-                redis_url, monkeypatch, ll_server, middleware=[middleware], **kwargs
-            ),
+            "lc": lc_create_agent(chat_model(lc_server), checkpointer=InMemorySaver(), **kwargs),
+            "ll": embedded_agent(redis_url, monkeypatch, ll_server, **kwargs),
         }
         for name, agent in agents.items():
             config: Any = {"configurable": {"thread_id": thread}}
@@ -450,13 +466,16 @@ def test_invoke_and_state_at_a_per_call_interrupt_hold_the_steps_results_as_lang
                     seen[name].append(
                         (
                             [message_shape(m) for m in result["messages"]],
-                            interrupts_shape(tuple(result[INTERRUPT])),
-                            [message_shape(m) for m in values["messages"]],
+                            # the calls asked at once: in the order they happened to
+                            sorted(interrupts_shape(tuple(result[INTERRUPT])), key=json.dumps),
+                            result.get("trail"),
+                            state_shape(values),
                         )
                     )
         assert seen["ll"] == seen["lc"], prompt
-        messages = seen["ll"][-1][2]
-        assert messages[-1]["type"] == "tool" and messages[-1]["name"] == "hang", prompt
+        messages = seen["ll"][-1][3]["messages"]
+        assert messages[-1]["type"] == "tool" and messages[-1]["name"] == last_tool, prompt
+    assert seen["ll"][-1][2] == ["a"] and seen["ll"][-1][3]["trail"] == ["a"]
 
 
 def test_a_single_mode_gives_the_interrupt_as_langchain(

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import Names
 from services.tasks.state import TaskState, pairs, text
 from services.tasks.transition import Args, Fusion, Register, Transition
@@ -141,10 +142,7 @@ class TaskStore:
         found: dict[str, list[tuple[str, Any]]] = {}
         for call_id, update in zip(call_ids, updates, strict=True):
             if update:
-                flat = json.loads(update)
-                found[call_id] = [
-                    (flat[i], json.loads(flat[i + 1])) for i in range(0, len(flat), 2)
-                ]
+                found[call_id] = update_pairs(update)
         return (dict(json.loads(raw)) if raw else {}), found
 
     async def current_step(self, task_id: str) -> int:
@@ -217,3 +215,39 @@ async def waiting_calls(
         found.append(WaitingCall(call_id, raw, None if decided is None else text(decided), earlier))
     found.sort(key=lambda w: json.loads(w.interrupted).get("at", 0))
     return step, found
+
+
+def update_pairs(stored: Any) -> list[tuple[str, Any]]:
+    """A tool's state update as stored (``RecordResult.update``: ``[key, value JSON, ...]``)."""
+    flat = json.loads(text(stored))
+    return [(flat[i], json.loads(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+@dataclass
+class StepWritten:
+    """What the current step's ended calls gave before the step joins (LangGraph's pending
+    writes): their tool messages and their state updates, both in call order."""
+
+    step: int = 0
+    messages: list[Message] = field(default_factory=list)
+    updates: list[tuple[str, Any]] = field(default_factory=list)
+
+
+async def step_written(redis: aioredis.Redis, names: Names, task_id: str) -> StepWritten:
+    """The current step's results so far (also read by clients: a thread's state shows
+    them while a call of the step waits)."""
+    pipe = redis.pipeline(transaction=True)  # the results as the step's calls stand
+    pipe.hmget(names.task_state(task_id), "step", "expected")
+    pipe.hgetall(names.task_results(task_id))
+    (step, expected), results = await pipe.execute()
+    if not results:
+        return StepWritten()
+    by_call = {text(k): v for k, v in results.items()}
+    order = [c for c in (json.loads(text(expected)) if expected else []) if c in by_call]
+    messages = [MESSAGE_ADAPTER.validate_json(by_call[c]) for c in order]
+    written = StepWritten(int(text(step)), messages)
+    stored: Any = await redis.hmget(names.task_calls(task_id), [f"{c}:update" for c in order])
+    for update in stored:
+        if update:
+            written.updates.extend(update_pairs(update))
+    return written
