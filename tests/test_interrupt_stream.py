@@ -259,6 +259,21 @@ def langchain_phases(
     return stream_conversation(agent, thread, prompt, resumes)
 
 
+def twin_agents(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """The same agent through LangChain (with an ``InMemorySaver``) and through loopline
+    (embedded), each calling its twin server."""
+    lc_server, ll_server = servers
+    return {
+        "lc": lc_create_agent(chat_model(lc_server), checkpointer=InMemorySaver(), **kwargs),
+        "ll": embedded_agent(redis_url, monkeypatch, ll_server, **kwargs),
+    }
+
+
 def new_thread() -> str:
     """A thread id for both sides (LangChain puts it in the metadata): new for
     loopline, whose threads outlive a test run."""
@@ -425,7 +440,6 @@ def test_invoke_and_state_at_a_per_call_interrupt_hold_the_steps_results_as_lang
     result and in ``get_state``'s values (LangGraph's pending writes): their tool
     messages and their Commands' state updates through the keys' reducers, before and
     after an answer that leaves a call waiting."""
-    lc_server, ll_server = servers
     gate_both = HumanInTheLoopMiddleware(
         interrupt_on={"add": True, "hang": True}, interrupt_mode="per_call"
     )
@@ -448,10 +462,7 @@ def test_invoke_and_state_at_a_per_call_interrupt_hold_the_steps_results_as_lang
         kwargs = {"tools": HITL_TOOLS, **kwargs}
         thread = new_thread()
         seen: dict[str, list[Any]] = {}
-        agents = {
-            "lc": lc_create_agent(chat_model(lc_server), checkpointer=InMemorySaver(), **kwargs),
-            "ll": embedded_agent(redis_url, monkeypatch, ll_server, **kwargs),
-        }
+        agents = twin_agents(servers, redis_url, monkeypatch, **kwargs)
         for name, agent in agents.items():
             config: Any = {"configurable": {"thread_id": thread}}
             payload: Any = {"messages": [{"role": "user", "content": prompt}]}
@@ -587,16 +598,12 @@ def test_a_refused_answer_raises_as_langchain_and_the_thread_still_waits(
     """Three decisions for one gated call: HumanInTheLoopMiddleware refuses them with a
     ValueError, which LangGraph's resume raises (``stream`` and ``invoke`` alike), and
     the thread stays at its interrupt."""
-    lc_server, ll_server = servers
     kwargs: Any = {"tools": HITL_TOOLS, "middleware": [hitl("batched")]}
     thread = new_thread()
     approve = {"type": "approve"}
     bad = Command(resume={"decisions": [approve, approve, approve]})
     seen: dict[str, list[Any]] = {}
-    agents = {
-        "lc": lc_create_agent(chat_model(lc_server), checkpointer=InMemorySaver(), **kwargs),
-        "ll": embedded_agent(redis_url, monkeypatch, ll_server, **kwargs),
-    }
+    agents = twin_agents(servers, redis_url, monkeypatch, **kwargs)
     for name, agent in agents.items():
         config: Any = {"configurable": {"thread_id": thread}}
         first = {"messages": [{"role": "user", "content": "batched approve"}]}
