@@ -4,7 +4,8 @@ Writes ``benchmarks/results/README.md`` (the table, also printed), ``figures.jso
 figure) and ``benchmarks.png`` (when matplotlib is installed). Options: ``--quick`` (small
 sizes, for a smoke run), ``--only step,throughput,flat,concurrency,context,recovery,streaming``
 (``--only streaming`` writes ``streaming.md`` and ``streaming.json`` alone),
-``--redis-url URL`` (default: a private redis-server), ``--concurrency N`` (default
+``--redis-url URL`` (default: a private redis-server), ``--replicas N`` (the
+concurrency measurement again with N replicas of each service), ``--concurrency N`` (default
 2,000) and ``--no-10k`` (skip the 10,000-task attempt).
 """
 
@@ -129,6 +130,11 @@ async def measure(args: argparse.Namespace, server: RedisServer) -> dict[str, An
             _log(f"concurrency: {n} tasks against a 1 s model")
             result = await suite.concurrency(url, n, plan, langchain=True)
             fig["concurrency"].append(result)
+            if args.replicas > 1:  # the same run with more replicas: do they add up?
+                _log(f"concurrency: {n} tasks, {args.replicas} replicas of each service")
+                replicas = args.replicas
+                more = await suite.concurrency(url, n, plan, langchain=False, replicas=replicas)
+                fig["concurrency"].append(more)
         if not plan.conc_try_10k and plan.conc_n < 10_000:
             notes.append("10,000 tasks were not attempted in this run (`--quick` or `--no-10k`).")
         fig["concurrency_notes"] = notes
@@ -172,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--concurrency", type=int, default=0, help="N concurrent tasks")
     parser.add_argument("--no-10k", action="store_true", help="skip the 10,000-task attempt")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="also run the concurrency measurement with N replicas of each service",
+    )
     args = parser.parse_args(argv)
 
     # The in-process LangChain baseline gets the garbage collector settings the services

@@ -191,10 +191,12 @@ def _concurrency_row(conc: dict[str, Any]) -> list[str]:
         ]
     ratio = conc["loopline_s"] / conc["ideal_s"]
     base = f"ideal {conc['ideal_s']:.1f} s"
+    replicas = conc.get("replicas", 1)
     if conc.get("langchain_s"):
         base += f"; LangChain in-process {conc['langchain_s']:.1f} s"
     return [
-        f"{conc['n']:,} concurrent tasks × {conc['steps']} steps, 1 s model",
+        f"{conc['n']:,} concurrent tasks × {conc['steps']} steps, 1 s model"
+        + (f", {replicas} replicas of each service" if replicas > 1 else ""),
         f"{conc['loopline_s']:.1f} s",
         base,
         f"{ratio:.2f}×",
@@ -434,7 +436,8 @@ def _concurrency_section(concs: list[dict[str, Any]], notes: list[str]) -> list[
         "",
         "## 4. Many concurrent tasks, a model with 1 s latency",
         "",
-        "All tasks submitted at once; one replica per service; the model service may "
+        "All tasks submitted at once; one replica per service (a size marked ×N: N of "
+        "each, their CPU summed, the first one's peak RSS); the model service may "
         "hold every call in flight (`LOOPLINE_CONCURRENCY_MODEL=N`; its default of 256 "
         "would queue the rest behind the latency). Time = last task's end − submit "
         "time; ideal = model calls per task × 1 s. Peak RSS: `VmHWM` of each service "
@@ -460,15 +463,16 @@ def _concurrency_line(c: dict[str, Any]) -> str:
     """One size's line of section 4; a run that did not finish shows its error instead."""
     rss = ", ".join(f"{k} {v:.0f}" for k, v in c.get("peak_rss_mb", {}).items())
     cpu = ", ".join(f"{k} {v:.1f}" for k, v in c.get("cpu_s", {}).items())
+    n = f"{c['n']:,}" + (f" ×{c['replicas']}" if c.get("replicas", 1) > 1 else "")
     if "loopline_s" in c:
         return (
-            f"| {c['n']:,} | {c['loopline_s']:.1f} | {c['ideal_s']:.1f} | "
+            f"| {n} | {c['loopline_s']:.1f} | {c['ideal_s']:.1f} | "
             f"{c['loopline_s'] / c['ideal_s']:.2f}× | {c['loopline_p50_task_s']:.1f} | "
             f"{_f(c.get('langchain_s'), 1)} | {_f(c.get('model_call_floor_s'), 1)} | "
             f"{rss} | {cpu} |"
         )
     return (
-        f"| {c['n']:,} | not finished: {c.get('error', '')} | "
+        f"| {n} | not finished: {c.get('error', '')} | "
         f"{c['ideal_s']:.1f} | — | — | — | {_f(c.get('model_call_floor_s'), 1)} | "
         f"{rss} | {cpu} |"
     )

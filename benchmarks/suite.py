@@ -516,17 +516,26 @@ async def model_call_cpu_s(calls: int = 2000) -> float:
 # -- 4. many concurrent tasks against a slow model -------------------------------------------
 
 
-async def concurrency(url: str, n: int, plan: Plan, *, langchain: bool = True) -> dict[str, Any]:
+async def concurrency(
+    url: str, n: int, plan: Plan, *, langchain: bool = True, replicas: int = 1
+) -> dict[str, Any]:
+    """``replicas`` of each service (one by default)."""
     steps, latency = plan.conc_steps, plan.conc_latency_s
     prefix = new_prefix()
     names = Names(prefix)
-    # One replica per service; the model service may hold every task's call in flight
-    # (its default, 256 calls in flight, would queue the rest behind the 1 s latency).
+    # The model service may hold every task's call in flight (its default, 256 calls in
+    # flight, would queue the rest behind the 1 s latency).
     env = {"LOOPLINE_CONCURRENCY_MODEL": str(max(256, n))}
-    out: dict[str, Any] = {"n": n, "steps": steps, "latency_s": latency, "ideal_s": steps * latency}
+    out: dict[str, Any] = {
+        "n": n,
+        "steps": steps,
+        "latency_s": latency,
+        "ideal_s": steps * latency,
+        "replicas": replicas,
+    }
     # The floor of one model replica: LangChain's own code for every model call, on one core
     out["model_call_floor_s"] = n * steps * await model_call_cpu_s()
-    services = Services(url, prefix, env=env)
+    services = Services(url, prefix, env=env, replicas=replicas)
     with services:
         redis = aioredis.Redis.from_url(url)
         try:
