@@ -2,14 +2,15 @@
 
 The events are not read from the bus a second time: ``stream_task`` (loopline.stream_modes)
 already turns the task's log and chunk stream into LangGraph's ``messages``, ``updates``
-and ``values`` items in LangGraph's order, and every v2 event of an agent without node
-hooks is a function of that sequence:
+and ``values`` items in LangGraph's order, and every v2 event is a function of that
+sequence:
 
 - the first chunk of a model step opens the ``model`` node (``on_chain_start``) and the
   chat model's run (``on_chat_model_start``); each chunk is an ``on_chat_model_stream``;
 - the ``model`` update closes them (``on_chat_model_end``, the node's ``on_chain_stream`` /
-  ``on_chain_end``, the graph's ``on_chain_stream``) and opens one ``tools`` node per
-  tool call the reply asked for (``on_chain_start``, ``on_tool_start``);
+  ``on_chain_end``, the graph's ``on_chain_stream``); once its after_model nodes ran,
+  one ``tools`` node opens per tool call the reply asked for (``on_chain_start``,
+  ``on_tool_start``);
 - a tool message ends its tool (``on_tool_end``), the ``tools`` update closes its node;
 - a hook node's update (``<middleware>.<hook>``) is its whole run: ``on_chain_start``
   with the state it read, ``on_chain_stream`` and ``on_chain_end`` with its update, in
