@@ -245,7 +245,7 @@ async def step_written(redis: aioredis.Redis, names: Names, task_id: str) -> Ste
     by_call = {text(k): v for k, v in results.items()}
     order = [c for c in (json.loads(text(expected)) if expected else []) if c in by_call]
     messages = [MESSAGE_ADAPTER.validate_json(by_call[c]) for c in order]
-    written = StepWritten(int(text(step)), messages)
+    written = StepWritten(int(text(step)) if step else 0, messages)
     stored: Any = await redis.hmget(names.task_calls(task_id), [f"{c}:update" for c in order])
     for update in stored:
         if update:
