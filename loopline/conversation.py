@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from contracts.agent import AgentSpec
-from contracts.messages import to_langchain
+from contracts.messages import AIMessage, Message, to_langchain
 from loopline.threads import ThreadValues
 from services.hooks import HookSet, hooks_for
 from services.tasks.thread_runs import untracked_keys
@@ -198,10 +198,20 @@ async def waiting_interrupts(client: Client, state: ThreadValues) -> list[Waitin
         asked_of = interrupt_of(asked.request, interrupt_id, asked.response_schema)
         return [WaitingInterrupt(node, asked_of)]
     calls = await client.waiting_calls(state.run_id)
+    order = _call_order(state.messages)  # LangGraph lists its tasks in call order
+    calls.sort(key=lambda c: order.get(c.call_id.partition("#")[0], len(order)))
     return [
         WaitingInterrupt(TOOLS_NODE, interrupt_of(c.request, c.interrupt_id, c.response_schema))
         for c in calls
     ]
+
+
+def _call_order(messages: Sequence[Message]) -> dict[str, int]:
+    """The place of each tool call of the last reply (call id -> index)."""
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return {call.id: i for i, call in enumerate(message.tool_calls)}
+    return {}
 
 
 def answers_of(resume: Any, waiting_ids: Sequence[str]) -> dict[str, Any]:

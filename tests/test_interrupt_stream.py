@@ -473,14 +473,15 @@ def test_invoke_and_state_at_a_per_call_interrupt_hold_the_steps_results_as_lang
                     if resume is not None:
                         payload = Command(resume=resume(agent.get_state(config)))
                     result = agent.invoke(payload, config)
-                    values = agent.get_state(config).values
+                    snapshot = agent.get_state(config)
                     seen[name].append(
                         (
                             [message_shape(m) for m in result["messages"]],
                             # the calls asked at once: in the order they happened to
                             sorted(interrupts_shape(tuple(result[INTERRUPT])), key=json.dumps),
                             result.get("trail"),
-                            state_shape(values),
+                            state_shape(snapshot.values),
+                            interrupts_shape(snapshot.interrupts),  # in call order
                         )
                     )
         assert seen["ll"] == seen["lc"], prompt
