@@ -413,7 +413,7 @@ class Agent:
             if per_call:  # what the step's ended calls gave: LangGraph's state at the
                 written = await client.step_written(task_id)  # interrupt holds them
                 messages += written.messages
-                state = with_pending(self.spec, state, written.updates)
+                state = with_pending(self.spec, state, written.writes)
         given, structured_json = "structured_response" in state, state.get("structured_response")
         result: dict[str, Any] = {
             "messages": [to_langchain(m) for m in messages],

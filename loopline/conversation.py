@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from contracts.agent import AgentSpec
-from contracts.messages import AIMessage, Message, to_langchain
+from contracts.messages import AIMessage, Message, ToolCall, ToolMessage, to_langchain
 from loopline.threads import ThreadValues
+from services.agent_view import has_todos
 from services.hooks import HookSet, hooks_for
 from services.tasks.thread_runs import untracked_keys
 
@@ -92,7 +93,8 @@ def snapshot_values(spec: AgentSpec, state: ThreadValues) -> dict[str, Any]:
     if state.todos is not None:
         values["todos"] = state.todos
     dropped = untracked_keys(_hooks(spec))
-    extra = with_pending(spec, state.extra, state.written_updates)
+    writes = [pair for pairs in state.written_updates.values() for pair in pairs]
+    extra = with_pending(spec, state.extra, writes)
     values.update({k: v for k, v in extra.items() if k not in dropped})
     return values
 
@@ -122,9 +124,14 @@ def interrupt_of(value: Any, interrupt_id: str, response_schema: Any = None) -> 
     return Interrupt(value=value, id=interrupt_id, response_schema=response_schema)
 
 
-def waiting_tasks(state: ThreadValues, waits: Sequence[WaitingInterrupt]) -> tuple[Any, ...]:
+def waiting_tasks(
+    state: ThreadValues, waits: Sequence[WaitingInterrupt], *, todos: bool = False
+) -> tuple[Any, ...]:
     """``StateSnapshot.tasks`` of a run that waits, as LangGraph lists them: the hook's
-    node with its interrupt, or one ``tools`` task per tool call that waits."""
+    node with its interrupt, or one ``tools`` task per call of the step, in call order:
+    a waiting call's with its interrupt, an ended call's with its result. ``todos``: the
+    agent has TodoListMiddleware, whose ``write_todos`` loopline runs itself (its update
+    is not stored with the call's)."""
     from langgraph.types import PregelTask
 
     if waits[0].node != TOOLS_NODE:
@@ -137,15 +144,25 @@ def waiting_tasks(state: ThreadValues, waits: Sequence[WaitingInterrupt]) -> tup
                 interrupts=tuple(w.interrupt for w in waits),
             ),
         )
-    return tuple(
-        PregelTask(
-            id=f"{state.run_id}:{state.step}:{i}",
-            name=TOOLS_NODE,
-            path=("__pregel_push", i, False),
-            interrupts=(w.interrupt,),
-        )
-        for i, w in enumerate(waits)
-    )
+    asked = {str(w.interrupt.id).partition("#")[0]: w.interrupt for w in waits}
+    ended = {m.tool_call_id: m for m in state.written if isinstance(m, ToolMessage)}
+    calls = _last_calls(state.messages)
+    order = list(calls) or list(asked)
+    tasks = []
+    for i, call in enumerate(order):
+        result = None
+        if call in ended:
+            update = dict(state.written_updates.get(call, []))
+            if todos and calls[call].name == "write_todos" and ended[call].status != "error":
+                update.setdefault("todos", calls[call].args.get("todos"))
+            result = {**update, "messages": [to_langchain(ended[call])]}
+        elif call not in asked:
+            continue  # still running: no task of LangGraph's has ended or asked yet
+        interrupts = (asked[call],) if call in asked else ()
+        task_id = f"{state.run_id}:{state.step}:{i}"
+        path = ("__pregel_push", i, False)
+        tasks.append(PregelTask(task_id, TOOLS_NODE, path, interrupts=interrupts, result=result))
+    return tuple(tasks)
 
 
 def snapshot(
@@ -160,8 +177,9 @@ def snapshot(
 
     interrupts = tuple(w.interrupt for w in waits)
     if waits:
-        tasks: tuple[Any, ...] = waiting_tasks(state, waits)
-        upcoming: tuple[str, ...] = tuple(t.name for t in tasks)
+        tasks: tuple[Any, ...] = waiting_tasks(state, waits, todos=has_todos(spec))
+        # the tasks still to run (LangGraph's ``next``: an ended call is not)
+        upcoming: tuple[str, ...] = tuple(t.name for t in tasks if t.result is None)
     elif state.status == "running":
         upcoming = ("model",) if state.phase == "model" else ("tools",)
         tasks = ()
@@ -206,12 +224,17 @@ async def waiting_interrupts(client: Client, state: ThreadValues) -> list[Waitin
     ]
 
 
-def _call_order(messages: Sequence[Message]) -> dict[str, int]:
-    """The place of each tool call of the last reply (call id -> index)."""
+def _last_calls(messages: Sequence[Message]) -> dict[str, ToolCall]:
+    """The tool calls of the last reply, in call order, by id."""
     for message in reversed(messages):
         if isinstance(message, AIMessage):
-            return {call.id: i for i, call in enumerate(message.tool_calls)}
+            return {call.id: call for call in message.tool_calls}
     return {}
+
+
+def _call_order(messages: Sequence[Message]) -> dict[str, int]:
+    """The place of each tool call of the last reply (call id -> index)."""
+    return {call_id: i for i, call_id in enumerate(_last_calls(messages))}
 
 
 def answers_of(resume: Any, waiting_ids: Sequence[str]) -> dict[str, Any]:

@@ -38,9 +38,10 @@ class ThreadValues:
     """What the current step's tool calls gave so far, in call order: LangGraph's pending
     writes, which its state shows (``StateSnapshot.values``) and a resume's stream does
     not start from."""
-    written_updates: list[tuple[str, Any]] = field(default_factory=list)
-    """The state updates of those calls (their ``Command(update=...)``), in call order,
-    before the agent's reducers join them (``conversation.snapshot_values``)."""
+    written_updates: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
+    """Call id -> the state update of each of those calls (its ``Command(update=...)``),
+    in call order, before the agent's reducers join them
+    (``conversation.snapshot_values``)."""
     todos: list[dict[str, Any]] | None = None
     """None: no todo list was ever written (LangGraph leaves the key out then)."""
     extra: dict[str, Any] = field(default_factory=dict)

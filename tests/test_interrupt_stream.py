@@ -142,6 +142,12 @@ def state_shape(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def task_shape(task: Any) -> Any:
+    """A ``StateSnapshot`` task: where it stands, what it asked, what it gave."""
+    result = task.result and state_shape(task.result)
+    return task.name, task.path, interrupts_shape(task.interrupts), result
+
+
 def item_shape(mode: str, data: Any) -> Any:
     if mode == "messages":
         message, meta = data
@@ -482,6 +488,8 @@ def test_invoke_and_state_at_a_per_call_interrupt_hold_the_steps_results_as_lang
                             result.get("trail"),
                             state_shape(snapshot.values),
                             interrupts_shape(snapshot.interrupts),  # in call order
+                            snapshot.next,
+                            [task_shape(t) for t in snapshot.tasks],
                         )
                     )
         assert seen["ll"] == seen["lc"], prompt

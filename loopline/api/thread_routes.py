@@ -121,7 +121,7 @@ async def state_json(
                 "interrupts": [interrupt_json(i) for i in task.interrupts],
                 "checkpoint": None,
                 "state": None,
-                "result": None,
+                "result": None if task.result is None else jsonable(task.result),
             }
             for task in snap.tasks
         ],

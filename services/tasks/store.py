@@ -230,7 +230,14 @@ class StepWritten:
 
     step: int = 0
     messages: list[Message] = field(default_factory=list)
-    updates: list[tuple[str, Any]] = field(default_factory=list)
+    updates: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
+    """Call id -> its state update, in call order."""
+
+    @property
+    def writes(self) -> list[tuple[str, Any]]:
+        """Every update of the step's ended calls, in call order (as LangGraph applies a
+        superstep's writes)."""
+        return [pair for pairs in self.updates.values() for pair in pairs]
 
 
 async def step_written(redis: aioredis.Redis, names: Names, task_id: str) -> StepWritten:
@@ -247,7 +254,7 @@ async def step_written(redis: aioredis.Redis, names: Names, task_id: str) -> Ste
     messages = [MESSAGE_ADAPTER.validate_json(by_call[c]) for c in order]
     written = StepWritten(int(text(step)) if step else 0, messages)
     stored: Any = await redis.hmget(names.task_calls(task_id), [f"{c}:update" for c in order])
-    for update in stored:
+    for call_id, update in zip(order, stored, strict=True):
         if update:
-            written.updates.extend(update_pairs(update))
+            written.updates[call_id] = update_pairs(update)
     return written
