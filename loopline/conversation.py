@@ -147,22 +147,38 @@ def waiting_tasks(
     asked = {str(w.interrupt.id).partition("#")[0]: w.interrupt for w in waits}
     ended = {m.tool_call_id: m for m in state.written if isinstance(m, ToolMessage)}
     calls = _last_calls(state.messages)
-    order = list(calls) or list(asked)
     tasks = []
-    for i, call in enumerate(order):
-        result = None
-        if call in ended:
-            update = dict(state.written_updates.get(call, []))
-            if todos and calls[call].name == "write_todos" and ended[call].status != "error":
-                update.setdefault("todos", calls[call].args.get("todos"))
-            result = {**update, "messages": [to_langchain(ended[call])]}
-        elif call not in asked:
+    for i, call_id in enumerate(list(calls) or list(asked)):
+        if call_id not in asked and call_id not in ended:
             continue  # still running: no task of LangGraph's has ended or asked yet
-        interrupts = (asked[call],) if call in asked else ()
-        task_id = f"{state.run_id}:{state.step}:{i}"
-        path = ("__pregel_push", i, False)
-        tasks.append(PregelTask(task_id, TOOLS_NODE, path, interrupts=interrupts, result=result))
+        result = None
+        if call_id in ended:
+            update = state.written_updates.get(call_id, [])
+            result = _ended_task_result(calls.get(call_id), ended[call_id], update, todos)
+        tasks.append(
+            PregelTask(
+                f"{state.run_id}:{state.step}:{i}",
+                TOOLS_NODE,
+                ("__pregel_push", i, False),
+                interrupts=(asked[call_id],) if call_id in asked else (),
+                result=result,
+            )
+        )
     return tuple(tasks)
+
+
+def _ended_task_result(
+    call: ToolCall | None,
+    message: ToolMessage,
+    update: Sequence[tuple[str, Any]],
+    todos: bool,
+) -> dict[str, Any]:
+    """What an ended call wrote, as its LangGraph task's result: its update and its tool
+    message; TodoListMiddleware's ``write_todos`` (run by loopline itself) the list."""
+    written = dict(update)
+    if todos and call is not None and call.name == "write_todos" and message.status != "error":
+        written.setdefault("todos", call.args.get("todos"))
+    return {**written, "messages": [to_langchain(message)]}
 
 
 def snapshot(
