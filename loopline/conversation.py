@@ -22,6 +22,7 @@ from contracts.messages import AIMessage, Message, ToolCall, ToolMessage, to_lan
 from loopline.threads import ThreadValues
 from services.agent_view import has_todos
 from services.hooks import HookSet, hooks_for
+from services.tasks.store import call_of_interrupt
 from services.tasks.thread_runs import untracked_keys
 
 if TYPE_CHECKING:
@@ -88,13 +89,12 @@ def _hooks(spec: AgentSpec) -> HookSet:
 def snapshot_values(spec: AgentSpec, state: ThreadValues) -> dict[str, Any]:
     """``StateSnapshot.values``: the messages, the todo list once written, and the
     middleware's state fields LangGraph checkpoints (not its ``UntrackedValue`` ones)."""
-    messages = [*state.messages, *state.written]  # with the pending writes, as LangGraph's
+    messages = [*state.messages, *state.written.messages]  # with the pending writes
     values: dict[str, Any] = {"messages": [to_langchain(m) for m in messages]}
     if state.todos is not None:
         values["todos"] = state.todos
     dropped = untracked_keys(_hooks(spec))
-    writes = [pair for pairs in state.written_updates.values() for pair in pairs]
-    extra = with_pending(spec, state.extra, writes)
+    extra = with_pending(spec, state.extra, state.written.writes)
     values.update({k: v for k, v in extra.items() if k not in dropped})
     return values
 
@@ -144,8 +144,8 @@ def waiting_tasks(
                 interrupts=tuple(w.interrupt for w in waits),
             ),
         )
-    asked = {str(w.interrupt.id).partition("#")[0]: w.interrupt for w in waits}
-    ended = {m.tool_call_id: m for m in state.written if isinstance(m, ToolMessage)}
+    asked = {call_of_interrupt(str(w.interrupt.id)): w.interrupt for w in waits}
+    ended = {m.tool_call_id: m for m in state.written.messages if isinstance(m, ToolMessage)}
     calls = _last_calls(state.messages)
     tasks = []
     for i, call_id in enumerate(list(calls) or list(asked)):
@@ -153,7 +153,7 @@ def waiting_tasks(
             continue  # still running: no task of LangGraph's has ended or asked yet
         result = None
         if call_id in ended:
-            update = state.written_updates.get(call_id, [])
+            update = state.written.updates.get(call_id, [])
             result = _ended_task_result(calls.get(call_id), ended[call_id], update, todos)
         tasks.append(
             PregelTask(
@@ -233,7 +233,7 @@ async def waiting_interrupts(client: Client, state: ThreadValues) -> list[Waitin
         return [WaitingInterrupt(node, asked_of)]
     calls = await client.waiting_calls(state.run_id)
     order = _call_order(state.messages)  # LangGraph lists its tasks in call order
-    calls.sort(key=lambda c: order.get(c.call_id.partition("#")[0], len(order)))
+    calls.sort(key=lambda c: order.get(call_of_interrupt(c.call_id), len(order)))
     return [
         WaitingInterrupt(TOOLS_NODE, interrupt_of(c.request, c.interrupt_id, c.response_schema))
         for c in calls

@@ -34,14 +34,10 @@ class ThreadValues:
     """The run whose state this is ("" for a thread with no run yet)."""
     messages: list[Message] = field(default_factory=list)
     """The messages as the run's last step began (LangGraph's checkpoint)."""
-    written: list[Message] = field(default_factory=list)
-    """What the current step's tool calls gave so far, in call order: LangGraph's pending
-    writes, which its state shows (``StateSnapshot.values``) and a resume's stream does
-    not start from."""
-    written_updates: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
-    """Call id -> the state update of each of those calls (its ``Command(update=...)``),
-    in call order, before the agent's reducers join them
-    (``conversation.snapshot_values``)."""
+    written: StepWritten = field(default_factory=StepWritten)
+    """What the current step's ended calls gave so far (tool messages, state updates):
+    LangGraph's pending writes, which its state shows (``StateSnapshot.values``) and a
+    resume's stream does not start from."""
     todos: list[dict[str, Any]] | None = None
     """None: no todo list was ever written (LangGraph leaves the key out then)."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -148,8 +144,7 @@ class ThreadReader:
             thread_id=thread_id,
             run_id=task_id,
             messages=messages,
-            written=written.messages,
-            written_updates=written.updates,
+            written=written,
             todos=list(json.loads(todos)) if todos else None,
             extra=dict(json.loads(extra)) if extra else {},
             status=_text(status),

@@ -328,7 +328,7 @@ async def state_values(tenant: Tenant, state: ThreadValues) -> dict[str, Any]:
     """A state's values as LangGraph's API shows them (messages as JSON)."""
     spec = await tenant.spec_of_task(state.run_id) if state.run_id else None
     if spec is None:
-        messages = [*state.messages, *state.written]
+        messages = [*state.messages, *state.written.messages]
         values: dict[str, Any] = {"messages": [to_langchain(m) for m in messages]}
         if state.todos is not None:
             values["todos"] = state.todos

@@ -186,6 +186,11 @@ def tool_interrupt_id(call_id: str, answered: int) -> str:
     return call_id if answered == 0 else f"{call_id}#{answered}"
 
 
+def call_of_interrupt(interrupt_id: str) -> str:
+    """The tool call a tool call's interrupt id names (``tool_interrupt_id`` reversed)."""
+    return interrupt_id.partition("#")[0]
+
+
 def decision_key(decision: Any) -> str:
     """A decision as stored and compared (the same decision gives the same text)."""
     return json.dumps(decision, sort_keys=True, separators=(",", ":"))
