@@ -9,7 +9,10 @@ of each in turn per round so that the machine's load falls on all alike:
 - **bus**: loopline with each service its own process, ``Agent.astream(stream_mode=
   "messages")`` reading the task's chunk stream on Redis;
 - **gateway**: the same services behind ``loopline serve api`` (its own process),
-  ``langgraph_sdk``'s ``runs.stream(stream_mode="messages-tuple")``, a stateless run.
+  ``langgraph_sdk``'s ``runs.stream(stream_mode="messages-tuple")``, a stateless run;
+- **gateway_http**: the same request from a client that speaks HTTP itself: ``httpx``
+  (the SDK's own transport) posting the run and reading its Server-Sent Events, without
+  the SDK's work around them (it encodes every request body on a worker thread).
 
 First token: from the call to the first chunk with text. Token rate: text chunks after
 the first, over the time from the first to the last.
@@ -21,6 +24,7 @@ does (the client's own cost; ``benchmarks.http_floor``).
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -31,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from langchain.agents import create_agent as lc_create_agent
 from langchain_openai import ChatOpenAI
 from langgraph_sdk import get_client
@@ -48,7 +53,7 @@ PIECES = 100
 CHUNK_DELAY = 0.004  # 250 pieces a second: a fast model
 MODEL = "gpt-4o-mini"
 ASSISTANT = "streaming"
-SIDES = ("langchain", "bus", "gateway")
+SIDES = ("langchain", "bus", "gateway", "gateway_http")
 
 
 @dataclass
@@ -93,6 +98,21 @@ async def gateway_texts(sdk: Any, prompt: str) -> AsyncIterator[str]:
     async for part in parts:
         if part.event == "messages":
             yield str(part.data[0].get("content", ""))
+
+
+async def http_texts(http: httpx.AsyncClient, prompt: str) -> AsyncIterator[str]:
+    """The run's ``messages`` frames read off the SSE stream with ``httpx`` alone."""
+    body = {"assistant_id": ASSISTANT, "input": prompt_input(prompt)}
+    body["stream_mode"] = ["messages-tuple"]
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    request = http.stream("POST", "/runs/stream", content=json.dumps(body), headers=headers)
+    async with request as res:
+        event = ""
+        async for line in res.aiter_lines():
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:") and event == "messages":
+                yield str(json.loads(line[5:])[0].get("content", ""))
 
 
 def summary(runs: list[Timing], baseline: list[Timing] | None) -> dict[str, Any]:
@@ -144,7 +164,9 @@ async def streaming(url: str, rounds: int) -> dict[str, Any]:
     """``rounds`` runs of each side, interleaved, after one warm-up run each."""
     prefix = new_prefix()
     reply = [{"content": PIECE * (PIECES * 8 // len(PIECE))}]
-    runs: dict[str, list[Timing]] = {side: [] for side in (*SIDES, "floor", "sdk_floor")}
+    runs: dict[str, list[Timing]] = {
+        side: [] for side in (*SIDES, "floor", "sdk_floor", "http_floor")
+    }
     with ScriptedServerProcess(reply, chunk_delay=CHUNK_DELAY) as model_server:
         env = {"OPENAI_BASE_URL": model_server.url, "OPENAI_API_KEY": "unused"}
         with (
@@ -154,11 +176,15 @@ async def streaming(url: str, rounds: int) -> dict[str, Any]:
             floor_server(raw=True) as raw_url,
         ):
             sdk = get_client(url=api.url, api_key=None)
+            http = httpx.AsyncClient(base_url=api.url)
+            raw_http = httpx.AsyncClient(base_url=raw_url)
             floor_sdk = get_client(url=floor_url, api_key=None)
             raw_sdk = get_client(url=raw_url, api_key=None)
             sides = await _sides(url, prefix, model_server.url, sdk)
+            sides["gateway_http"] = lambda prompt: http_texts(http, prompt)
             sides["floor"] = lambda prompt: gateway_texts(floor_sdk, prompt)
             sides["sdk_floor"] = lambda prompt: gateway_texts(raw_sdk, prompt)
+            sides["http_floor"] = lambda prompt: http_texts(raw_http, prompt)
             try:
                 for r in range(rounds + 1):
                     for side, run in sides.items():
@@ -167,6 +193,8 @@ async def streaming(url: str, rounds: int) -> dict[str, Any]:
                             runs[side].append(timing)
             finally:
                 await sdk.http.client.aclose()
+                await http.aclose()
+                await raw_http.aclose()
                 await floor_sdk.http.client.aclose()
                 await raw_sdk.http.client.aclose()
     drop_prefix(url, prefix)
@@ -176,8 +204,10 @@ async def streaming(url: str, rounds: int) -> dict[str, Any]:
         "langchain": summary(base, None),
         "bus": summary(runs["bus"], base),
         "gateway": summary(runs["gateway"], base),
+        "gateway_http": summary(runs["gateway_http"], base),
         "http_floor_p50_ms": pct(floor, 50) * 1000,
         "sdk_floor_p50_ms": pct([t.first_s for t in runs["sdk_floor"]], 50) * 1000,
+        "http_client_floor_p50_ms": pct([t.first_s for t in runs["http_floor"]], 50) * 1000,
         "pieces": PIECES,
         "chunk_delay_ms": CHUNK_DELAY * 1000,
     }
@@ -224,6 +254,7 @@ def to_markdown(fig: dict[str, Any], environment: dict[str, Any]) -> str:
         "langchain": "LangChain `create_agent` in-process `astream(messages)`",
         "bus": "loopline, services as processes, `Agent.astream(messages)` on the bus",
         "gateway": "loopline, `loopline serve api` + `langgraph_sdk` `runs.stream`",
+        "gateway_http": "loopline, `loopline serve api` + `httpx` reading the SSE itself",
     }
     for side in SIDES:
         row = fig[side]
@@ -255,7 +286,8 @@ def to_markdown(fig: dict[str, Any], environment: dict[str, Any]) -> str:
         lines += [
             f"Of that, the client's own part: the same call to a bare asyncio server that "
             f"answers at once (`http_floor.py --raw`, no HTTP framework): "
-            f"{fig['sdk_floor_p50_ms']:.1f} ms p50.",
+            f"{fig['sdk_floor_p50_ms']:.1f} ms p50; with `httpx` alone (the `gateway_http` "
+            f"client): {fig.get('http_client_floor_p50_ms', float('nan')):.1f} ms p50.",
             "",
         ]
     return "\n".join(lines)
