@@ -32,7 +32,7 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -41,19 +41,16 @@ import httpx
 from langgraph_sdk import get_client
 
 from benchmarks.report import RESULTS_DIR
-from benchmarks.stack import Services, drop_prefix, new_prefix
 from benchmarks.streaming import (
-    CHUNK_DELAY,
-    PIECE,
-    PIECES,
-    Timing,
+    Side,
     _sides,
+    deployment,
     gateway_texts,
+    interleaved,
     summary,
-    timed,
 )
 from loopline import lifetime
-from loopline.testing.processes import GatewayProcess, ScriptedServerProcess, free_port
+from loopline.testing.processes import free_port
 
 GRAPH = """\
 import os
@@ -115,34 +112,20 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120)
 
 
 async def compare(url: str, langgraph: str, rounds: int) -> dict[str, Any]:
-    prefix = new_prefix()
-    reply = [{"content": PIECE * (PIECES * 8 // len(PIECE))}]
-    runs: dict[str, list[Timing]] = {"langchain": [], "loopline": [], "agent_server": []}
-    with ScriptedServerProcess(reply, chunk_delay=CHUNK_DELAY) as model_server:
-        env = {"OPENAI_BASE_URL": model_server.url, "OPENAI_API_KEY": "unused"}
-        with (
-            Services(url, prefix, env=env),
-            GatewayProcess(url, prefix, env=env) as api,
-            agent_server(langgraph, model_server.url) as theirs_url,
-        ):
-            ours = get_client(url=api.url, api_key=None)
-            theirs = get_client(url=theirs_url, api_key=None)
-            base = await _sides(url, prefix, model_server.url, ours)
-            sides: dict[str, Callable[[str], AsyncIterator[str]]] = {
-                "langchain": base["langchain"],
-                "loopline": base["gateway"],
-                "agent_server": lambda prompt: gateway_texts(theirs, prompt),
-            }
-            try:
-                for r in range(rounds + 1):
-                    for side, run in sides.items():
-                        timing = await timed(run(f"stream r{r} {side}"))
-                        if r > 0:  # round 0 warms every side up
-                            runs[side].append(timing)
-            finally:
-                await ours.http.client.aclose()
-                await theirs.http.client.aclose()
-    drop_prefix(url, prefix)
+    with deployment(url) as deployed, agent_server(langgraph, deployed.model_url) as theirs_url:
+        ours = get_client(url=deployed.api_url, api_key=None)
+        theirs = get_client(url=theirs_url, api_key=None)
+        base = await _sides(url, deployed.prefix, deployed.model_url, ours)
+        sides: dict[str, Side] = {
+            "langchain": base["langchain"],
+            "loopline": base["gateway"],
+            "agent_server": lambda prompt: gateway_texts(theirs, prompt),
+        }
+        try:
+            runs = await interleaved(sides, rounds)
+        finally:
+            await ours.http.client.aclose()
+            await theirs.http.client.aclose()
     return {
         "langchain": summary(runs["langchain"], None),
         "loopline": summary(runs["loopline"], runs["langchain"]),

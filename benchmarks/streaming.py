@@ -160,44 +160,71 @@ def floor_server(*, raw: bool = False) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-async def streaming(url: str, rounds: int) -> dict[str, Any]:
-    """``rounds`` runs of each side, interleaved, after one warm-up run each."""
+Side = Callable[[str], AsyncIterator[str]]
+"""A client's streamed texts for a prompt."""
+
+
+async def interleaved(sides: dict[str, Side], rounds: int) -> dict[str, list[Timing]]:
+    """``rounds`` timed runs of each side, one of each in turn per round (so that the
+    machine's load falls on all alike), after a round that warms every side up."""
+    runs: dict[str, list[Timing]] = {side: [] for side in sides}
+    for r in range(rounds + 1):
+        for side, run in sides.items():
+            timing = await timed(run(f"stream r{r} {side}"))
+            if r > 0:
+                runs[side].append(timing)
+    return runs
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the streaming sides run against."""
+
+    prefix: str
+    model_url: str
+    """The streaming scripted server."""
+    api_url: str
+    """``loopline serve api`` on the services."""
+
+
+@contextmanager
+def deployment(url: str) -> Iterator[Deployment]:
+    """The streaming scripted server (its own process), the services on a fresh prefix
+    and the gateway, each its own process; the prefix is dropped afterwards."""
     prefix = new_prefix()
     reply = [{"content": PIECE * (PIECES * 8 // len(PIECE))}]
-    runs: dict[str, list[Timing]] = {
-        side: [] for side in (*SIDES, "floor", "sdk_floor", "http_floor")
-    }
     with ScriptedServerProcess(reply, chunk_delay=CHUNK_DELAY) as model_server:
         env = {"OPENAI_BASE_URL": model_server.url, "OPENAI_API_KEY": "unused"}
-        with (
-            Services(url, prefix, env=env),
-            GatewayProcess(url, prefix, env=env) as api,
-            floor_server() as floor_url,
-            floor_server(raw=True) as raw_url,
-        ):
-            sdk = get_client(url=api.url, api_key=None)
-            http = httpx.AsyncClient(base_url=api.url)
-            raw_http = httpx.AsyncClient(base_url=raw_url)
-            floor_sdk = get_client(url=floor_url, api_key=None)
-            raw_sdk = get_client(url=raw_url, api_key=None)
-            sides = await _sides(url, prefix, model_server.url, sdk)
-            sides["gateway_http"] = lambda prompt: http_texts(http, prompt)
-            sides["floor"] = lambda prompt: gateway_texts(floor_sdk, prompt)
-            sides["sdk_floor"] = lambda prompt: gateway_texts(raw_sdk, prompt)
-            sides["http_floor"] = lambda prompt: http_texts(raw_http, prompt)
-            try:
-                for r in range(rounds + 1):
-                    for side, run in sides.items():
-                        timing = await timed(run(f"stream r{r} {side}"))
-                        if r > 0:  # round 0 warms every side up
-                            runs[side].append(timing)
-            finally:
-                await sdk.http.client.aclose()
-                await http.aclose()
-                await raw_http.aclose()
-                await floor_sdk.http.client.aclose()
-                await raw_sdk.http.client.aclose()
+        with Services(url, prefix, env=env), GatewayProcess(url, prefix, env=env) as api:
+            yield Deployment(prefix, model_server.url, api.url)
     drop_prefix(url, prefix)
+
+
+async def streaming(url: str, rounds: int) -> dict[str, Any]:
+    """``rounds`` runs of each side, interleaved, after one warm-up run each."""
+    with (
+        deployment(url) as ours,
+        floor_server() as floor_url,
+        floor_server(raw=True) as raw_url,
+    ):
+        sdk = get_client(url=ours.api_url, api_key=None)
+        http = httpx.AsyncClient(base_url=ours.api_url)
+        raw_http = httpx.AsyncClient(base_url=raw_url)
+        floor_sdk = get_client(url=floor_url, api_key=None)
+        raw_sdk = get_client(url=raw_url, api_key=None)
+        sides = await _sides(url, ours.prefix, ours.model_url, sdk)
+        sides["gateway_http"] = lambda prompt: http_texts(http, prompt)
+        sides["floor"] = lambda prompt: gateway_texts(floor_sdk, prompt)
+        sides["sdk_floor"] = lambda prompt: gateway_texts(raw_sdk, prompt)
+        sides["http_floor"] = lambda prompt: http_texts(raw_http, prompt)
+        try:
+            runs = await interleaved(sides, rounds)
+        finally:
+            await sdk.http.client.aclose()
+            await http.aclose()
+            await raw_http.aclose()
+            await floor_sdk.http.client.aclose()
+            await raw_sdk.http.client.aclose()
     base = runs["langchain"]
     floor = [t.first_s for t in runs["floor"]]
     return {
@@ -213,9 +240,7 @@ async def streaming(url: str, rounds: int) -> dict[str, Any]:
     }
 
 
-async def _sides(
-    url: str, prefix: str, model_url: str, sdk: Any
-) -> dict[str, Callable[[str], AsyncIterator[str]]]:
+async def _sides(url: str, prefix: str, model_url: str, sdk: Any) -> dict[str, Side]:
     """Each side's streamed texts for a prompt, by name; loopline's agent deployed under
     ``ASSISTANT`` for the gateway."""
     settings = Settings(redis_url=url, prefix=prefix)
