@@ -7,11 +7,17 @@ to the loop's self-pipe so that a sleeping ``select`` wakes. asyncio writes that
 every callback: under load, thousands of ``send`` system calls a second that each make
 the next ``select`` return for one callback (a quarter of the tools service's samples).
 One byte pending is enough: the loop runs every queued callback once it wakes. So the
-byte is written only when none is pending, and the flag is cleared when the loop reads
-the self-pipe, *before* it runs the callbacks queued so far, so a callback queued after
-that read writes again. (uvloop coalesces the same way, but a SIGTERM while a sync tool
-ran in a thread sometimes left the tool's result undelivered until the graceful timeout:
-``tests/test_delivery.py::test_sigterm_lets_an_in_flight_tool_finish`` failed 1 in 3.)
+byte is written only when none is pending, and the flag is cleared when the loop has
+drained the self-pipe, *after* the read: a thread that found it set meanwhile wrote
+nothing, but its callback is in the ready queue (queued before the check), so the loop's
+next ``select`` does not sleep. (Cleared before the read, as it first was, the drain
+could read the byte of a callback queued after the clear: the flag stayed set with the
+pipe empty, and from then on no thread's callback woke the loop; it ran them only when
+other I/O woke it. ``tests/test_process_speedups.py`` makes that interleaving happen.)
+
+uvloop coalesces the same way, but a SIGTERM while a sync tool ran in a thread sometimes
+left the tool's result undelivered until the graceful timeout:
+``tests/test_delivery.py::test_sigterm_lets_an_in_flight_tool_finish`` failed 1 in 3.
 """
 
 from __future__ import annotations
@@ -35,10 +41,11 @@ class CoalescingEventLoop(asyncio.SelectorEventLoop):
         super()._write_to_self()  # type: ignore[misc]
 
     def _read_from_self(self) -> None:
-        # cleared before the read: a callback queued from here on writes its own byte,
-        # and one queued before is already in the ready queue the loop runs next
-        self._wake_pending = False
         super()._read_from_self()  # type: ignore[misc]
+        # Cleared once the pipe is drained, never before: a thread that saw the flag set
+        # until now wrote nothing, and its callback is in the ready queue already (queued
+        # before the check), which makes the loop's next select return at once.
+        self._wake_pending = False
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -83,6 +84,43 @@ def test_a_sleeping_loop_always_wakes_for_a_thread_s_callback() -> None:
             return woken
 
         assert loop.run_until_complete(main()) == 300
+    finally:
+        loop.close()
+
+
+class DrainRace(CoalescingEventLoop):
+    """A thread's callback that lands while the loop drains its self-pipe, made to
+    happen: the drain reads the byte that callback wrote."""
+
+    raced = False
+
+    def _process_self_data(self, data: bytes) -> None:
+        super()._process_self_data(data)  # type: ignore[misc]
+        if not self.raced:
+            self.raced = True
+            self.call_soon_threadsafe(lambda: None)
+
+
+def test_a_wake_up_written_while_the_pipe_is_drained_leaves_none_owed() -> None:
+    """A callback whose byte the drain read was run; the next thread's callback must
+    still wake the sleeping loop (a flag cleared before the drain stayed set with the
+    pipe empty: every later wake-up from a thread was lost)."""
+    loop = DrainRace()
+    try:
+
+        async def main() -> None:
+            await loop.run_in_executor(None, int)  # one wake-up through the pipe
+            assert loop.raced
+            fut = loop.create_future()
+            threading.Timer(0.05, loop.call_soon_threadsafe, (fut.set_result, 1)).start()
+            # wait_for's own timer is the only other wake-up: a lost one shows as a wait
+            # that lasts until that timer, and the callback runs when it fires
+            started = time.monotonic()
+            await asyncio.wait_for(fut, 3)
+            slept = time.monotonic() - started
+            assert slept < 2.5, f"the loop slept {slept:.1f} s through a thread's callback"
+
+        loop.run_until_complete(main())
     finally:
         loop.close()
 
