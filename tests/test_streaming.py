@@ -595,7 +595,7 @@ async def test_a_chunk_after_a_quiet_window_goes_out_at_once_and_a_burst_waits(
     done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     done.set_result(1)
     publisher = ChunkPublisher(
-        rt.redis, rt.names, settings, task_id="t", step=1, attempt=done, model={}
+        rt.connection, rt.names, settings, task_id="t", step=1, attempt=done, model={}
     )
     key = rt.names.task_chunks("t")
 
@@ -621,6 +621,50 @@ async def test_a_chunk_after_a_quiet_window_goes_out_at_once_and_a_burst_waits(
         await publisher.close("done")
     finally:
         await rt.redis.delete(key, rt.names.task_streaming("t"))
+        await rt.close()
+
+
+@pytest.mark.fast
+async def test_chunk_batches_renew_the_time_to_live_first_last_and_when_due(
+    redis_url: str,
+) -> None:
+    """The chunk stream and the streaming request live ``LOOPLINE_STREAM_TTL_S`` from
+    their last renewal: the first batch renews them, the last one, and a batch written a
+    quarter of that time after the last renewal; the batches between add no command."""
+    settings = Settings(prefix=unique_prefix(), stream_batch_ms=0, stream_ttl_s=100)
+    rt = Runtime(redis_url, settings)
+    done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    done.set_result(1)
+    publisher = ChunkPublisher(
+        rt.connection, rt.names, settings, task_id="t", step=1, attempt=done, model={}
+    )
+    keys = (rt.names.task_chunks("t"), rt.names.task_streaming("t"))
+    await rt.redis.hset(keys[1], "asked", "1")
+
+    async def write(piece: str) -> list[int]:
+        publisher.add(AIMessageChunk(content=piece))
+        await asyncio.sleep(0.05)
+        return [int(await rt.redis.ttl(key)) for key in keys]
+
+    async def shorten() -> None:
+        for key in keys:
+            await rt.redis.expire(key, 50)
+
+    try:
+        assert all(90 < ttl <= 100 for ttl in await write("a"))  # the first batch
+        await shorten()
+        assert all(40 < ttl <= 50 for ttl in await write("b"))  # one between: as it was
+        publisher.renew_every_s = 0.2
+        await asyncio.sleep(0.25)
+        assert all(90 < ttl <= 100 for ttl in await write("c"))  # due again
+        await shorten()
+        await publisher.close("done")
+        ttls = [int(await rt.redis.ttl(key)) for key in keys]
+        assert all(90 < ttl <= 100 for ttl in ttls)  # the last
+        found: Any = await rt.redis.xrange(keys[0])
+        assert len(found) == 4  # every batch written, the end's included
+    finally:
+        await rt.redis.delete(*keys)
         await rt.close()
 
 

@@ -51,7 +51,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             return await streaming.streamed_call(
                 bound,
                 prompt,
-                rt.redis,
+                rt.connection,
                 rt.names,
                 rt.settings,
                 task_id=event.task_id,

@@ -2,8 +2,11 @@
 
 The model is called with ``astream`` and every chunk goes to the task's chunk stream as
 it arrives, batched per ``LOOPLINE_STREAM_BATCH_MS``: one ``XADD`` per batch, not per
-token. The chunks also merge into the whole reply, which travels on ``ModelResponded``
-as before. Tasks nobody watches are called with ``ainvoke``, unchanged.
+token, on the lean connection (``services.fastredis``) where there is one; the stream's
+and the request's time to live are renewed with the first batch, the last, and at least
+every quarter of ``LOOPLINE_STREAM_TTL_S`` between them, not with every batch. The
+chunks also merge into the whole reply, which travels on ``ModelResponded`` as before.
+Tasks nobody watches are called with ``ainvoke``, unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from contracts.chunks import ChunkBatch
 from contracts.streams import DATA_FIELD, Names
@@ -58,8 +62,8 @@ class StreamRequests(ChannelListener):
         if lapses is not None and lapses > now:
             return True
         if lapses is not None or not self.listening:
-            # lapsed here, yet streaming (each chunk written renews the request in
-            # Redis, not in every replica), or possibly missed: Redis knows
+            # lapsed here, yet streaming (the chunk writes renew the request in Redis,
+            # not in every replica), or possibly missed: Redis knows
             self.asked.pop(task_id, None)
             found = await wanted(self.rt.connection, self.rt.names, task_id)
             if found:
@@ -108,7 +112,7 @@ class ChunkPublisher:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        connection: Connection,
         names: Names,
         settings: Settings,
         *,
@@ -119,12 +123,15 @@ class ChunkPublisher:
     ) -> None:
         """``attempt``: the attempt's number, counted in Redis while the model is called
         (needed by the first batch only, so the count is no round trip before the call)."""
-        self.redis = redis
+        self.connection = connection
         self.key = names.task_chunks(task_id)
         self.meta_key = names.task_streaming(task_id)
         self.batch_s = settings.stream_batch_ms / 1000
         self.maxlen = settings.stream_maxlen
         self.ttl_s = settings.stream_ttl_s
+        self.renew_every_s = self.ttl_s / 4
+        """The keys' time to live is renewed with a batch this long after the last renewal
+        (and with the first and the last batch): not a command more per batch."""
         self.task_id = task_id
         self.step = step
         self._attempt = attempt
@@ -132,6 +139,7 @@ class ChunkPublisher:
         self.first = True
         self.shown = False  # whether a batch with text (or a tool call) was cut
         self._cut_at = float("-inf")  # when the last batch was cut (monotonic)
+        self._renewed_at = float("-inf")  # when the keys' time to live was renewed
         self.buffer: list[dict[str, Any]] = []
         self._timer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # FIFO: batches reach the stream in the order cut
@@ -180,11 +188,22 @@ class ChunkPublisher:
             self.buffer = []
             self.first = False
             data = json.dumps(batch.model_dump(exclude_defaults=True), default=str)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.xadd(self.key, {DATA_FIELD: data}, maxlen=self.maxlen, approximate=True)
-                pipe.expire(self.key, self.ttl_s)
-                pipe.expire(self.meta_key, self.ttl_s)
-                await pipe.execute()
+            await self._send("XADD", self.key, "MAXLEN", "~", self.maxlen, "*", DATA_FIELD, data)
+            now = time.monotonic()
+            if end is not None or now - self._renewed_at >= self.renew_every_s:
+                self._renewed_at = now  # after the XADD: an EXPIRE needs the stream to exist
+                await asyncio.gather(
+                    self._send("EXPIRE", self.key, self.ttl_s),
+                    self._send("EXPIRE", self.meta_key, self.ttl_s),
+                )
+
+    async def _send(self, *args: str | int) -> None:
+        """One command on the lean connection, which has no retries: when it drops, the
+        command goes again on redis-py's client, which retries across a reconnect."""
+        try:
+            await self.connection.command(*args)
+        except RedisConnectionError:
+            await self.connection.redis.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
 async def next_attempt(redis: aioredis.Redis, names: Names, task_id: str, step: int) -> int:
@@ -215,7 +234,7 @@ async def merge_stream(chunks: AsyncIterator[BaseMessage], publisher: ChunkPubli
 async def streamed_call(
     runnable: Any,
     prompt: Any,
-    redis: aioredis.Redis,
+    connection: Connection,
     names: Names,
     settings: Settings,
     *,
@@ -223,9 +242,9 @@ async def streamed_call(
     step: int,
 ) -> Any:
     """One model call of a streamed task: ``runnable.astream(prompt)``, published."""
-    attempt = asyncio.ensure_future(next_attempt(redis, names, task_id, step))
+    attempt = asyncio.ensure_future(next_attempt(connection.redis, names, task_id, step))
     publisher = ChunkPublisher(
-        redis,
+        connection,
         names,
         settings,
         task_id=task_id,
