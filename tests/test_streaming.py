@@ -643,7 +643,7 @@ async def test_chunk_batches_renew_the_time_to_live_first_last_and_when_due(
 
     async def write(piece: str) -> list[int]:
         publisher.add(AIMessageChunk(content=piece))
-        await asyncio.sleep(0.05)
+        await publisher.cut()
         return [int(await rt.redis.ttl(key)) for key in keys]
 
     async def shorten() -> None:

@@ -157,6 +157,11 @@ class ChunkPublisher:
             self.shown = self.shown or bool(chunk.content or chunk.tool_call_chunks)
             self._timer = asyncio.create_task(self._flush_later(delay))
 
+    async def cut(self) -> None:
+        """Wait until the batch the buffered chunks are in has been written."""
+        if self._timer is not None:
+            await asyncio.shield(self._timer)
+
     async def _flush_later(self, delay: float) -> None:
         if delay > 0:  # no sleep(0) before a batch due now: one loop turn sooner
             await asyncio.sleep(delay)
