@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from services.fastredis import FastRedis, FastScript
 from services.redisconn import async_client, is_cluster, retrying
@@ -61,3 +62,12 @@ class Connection:
         if self.fast is not None:
             return await self.fast.execute(*args)
         return await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
+
+    async def command_retrying(self, *args: str | bytes | int | float) -> Any:
+        """``command`` for a write no redelivery repeats: when the lean connection drops
+        (it has no retries), the command goes again on redis-py's client, which retries
+        across a reconnect."""
+        try:
+            return await self.command(*args)
+        except RedisConnectionError:
+            return await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]

@@ -20,7 +20,6 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from contracts.chunks import ChunkBatch
 from contracts.streams import DATA_FIELD, Names
@@ -193,22 +192,14 @@ class ChunkPublisher:
             self.buffer = []
             self.first = False
             data = json.dumps(batch.model_dump(exclude_defaults=True), default=str)
-            await self._send("XADD", self.key, "MAXLEN", "~", self.maxlen, "*", DATA_FIELD, data)
+            send = self.connection.command_retrying  # no redelivery writes a batch again
+            await send("XADD", self.key, "MAXLEN", "~", self.maxlen, "*", DATA_FIELD, data)
             now = time.monotonic()
             if end is not None or now - self._renewed_at >= self.renew_every_s:
                 self._renewed_at = now  # after the XADD: an EXPIRE needs the stream to exist
                 await asyncio.gather(
-                    self._send("EXPIRE", self.key, self.ttl_s),
-                    self._send("EXPIRE", self.meta_key, self.ttl_s),
+                    send("EXPIRE", self.key, self.ttl_s), send("EXPIRE", self.meta_key, self.ttl_s)
                 )
-
-    async def _send(self, *args: str | int) -> None:
-        """One command on the lean connection, which has no retries: when it drops, the
-        command goes again on redis-py's client, which retries across a reconnect."""
-        try:
-            await self.connection.command(*args)
-        except RedisConnectionError:
-            await self.connection.redis.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
 async def next_attempt(redis: aioredis.Redis, names: Names, task_id: str, step: int) -> int:
