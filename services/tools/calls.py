@@ -347,7 +347,7 @@ class ToolCalls:
         if not job.wrappers:
             assert job.tool is not None  # an unknown tool comes only with wrappers
             runtime = await self._runtime(job)
-            return await run_tool(job.tool, call, limit=job.limit, runtime=runtime)
+            return await run_tool(job.tool, call, limit=job.limit, runtime=runtime, mode=job.mode)
         assert lease is not None  # a wrapped call always runs under its lease
 
         async def tool_starts() -> None:
