@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import copy
 import os
+import warnings
 import weakref
 from collections.abc import (
     AsyncGenerator,
@@ -581,6 +582,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         context = kwargs.pop("context", None)
         kwargs.pop("version", None)  # LangGraph's output version: one shape here
+        check_durability(kwargs.pop("durability", None), self.checkpointer)
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
@@ -632,9 +634,14 @@ class Agent(Runnable[Any, dict[str, Any]]):
     ) -> AsyncGenerator[Any, None]:
         from loopline.stream_modes import modes_of
 
+        subgraphs = bool(kwargs.pop("subgraphs", False))
         modes, tagged = modes_of(stream_mode)
         async for mode, data in self._stream_items(input, config, modes, kwargs, run_mode):
-            yield (mode, data) if tagged else data
+            item = (mode, data) if tagged else (data,)
+            if subgraphs:  # LangGraph's (namespace, ...) items: the agent's own are at ()
+                yield ((), *item)
+            else:
+                yield item if tagged else data
 
     async def _stream_items(
         self,
@@ -651,6 +658,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
 
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         context = kwargs.pop("context", None)
+        check_durability(kwargs.pop("durability", None), self.checkpointer)
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
@@ -849,6 +857,22 @@ class Agent(Runnable[Any, dict[str, Any]]):
             return result
         snap = await self.aget_state(config or {})
         return {**result, "__interrupt__": list(snap.interrupts)}
+
+
+DURABILITY = ("sync", "async", "exit")
+
+
+def check_durability(durability: Any, checkpointer: Any) -> None:
+    """LangGraph's ``durability``: when a run's state is persisted. The bus commits
+    every step before the next starts, whichever is asked: what ``"sync"`` promises, and
+    more than ``"async"`` and ``"exit"`` do. Warns as LangGraph does when no checkpointer
+    keeps the state."""
+    if durability is None:
+        return
+    if durability not in DURABILITY:
+        raise ValueError(f"durability must be one of {DURABILITY}, not {durability!r}")
+    if checkpointer is None:
+        warnings.warn("`durability` has no effect when no checkpointer is present.", stacklevel=3)
 
 
 def _input_state(input: dict[str, Any]) -> dict[str, Any]:

@@ -213,3 +213,35 @@ def test_langchains_keywords_at_their_defaults_and_a_cache_are_taken(
         cache=cache,
     )
     assert ours.cache is lc.cache is cache
+
+
+@pytest.mark.parametrize("stream_mode", ["updates", ["updates", "values"]])
+def test_subgraphs_true_streams_langgraphs_namespaced_items(
+    embedded: None,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    stream_mode: Any,
+) -> None:
+    lc, ours = both(servers, system_prompt="Namespaced.")
+    given = {"messages": [{"role": "user", "content": f"namespaced {stream_mode}"}]}
+    lc_items = list(lc.stream(given, stream_mode=stream_mode, subgraphs=True))
+    items = list(ours.stream(given, stream_mode=stream_mode, subgraphs=True))
+    width = 3 if isinstance(stream_mode, list) else 2
+    assert {len(i) for i in items} == {len(i) for i in lc_items} == {width}
+    assert [i[:-1] for i in items] == [i[:-1] for i in lc_items]  # namespace (and mode)
+    lc_nodes = [list(i[-1]) for i in lc_items if i[-2:-1] != ("values",)]
+    assert [list(i[-1]) for i in items if i[-2:-1] != ("values",)] == lc_nodes
+
+
+def test_durability_is_taken_with_langgraphs_warning(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    lc, ours = both(servers, system_prompt="Durable.")
+    given = {"messages": [{"role": "user", "content": "durable"}]}
+    with pytest.warns(UserWarning, match="durability` has no effect") as lc_warned:
+        lc_result = lc.invoke(given, durability="exit")
+    with pytest.warns(UserWarning, match="durability` has no effect") as warned:
+        result = ours.invoke(given, durability="exit")
+    assert [str(w.message) for w in warned] == [str(w.message) for w in lc_warned][:1]
+    assert shape(result["messages"]) == shape(lc_result["messages"])
+    with pytest.raises(ValueError, match="durability must be one of"):
+        ours.invoke(given, durability="sometimes")
