@@ -107,7 +107,7 @@ def _edit_from_params(params: Any) -> Any:
     if not isinstance(params, dict):
         if callable(getattr(params, "apply", None)):
             return params
-        raise TypeError(f"an edit must be ClearToolUsesEdit or a dict, not {params!r}")
+        raise TypeError(f"an edit must be a ContextEdit or a dict, not {params!r}")
     kind = params.get("type", "ClearToolUsesEdit")
     if kind != "ClearToolUsesEdit":
         raise ValueError(f"unknown context edit type {kind!r}; supported: ClearToolUsesEdit")
