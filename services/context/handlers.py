@@ -106,7 +106,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     )
                 result = edit_context(
                     view,
-                    [e.engine_edit() for e in middleware.edits],
+                    middleware.engine_edits(),
                     counter,
                     counts=counts,
                     base_tokens=base_tokens_for(counter, system_message(spec, before=position)),

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from langchain.agents.middleware.context_editing import DEFAULT_TOOL_PLACEHOLDER
+
 from contracts.events import AppliedEdit
 from contracts.messages import AIMessage, Message, ToolCall, ToolMessage
 from services.editing.counting import TokenCounter
@@ -38,7 +40,7 @@ class ClearToolUses:
     keep: int = 3
     clear_tool_inputs: bool = False
     exclude_tools: tuple[str, ...] = ()
-    placeholder: str = "[cleared]"
+    placeholder: str = DEFAULT_TOOL_PLACEHOLDER
     include_tools: tuple[str, ...] | None = None
 
 

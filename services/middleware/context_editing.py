@@ -1,56 +1,76 @@
-"""LangChain's ``ContextEditingMiddleware`` and ``ClearToolUsesEdit``, same parameters and
-defaults, plus an ``include_tools`` allow-list.
+"""LangChain's ``ContextEditingMiddleware`` and ``ClearToolUsesEdit``, which the services
+also run natively, plus an ``include_tools`` allow-list.
 
-In a running agent the context consumer applies the edits to the model's view on every
-step (the stored transcript keeps the full output). The same engine is usable as a plain
-library: ``ContextEditingMiddleware(...).edit(messages)`` on LangChain or loopline messages.
+The classes are LangChain's own (subclasses), so in-process they behave exactly as
+LangChain's (``wrap_model_call`` edits the request's messages). In a running agent the
+context consumer applies the edits to the model's view on every step with loopline's
+engine, which counts each message once (the stored transcript keeps the full output).
+The same engine is usable as a plain library:
+``ContextEditingMiddleware(...).edit(messages)`` on LangChain or loopline messages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any, Literal
+
+from langchain.agents.middleware.context_editing import (
+    DEFAULT_TOOL_PLACEHOLDER,
+    ContextEdit,
+    TokenCounter,
+)
+from langchain.agents.middleware.context_editing import (
+    ClearToolUsesEdit as LcClearToolUsesEdit,
+)
+from langchain.agents.middleware.context_editing import (
+    ContextEditingMiddleware as LcContextEditingMiddleware,
+)
+from langchain_core.messages import AIMessage as LcAIMessage
+from langchain_core.messages import AnyMessage
+from langchain_core.messages import ToolMessage as LcToolMessage
 
 from contracts.agent import MiddlewareSpec
 from contracts.messages import MESSAGE_TYPES, Message, from_langchain, to_langchain
 
-DEFAULT_TOOL_PLACEHOLDER = "[cleared]"
+__all__ = [
+    "DEFAULT_TOOL_PLACEHOLDER",
+    "ClearToolUsesEdit",
+    "ContextEditingMiddleware",
+    "NotPortable",
+]
+
+
+class NotPortable(ValueError):
+    """The middleware holds an edit the services do not implement: it runs in-process
+    only (embedded), as LangChain's."""
 
 
 @dataclass(slots=True)
-class ClearToolUsesEdit:
+class ClearToolUsesEdit(LcClearToolUsesEdit):
     """Clear older tool results once the conversation is over ``trigger`` tokens."""
-
-    trigger: int = 100_000
-    """Token count that triggers the edit (strictly above)."""
-
-    clear_at_least: int = 0
-    """Minimum number of tokens to reclaim when the edit runs (0: clear all candidates)."""
-
-    keep: int = 3
-    """Number of most recent tool results that are never cleared."""
-
-    clear_tool_inputs: bool = False
-    """Also clear the originating tool call's arguments on the AI message."""
-
-    exclude_tools: Sequence[str] = ()
-    """Tool names whose results are never cleared."""
-
-    placeholder: str = DEFAULT_TOOL_PLACEHOLDER
-    """Text that replaces a cleared tool result."""
 
     include_tools: Sequence[str] | None = None
     """loopline extension: only these tools' results may be cleared (None: all)."""
 
-    type: str = field(default="ClearToolUsesEdit", init=False, repr=False)
+    def apply(self, messages: list[AnyMessage], *, count_tokens: TokenCounter) -> None:
+        """LangChain's strategy; ``include_tools`` excludes every other tool."""
+        if self.include_tools is None:
+            LcClearToolUsesEdit.apply(self, messages, count_tokens=count_tokens)
+            return
+        others = _tool_names(messages) - set(self.include_tools)
+        narrowed = LcClearToolUsesEdit(
+            **{f.name: getattr(self, f.name) for f in fields(LcClearToolUsesEdit)}
+        )
+        narrowed.exclude_tools = (*self.exclude_tools, *sorted(others))
+        narrowed.apply(messages, count_tokens=count_tokens)
 
     def to_params(self) -> dict[str, Any]:
-        params = asdict(self)
+        params: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         params["exclude_tools"] = list(self.exclude_tools)
         if self.include_tools is not None:
             params["include_tools"] = list(self.include_tools)
-        return params
+        return {**params, "type": "ClearToolUsesEdit"}
 
     def engine_edit(self) -> Any:
         from services.editing.engine import ClearToolUses
@@ -66,20 +86,28 @@ class ClearToolUsesEdit:
         )
 
 
-def _edit_from_params(params: Any) -> ClearToolUsesEdit:
+def _tool_names(messages: Sequence[Any]) -> set[str]:
+    """Every name a tool result can be matched by, as LangChain's edit matches it."""
+    names = {m.name for m in messages if isinstance(m, LcToolMessage) and m.name}
+    for message in messages:
+        if isinstance(message, LcAIMessage):
+            names.update(call["name"] for call in message.tool_calls)
+    return names
+
+
+def _edit_from_params(params: Any) -> Any:
+    """An edit as the services run it: loopline's ``ClearToolUsesEdit`` for LangChain's or
+    a spec's dict; any other ``ContextEdit`` stays as given (it runs in-process only)."""
     if isinstance(params, ClearToolUsesEdit):
         return params
-    if hasattr(params, "trigger") and hasattr(params, "placeholder"):  # LangChain's class
+    if type(params) is LcClearToolUsesEdit:
         return ClearToolUsesEdit(
-            trigger=params.trigger,
-            clear_at_least=params.clear_at_least,
-            keep=params.keep,
-            clear_tool_inputs=params.clear_tool_inputs,
-            exclude_tools=tuple(params.exclude_tools),
-            placeholder=params.placeholder,
+            **{f.name: getattr(params, f.name) for f in fields(LcClearToolUsesEdit)}
         )
     if not isinstance(params, dict):
-        raise TypeError(f"an edit must be ClearToolUsesEdit or a dict, not {params!r}")
+        if callable(getattr(params, "apply", None)):
+            return params
+        raise TypeError(f"an edit must be a ContextEdit or a dict, not {params!r}")
     kind = params.get("type", "ClearToolUsesEdit")
     if kind != "ClearToolUsesEdit":
         raise ValueError(f"unknown context edit type {kind!r}; supported: ClearToolUsesEdit")
@@ -90,22 +118,26 @@ def _edit_from_params(params: Any) -> ClearToolUsesEdit:
     return ClearToolUsesEdit(**args)
 
 
-class ContextEditingMiddleware:
+class ContextEditingMiddleware(LcContextEditingMiddleware[Any, Any]):
     """Prune tool results from the model's view when the context grows too large."""
 
     spec_type = "ContextEditingMiddleware"
 
+    token_counter: TokenCounter | dict[str, str] | None  # type: ignore[assignment]
+    """A function, or (in a spec, before ``from_spec`` imports it) its reference."""
+
     def __init__(
         self,
         *,
-        edits: Iterable[ClearToolUsesEdit | dict[str, Any]] | None = None,
+        edits: Iterable[ContextEdit | dict[str, Any]] | None = None,
         token_count_method: Literal["approximate", "model"] = "approximate",
         token_counter: Callable[[Sequence[Any]], int] | dict[str, str] | None = None,
     ) -> None:
-        """``token_counter``: LangChain's custom count of a message list (then
-        ``token_count_method`` is ignored, as in LangChain); it travels to the context
-        service by import path (``{"callable": "package.module:name"}`` in a spec), or
-        embedded as a ``local:`` reference."""
+        """LangChain's parameters; ``edits`` may also be dicts (an agent file's). A
+        ``token_counter`` (LangChain's custom count of a message list, then
+        ``token_count_method`` is ignored) travels to the context service by import path
+        (``{"callable": "package.module:name"}`` in a spec), or embedded as a ``local:``
+        reference."""
         if token_count_method not in ("approximate", "model"):
             raise ValueError(
                 f"token_count_method must be 'approximate' or 'model', not {token_count_method!r}"
@@ -114,20 +146,32 @@ class ContextEditingMiddleware:
             callable(token_counter) or isinstance(token_counter, dict)
         ):
             raise TypeError(f"token_counter must be a function, not {token_counter!r}")
-        self.edits = [_edit_from_params(e) for e in (edits or (ClearToolUsesEdit(),))]
-        self.token_count_method = token_count_method
+        super().__init__(
+            edits=[_edit_from_params(e) for e in (edits or (ClearToolUsesEdit(),))],
+            token_count_method=token_count_method,
+        )
         self.token_counter = token_counter
 
     def to_spec(self) -> MiddlewareSpec:
         """The spec; a ``token_counter`` function stays an object here, turned into its
         reference by ``services.spec.middleware.to_spec`` (and back by its ``from_spec``)."""
+        self.engine_edits()  # refuses an edit the context service does not implement
         params: dict[str, Any] = {
-            "edits": [e.to_params() for e in self.edits],
+            "edits": [e.to_params() for e in self.edits],  # type: ignore[attr-defined]
             "token_count_method": self.token_count_method,
         }
         if self.token_counter is not None:
             params["token_counter"] = self.token_counter
         return MiddlewareSpec(type=self.spec_type, params=params)
+
+    def engine_edits(self) -> list[Any]:
+        """The edits as loopline's engine runs them (``ClearToolUsesEdit`` only)."""
+        foreign = [e for e in self.edits if not isinstance(e, ClearToolUsesEdit)]
+        if foreign:
+            raise NotPortable(
+                f"the context service implements ClearToolUsesEdit only, not {foreign[0]!r}"
+            )
+        return [e.engine_edit() for e in self.edits]  # type: ignore[attr-defined]
 
     def counter(self, model: str) -> Any:
         """The token counter the edits use: the custom one, else the method's."""
@@ -174,7 +218,7 @@ class ContextEditingMiddleware:
         counter = self.counter(model)
         result = edit_context(
             ours,
-            [e.engine_edit() for e in self.edits],
+            self.engine_edits(),
             counter,
             base_tokens=base_tokens_for(counter, system),
         )

@@ -119,21 +119,14 @@ def chain_of(
     unedited: list[Any] | None = None,
     edits: Sequence[AppliedEdit] = (),
 ) -> list[Any]:
-    from langchain.agents.middleware import TodoListMiddleware as LcTodoListMiddleware
-
     from services.middleware.todo import TodoListMiddleware
 
     wrappers = dict(hooks.with_hook("wrap_model_call"))
     editors = sum(1 for mw in spec.middleware if mw.type == "ContextEditingMiddleware")
     chain: list[Any] = []
     for index, mw in enumerate(spec.middleware):
-        if mw.type == "TodoListMiddleware":
-            ours = TodoListMiddleware.from_spec(mw)
-            chain.append(
-                LcTodoListMiddleware(
-                    system_prompt=ours.system_prompt, tool_description=ours.tool_description
-                )
-            )
+        if mw.type == "TodoListMiddleware":  # LangChain's own class: its wrap_model_call
+            chain.append(TodoListMiddleware.from_spec(mw))
         elif mw.type == "ContextEditingMiddleware":
             chain.append(
                 EditsAtPosition(

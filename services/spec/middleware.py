@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware import ContextEditingMiddleware as LcContextEditingMiddleware
+from langchain.agents.middleware import TodoListMiddleware as LcTodoListMiddleware
 
 from contracts.agent import MiddlewareSpec
 from services.errors import ConfigurationError
@@ -28,7 +30,7 @@ from services.middleware.builtins import (
     constructor_args,
     params_of,
 )
-from services.middleware.context_editing import ContextEditingMiddleware
+from services.middleware.context_editing import ContextEditingMiddleware, NotPortable
 from services.middleware.ratelimit import RateLimitMiddleware
 from services.middleware.todo import TodoListMiddleware
 from services.spec import imports, local, params
@@ -109,6 +111,37 @@ def refused_reason(type_name: str) -> str | None:
     return None
 
 
+def _as_native(middleware: Any) -> Any:
+    """loopline's instance for one of its own middleware or LangChain's instance of a
+    class the services run natively (the same parameters); None for any other."""
+    if hasattr(middleware, "to_spec"):
+        return middleware
+    if type(middleware) is LcTodoListMiddleware:
+        return TodoListMiddleware(
+            system_prompt=middleware.system_prompt, tool_description=middleware.tool_description
+        )
+    if type(middleware) is LcContextEditingMiddleware:
+        return ContextEditingMiddleware(
+            edits=middleware.edits,
+            token_count_method=middleware.token_count_method,
+            token_counter=middleware.token_counter,
+        )
+    return None
+
+
+def _native_spec(native: Any, given: Any, embedded: bool) -> MiddlewareSpec:
+    """``native``'s spec, its functions (a token_counter) as references; an edit the
+    context service does not implement keeps the instance given in-process (embedded,
+    where it runs as LangChain's middleware) or is refused (deployed)."""
+    try:
+        spec: MiddlewareSpec = native.to_spec()
+    except NotPortable as exc:
+        if embedded:
+            return MiddlewareSpec(type=local.register_instance(given))
+        raise ValueError(f"{type(given).__name__} cannot run deployed: {exc}") from exc
+    return MiddlewareSpec(type=spec.type, params=params.to_json(spec.params))
+
+
 def to_spec(middleware: Any, *, embedded: bool = False) -> MiddlewareSpec:
     """A spec for a loopline middleware, a LangChain built-in, a user middleware, or a
     spec/dict as given. ``embedded``: in-process instances may stay in-process."""
@@ -118,22 +151,10 @@ def to_spec(middleware: Any, *, embedded: bool = False) -> MiddlewareSpec:
         return MiddlewareSpec.model_validate(middleware)
     if isinstance(middleware, Remembers):
         return _portable(middleware, lambda: _remembered_spec(middleware), embedded)
-    if hasattr(middleware, "to_spec"):
-        spec: MiddlewareSpec = middleware.to_spec()
-        # functions among its parameters (a token_counter) travel as references
-        return MiddlewareSpec(type=spec.type, params=params.to_json(spec.params))
+    native = _as_native(middleware)
+    if native is not None:
+        return _native_spec(native, middleware, embedded)
     name = type(middleware).__name__
-    if name == "TodoListMiddleware":
-        return TodoListMiddleware(
-            system_prompt=middleware.system_prompt, tool_description=middleware.tool_description
-        ).to_spec()
-    if name == "ContextEditingMiddleware":
-        made = ContextEditingMiddleware(
-            edits=middleware.edits,
-            token_count_method=middleware.token_count_method,
-            token_counter=getattr(middleware, "token_counter", None),
-        ).to_spec()
-        return MiddlewareSpec(type=made.type, params=params.to_json(made.params))
     if type(middleware).__module__.startswith("langchain.agents.middleware") and (
         name in BY_NAME or name in REFUSED_DEPLOYED
     ):

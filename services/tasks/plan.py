@@ -9,7 +9,7 @@ from contracts.events import ContextRequested, Event, ModelRequested, ToolReques
 from contracts.messages import AIMessage, Message, ToolCall, ToolMessage
 from contracts.streams import Names
 from services.agent_view import has_todos
-from services.middleware.todo import PARALLEL_WRITE_TODOS_ERROR
+from services.middleware.todo import parallel_write_todos_error
 from services.seal import Sealer
 from services.tasks.issued import call_seal
 
@@ -27,10 +27,8 @@ def after_model_results(spec: AgentSpec, message: AIMessage) -> dict[str, ToolMe
     calls = [c for c in message.tool_calls if c.name == WRITE_TODOS]
     if len(calls) <= 1:
         return {}
-    return {
-        c.id: ToolMessage(content=PARALLEL_WRITE_TODOS_ERROR, tool_call_id=c.id, status="error")
-        for c in calls
-    }
+    error = parallel_write_todos_error()
+    return {c.id: ToolMessage(content=error, tool_call_id=c.id, status="error") for c in calls}
 
 
 def edits_context(spec: AgentSpec) -> bool:
