@@ -60,6 +60,7 @@ from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from services.errors import ConfigurationError
 from services.hooks import hooks_for
+from services.lending import waiting_on_runs
 from services.settings import Settings
 from services.spec import imports, local, schemas, structured, toolbox
 from services.spec.middleware import to_spec
@@ -574,7 +575,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
         recursion limit, run name, tags, metadata); ``multitask_strategy`` for a thread
         that has a run going (default ``reject``). Middleware run their async hooks
         (``abefore_model``, ``awrap_model_call``, ...), as LangChain's ``ainvoke``."""
-        return await self._ainvoke(input, config, "async", **kwargs)
+        with waiting_on_runs():  # a sub-agent's caller lends its slot back meanwhile
+            return await self._ainvoke(input, config, "async", **kwargs)
 
     async def _ainvoke(
         self, input: Any, config: Mapping[str, Any] | None, run_mode: RunMode, **kwargs: Any
@@ -601,7 +603,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
         """LangChain's ``invoke``: blocks until the run ends, also inside a running event
         loop (async code, Jupyter), as LangChain's does. Middleware run their sync hooks
         (``before_model``, ``wrap_model_call``, ...)."""
-        return run_sync(self._on_private_loop(self._ainvoke(input, config, "sync", **kwargs)))
+        with waiting_on_runs():  # a sub-agent's caller lends its slot and thread back
+            return run_sync(self._on_private_loop(self._ainvoke(input, config, "sync", **kwargs)))
 
     async def astream(  # type: ignore[override]  # LangGraph's own signature
         self,
@@ -621,8 +624,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
         ``{"__interrupt__": (Interrupt(...),)}`` (``updates``) and the state with it
         (``values``); ``Command(resume=...)`` with the thread's ``config`` streams the rest
         of that run. loopline's own events: ``astream_task_events``."""
-        async for item in self._astream(input, config, stream_mode, "async", **kwargs):
-            yield item
+        with waiting_on_runs():
+            async for item in self._astream(input, config, stream_mode, "async", **kwargs):
+                yield item
 
     async def _astream(
         self,
@@ -759,7 +763,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         """``astream`` for synchronous callers (also inside a running event loop); the
         middleware's sync hooks run, as in LangChain's ``stream``."""
         source = self._astream(input, config, stream_mode, "sync", **kwargs)
-        return iter_sync(self._iter_on_private_loop(source))
+        return _waiting_while(iter_sync(self._iter_on_private_loop(source)))
 
     async def astream_task_events(
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
@@ -857,6 +861,13 @@ class Agent(Runnable[Any, dict[str, Any]]):
             return result
         snap = await self.aget_state(config or {})
         return {**result, "__interrupt__": list(snap.interrupts)}
+
+
+def _waiting_while(items: Iterator[T]) -> Iterator[T]:
+    """``items``, with what a sub-agent's caller holds lent back while it iterates
+    (``services.lending``)."""
+    with waiting_on_runs():
+        yield from items
 
 
 DURABILITY = ("sync", "async", "exit")

@@ -18,6 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from services.fastredis import stream_entries
+from services.lending import lending
 from services.runner import EntryRunner
 from services.runtime import Runtime
 
@@ -39,6 +40,10 @@ class StreamConsumer:
         self.batch = settings.read_batch
         self.block_ms = settings.poll_ms
         self._running: set[asyncio.Task[None]] = set()
+        self._lent = 0
+        """Slots that handlers waiting on runs of the deployment lent back
+        (``services.lending``): read that many more entries meanwhile."""
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._room = asyncio.Event()
         self._read_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -46,7 +51,34 @@ class StreamConsumer:
 
     def start(self) -> None:
         name = f"read {self.service}:{self.stream}"
-        self._read_task = asyncio.create_task(self._read_loop(), name=name)
+        self._loop = asyncio.get_running_loop()
+        with lending(self):  # the handlers' tasks, made by the read loop, inherit it
+            self._read_task = asyncio.create_task(self._read_loop(), name=name)
+
+    def lend(self) -> None:
+        """A handler waits on runs of the deployment: its slot is lent back."""
+        self._on_loop(1)
+
+    def reclaim(self) -> None:
+        self._on_loop(-1)
+
+    def _on_loop(self, change: int) -> None:
+        """``_lent`` moves on this consumer's loop (a tool thread may lend)."""
+        loop = self._loop
+        assert loop is not None
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if here:
+            self._lend_by(change)
+        else:
+            loop.call_soon_threadsafe(self._lend_by, change)
+
+    def _lend_by(self, change: int) -> None:
+        self._lent += change
+        if len(self._running) < self.workers + self._lent:
+            self._room.set()
 
     async def stop_reading(self) -> None:
         """Fetch nothing more: the read loop ends after its current XREADGROUP (it blocks
@@ -95,7 +127,7 @@ class StreamConsumer:
     async def _read_loop(self) -> None:
         backoff = 0.1
         while not self._stopping:
-            free = self.workers - len(self._running)
+            free = self.workers + self._lent - len(self._running)
             if free <= 0:
                 self._room.clear()
                 await self._room.wait()
@@ -136,5 +168,5 @@ class StreamConsumer:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
-        if len(self._running) < self.workers:
+        if len(self._running) < self.workers + self._lent:
             self._room.set()

@@ -53,9 +53,12 @@ def as_tool(obj: Any) -> BaseTool:
 
 
 def register_local(obj: Any) -> str:
-    """Make an in-process tool available to this process's services; returns its ref."""
+    """Make an in-process tool available to this process's services; returns its ref,
+    by the tool's name and the given object's identity: two agents' tools of one name
+    (each sub-agent's ``delegate``, each backend's ``read_file``) stay two tools. The
+    tool made keeps ``obj`` alive (``func``), so its identity is not reused."""
     made = as_tool(obj)
-    return local.register(made.name, made)
+    return local.register(f"{made.name}:{id(obj)}", made)
 
 
 def tool_ref(obj: Any) -> str:

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from services.lending import lend_this_thread
+
 log = logging.getLogger("loopline.tools")
 
 
@@ -98,7 +100,28 @@ class ToolThreads(ThreadPoolExecutor):
         if stuck > self.stuck_max:
             self.on_stuck(stuck)
 
+    def lend(self) -> None:
+        """This thread's call waits on runs of the deployment (``services.lending``):
+        it leaves the count, so a new thread may take queued calls meanwhile."""
+        with self._lock:
+            self._healthy -= 1
+            self._start_if_needed()
+
+    def reclaim(self) -> None:
+        """The wait ended: the thread counts again (past ``max_running`` for a while:
+        the first thread to finish its call then ends, ``_surplus``)."""
+        with self._lock:
+            self._healthy += 1
+
+    def _surplus(self) -> bool:
+        with self._lock:
+            if self._healthy <= self.max_running:
+                return False
+            self._healthy -= 1
+            return True
+
     def _worker(self) -> None:
+        lend_this_thread(self)
         while True:
             with self._lock:
                 self._idle += 1
@@ -110,6 +133,8 @@ class ToolThreads(ThreadPoolExecutor):
             call, run = item
             self._run(call, run)
             if call.abandoned and not self._rejoin():
+                return
+            if not call.abandoned and self._surplus():
                 return
 
     def _rejoin(self) -> bool:
