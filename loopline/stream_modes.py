@@ -316,6 +316,7 @@ class ModeTranslator:
         self.pending: list[ChunkBatch] = []
         self.model_meta: dict[int, dict[str, Any]] = {}
         self.streamed: set[int] = set()  # steps whose chunks were yielded
+        self.called: set[int] = set()  # steps with a model call on the chunk stream
         self.replied = 0  # the last step whose ModelResponded was shown
         self.shown: set[int] = set()  # steps whose reply was shown
         self.superstep = 0  # LangGraph's superstep of the last node that ran
@@ -427,6 +428,7 @@ class ModeTranslator:
         if batch.model:
             self.model_meta[batch.step] = batch.model
         meta = self._model_meta(batch.step)
+        self.called.add(batch.step)
         out: list[Item] = []
         for n, raw in enumerate(batch.chunks):
             extra: dict[str, Any] = {}
@@ -434,7 +436,7 @@ class ModeTranslator:
                 extra["loopline_attempt"] = batch.attempt
                 if batch.reset and n == 0:
                     extra["loopline_reset"] = True
-            out.append(("messages", (AIMessageChunk(**raw), {**meta, **extra})))
+            out.append(("messages", (_streamed(raw), {**meta, **extra})))
             self.streamed.add(batch.step)
         return out
 
@@ -495,9 +497,15 @@ class ModeTranslator:
         if event.update:  # wrap_model_call's commands (folded where they ran)
             self.keys.update(event.update)
         out: list[Item] = []
-        if "messages" in self.modes and step not in self.streamed:
+        if "messages" in self.modes and step in self.called and step not in self.streamed:
+            # the model was called, streaming, and none of it is the reply: the
+            # wrap_model_call chain made it (a retry's failure message), and LangGraph
+            # yields it from the model node's output
+            meta = node_metadata(self.task_id, "model", self._model_step(step), self.thread_id)
+            out.append(("messages", (message, meta)))
+        elif "messages" in self.modes and step not in self.streamed:
             # not streamed (the chunk stream expired, or no client asked in time): the
-            # whole reply as one chunk, as LangChain yields a model that does not stream
+            # whole reply as one chunk, as LangChain yields a model that streams
             whole = AIMessageChunk(**message.model_dump(exclude={"type"}))
             out.append(("messages", (whole, self._model_meta(step))))
         self._model_step(step)
@@ -706,6 +714,14 @@ def _shown(message: BaseMessage) -> BaseMessage:
     """A message as a stream shows it: without the stand-in id it had for the merge."""
     shown: BaseMessage = without_stand_in_ids([message])[0]
     return shown
+
+
+def _streamed(raw: dict[str, Any]) -> BaseMessage:
+    """One item of the chunk stream: an ``AIMessageChunk``, or the whole ``AIMessage`` of a
+    model that does not stream (typed ``ai``), which LangGraph yields as it is."""
+    if raw.get("type") == "ai":
+        return AIMessage(**raw)
+    return AIMessageChunk(**raw)
 
 
 def _after(batch: ChunkBatch, step: int) -> bool:
