@@ -482,20 +482,23 @@ class ModeTranslator:
         if step in self.shown:
             # shown before the run stopped for a human (it is logged once decided): the
             # model node does not run again
-            self.state = merge_messages(self.state, [message])
+            added = [to_langchain(m) for m in event.added]
+            self.state = merge_messages(self.state, [message, *added])
             return []
         self.shown.add(step)
         self.state.append(message)
         structured = event.structured
         # the structured-output calls are answered by the model node itself
-        answers = list(structured.tool_messages) if structured is not None else []
-        self.state.extend(to_langchain(m) for m in answers)
+        answers = [to_langchain(m) for m in structured.tool_messages] if structured else []
+        self.state.extend(answers)
         if self.view.structured is not None:
             given = structured is not None and structured.given
             response = structured.response if structured is not None and given else None
             self.keys["structured_response"] = self.view.structured(response) if given else None
         if event.update:  # wrap_model_call's commands (folded where they ran)
             self.keys.update(event.update)
+        added = [to_langchain(m) for m in event.added]  # their messages, after the node's own
+        self.state.extend(added)
         out: list[Item] = []
         if "messages" in self.modes and step in self.called and step not in self.streamed:
             # the model was called, streaming, and none of it is the reply: the
@@ -508,14 +511,38 @@ class ModeTranslator:
             # whole reply as one chunk, as LangChain yields a model that streams
             whole = AIMessageChunk(**message.model_dump(exclude={"type"}))
             out.append(("messages", (whole, self._model_meta(step))))
-        self._model_step(step)
-        if "updates" in self.modes:
+        superstep = self._model_step(step)
+        if "messages" in self.modes and added:  # from the model node's output
+            meta = node_metadata(self.task_id, "model", superstep, self.thread_id)
+            out.extend(("messages", (m, meta)) for m in added)
+        if "updates" in self.modes and event.writes:
+            out.append(("updates", {"model": self._model_writes(event, [message, *answers])}))
+        elif "updates" in self.modes:
             out.append(("updates", {"model": {"messages": [message]}}))
         if "values" in self.modes:
             out.append(("values", self._values()))
         if self.view.todo_node is not None and self.view.todo_after is None:
             out.extend(self._todo_node(event.message))
         return out
+
+    def _model_writes(self, event: ModelResponded, own: list[BaseMessage]) -> Any:
+        """The model node's update as LangGraph's ``updates`` shows a node that returned
+        commands (LangChain's model node with wrap_model_call commands): its own write,
+        then each command's, one dict for all of them, or one dict per write when a key
+        is written more than once."""
+        writes: list[tuple[str, Any]] = [("messages", own)]
+        if self.view.structured is not None:
+            writes.append(("structured_response", self.keys.get("structured_response")))
+        for write in event.writes:
+            if write.key == "messages":
+                writes.append(("messages", [to_langchain(m) for m in write.messages]))
+            else:
+                writes.append((write.key, write.value))
+        writes = [(k, v) for k, v in writes if k == "messages" or self.view.shown(k)]
+        keys = [k for k, _ in writes]
+        if len(set(keys)) < len(keys):
+            return [{k: v} for k, v in writes]
+        return dict(writes)
 
     def _todo_node(self, reply: Reply) -> list[Item]:
         """TodoListMiddleware's after_model superstep: None, or its refusals of parallel
