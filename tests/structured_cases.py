@@ -136,7 +136,7 @@ CASES = {
     # typing.Union with a TypedDict: a member's invalid arguments retried, another member
     "tool_union_retry": Case(
         "union retry",
-        lambda: {"response_format": ToolStrategy(Union[Weather, Verdict])},  # noqa: UP007
+        lambda: {"response_format": ToolStrategy(Union[Weather, Verdict])},  # type: ignore[arg-type]  # noqa: UP007
         [
             call("Weather", {"city": "Oslo", "celsius": 99}),
             call("Verdict", {"answer": True, "reason": "it fits"}),
