@@ -75,13 +75,14 @@ class ResponseFormatSpec(BaseModel):
 
     ``schema`` is an import path (``package.module:Class``, a pydantic model, dataclass or
     TypedDict, resolved through the import allow-list), a ``local:`` reference (embedded
-    mode) or a JSON schema dict.
+    mode), a JSON schema dict, or a list of import paths: the union of those classes
+    (``A | B``; ToolStrategy makes one structured-output tool per member, as LangChain's).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     strategy: Literal["auto", "tool", "provider"] = "auto"
-    schema_: str | dict[str, Any] = Field(alias="schema")
+    schema_: str | dict[str, Any] | list[str] = Field(alias="schema")
     tool_message_content: str | None = None
     """ToolStrategy's: the tool message that answers a valid structured call."""
     handle_errors: bool | str = True
@@ -96,9 +97,10 @@ class ResponseFormatSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _from_schema(cls, data: Any) -> Any:
-        """Agent files may give the schema alone: an import path, or a JSON schema dict
-        (any dict without a ``schema`` key), as LangChain takes a bare schema."""
-        if isinstance(data, str) or (
+        """Agent files may give the schema alone: an import path, a list of them (a
+        union), or a JSON schema dict (any dict without a ``schema`` key), as LangChain
+        takes a bare schema."""
+        if isinstance(data, str | list) or (
             isinstance(data, dict) and "schema" not in data and "schema_" not in data
         ):
             return {"schema": data}

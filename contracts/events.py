@@ -211,6 +211,17 @@ class StructuredOutcome(BaseModel):
     """Whether ``response`` is the structured response (it may be JSON null)."""
 
 
+class CommandWrite(BaseModel):
+    """One write of a ``wrap_model_call`` command's update: a state key's value (JSON),
+    or, for ``messages``, the messages it adds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str
+    value: Any = None
+    messages: list[Message] = Field(default_factory=list)
+
+
 class ModelResponded(Event):
     """Model → loop: the model's reply for ``step`` (the one new message)."""
 
@@ -230,6 +241,19 @@ class ModelResponded(Event):
     """The state keys that ``wrap_model_call`` middleware set with the reply
     (``ExtendedModelResponse(command=Command(update=...))``), as JSON: applied with it,
     before ``after_model`` hooks run, as LangChain's model node applies them."""
+    writes: list[CommandWrite] = Field(default_factory=list)
+    """The writes of those commands, in LangChain's order (the commands inner layer
+    first, each update's keys in order): the messages they add beside the reply
+    (``Command(update={"messages": [...]})``) follow it (and the answers of its
+    structured-output calls) before ``after_model`` hooks run, a tool message among them
+    answering the reply's call, which then does not run; the keys' values are folded
+    into ``update``, and shown as LangGraph's ``updates`` stream shows the node's
+    writes."""
+
+    @property
+    def added(self) -> list[Message]:
+        """The messages the commands added beside the reply, in order."""
+        return [m for write in self.writes for m in write.messages]
 
 
 class ModelInterrupted(Event):

@@ -23,7 +23,8 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
@@ -139,15 +140,22 @@ def _tool_refs(tools: Sequence[Any], embedded: bool) -> tuple[list[str], list[di
 
 def _schema_ref(
     schema: Any, embedded: bool, what: str = "response_format schema"
-) -> str | dict[str, Any]:
+) -> str | dict[str, Any] | list[str]:
     """How a response, context or state schema travels: a JSON schema dict as it is; a
-    class by import path, or (embedded) by ``local:`` reference when it has none."""
+    class by import path, or (embedded) by ``local:`` reference when it has none; a union
+    of classes (a response schema: ToolStrategy's one tool per member) embedded as the
+    object itself, deployed as its members' import paths."""
     if isinstance(schema, dict):
         return schema
+    if get_origin(schema) in (Union, UnionType):
+        if embedded:
+            return local.register_instance(schema)  # the very object, as LangChain has it
+        members = [_schema_ref(member, embedded, what) for member in get_args(schema)]
+        return [m for m in members if isinstance(m, str)]
     if not isinstance(schema, type):
         raise TypeError(
             f"{what} {schema!r} must be a pydantic model, dataclass, "
-            "TypedDict or JSON schema dict (unions do not travel)"
+            "TypedDict, a union of them or a JSON schema dict"
         )
     module, qualname = schema.__module__, schema.__qualname__
     importable = module != "__main__" and "<" not in qualname

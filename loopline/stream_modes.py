@@ -316,6 +316,7 @@ class ModeTranslator:
         self.pending: list[ChunkBatch] = []
         self.model_meta: dict[int, dict[str, Any]] = {}
         self.streamed: set[int] = set()  # steps whose chunks were yielded
+        self.called: set[int] = set()  # steps with a model call on the chunk stream
         self.replied = 0  # the last step whose ModelResponded was shown
         self.shown: set[int] = set()  # steps whose reply was shown
         self.superstep = 0  # LangGraph's superstep of the last node that ran
@@ -427,6 +428,7 @@ class ModeTranslator:
         if batch.model:
             self.model_meta[batch.step] = batch.model
         meta = self._model_meta(batch.step)
+        self.called.add(batch.step)
         out: list[Item] = []
         for n, raw in enumerate(batch.chunks):
             extra: dict[str, Any] = {}
@@ -434,7 +436,7 @@ class ModeTranslator:
                 extra["loopline_attempt"] = batch.attempt
                 if batch.reset and n == 0:
                     extra["loopline_reset"] = True
-            out.append(("messages", (AIMessageChunk(**raw), {**meta, **extra})))
+            out.append(("messages", (_streamed(raw), {**meta, **extra})))
             self.streamed.add(batch.step)
         return out
 
@@ -480,34 +482,67 @@ class ModeTranslator:
         if step in self.shown:
             # shown before the run stopped for a human (it is logged once decided): the
             # model node does not run again
-            self.state = merge_messages(self.state, [message])
+            added = [to_langchain(m) for m in event.added]
+            self.state = merge_messages(self.state, [message, *added])
             return []
         self.shown.add(step)
         self.state.append(message)
         structured = event.structured
         # the structured-output calls are answered by the model node itself
-        answers = list(structured.tool_messages) if structured is not None else []
-        self.state.extend(to_langchain(m) for m in answers)
+        answers = [to_langchain(m) for m in structured.tool_messages] if structured else []
+        self.state.extend(answers)
         if self.view.structured is not None:
             given = structured is not None and structured.given
             response = structured.response if structured is not None and given else None
             self.keys["structured_response"] = self.view.structured(response) if given else None
         if event.update:  # wrap_model_call's commands (folded where they ran)
             self.keys.update(event.update)
+        added = [to_langchain(m) for m in event.added]  # their messages, after the node's own
+        self.state.extend(added)
         out: list[Item] = []
-        if "messages" in self.modes and step not in self.streamed:
+        if "messages" in self.modes and step in self.called and step not in self.streamed:
+            # the model was called, streaming, and none of it is the reply: the
+            # wrap_model_call chain made it (a retry's failure message), and LangGraph
+            # yields it from the model node's output
+            meta = node_metadata(self.task_id, "model", self._model_step(step), self.thread_id)
+            out.append(("messages", (message, meta)))
+        elif "messages" in self.modes and step not in self.streamed:
             # not streamed (the chunk stream expired, or no client asked in time): the
-            # whole reply as one chunk, as LangChain yields a model that does not stream
+            # whole reply as one chunk, as LangChain yields a model that streams
             whole = AIMessageChunk(**message.model_dump(exclude={"type"}))
             out.append(("messages", (whole, self._model_meta(step))))
-        self._model_step(step)
-        if "updates" in self.modes:
+        superstep = self._model_step(step)
+        if "messages" in self.modes and added:  # from the model node's output
+            meta = node_metadata(self.task_id, "model", superstep, self.thread_id)
+            out.extend(("messages", (m, meta)) for m in added)
+        if "updates" in self.modes and event.writes:
+            out.append(("updates", {"model": self._model_writes(event, [message, *answers])}))
+        elif "updates" in self.modes:
             out.append(("updates", {"model": {"messages": [message]}}))
         if "values" in self.modes:
             out.append(("values", self._values()))
         if self.view.todo_node is not None and self.view.todo_after is None:
             out.extend(self._todo_node(event.message))
         return out
+
+    def _model_writes(self, event: ModelResponded, own: list[BaseMessage]) -> Any:
+        """The model node's update as LangGraph's ``updates`` shows a node that returned
+        commands (LangChain's model node with wrap_model_call commands): its own write,
+        then each command's, one dict for all of them, or one dict per write when a key
+        is written more than once."""
+        writes: list[tuple[str, Any]] = [("messages", own)]
+        if self.view.structured is not None:
+            writes.append(("structured_response", self.keys.get("structured_response")))
+        for write in event.writes:
+            if write.key == "messages":
+                writes.append(("messages", [to_langchain(m) for m in write.messages]))
+            else:
+                writes.append((write.key, write.value))
+        writes = [(k, v) for k, v in writes if k == "messages" or self.view.shown(k)]
+        keys = [k for k, _ in writes]
+        if len(set(keys)) < len(keys):
+            return [{k: v} for k, v in writes]
+        return dict(writes)
 
     def _todo_node(self, reply: Reply) -> list[Item]:
         """TodoListMiddleware's after_model superstep: None, or its refusals of parallel
@@ -706,6 +741,14 @@ def _shown(message: BaseMessage) -> BaseMessage:
     """A message as a stream shows it: without the stand-in id it had for the merge."""
     shown: BaseMessage = without_stand_in_ids([message])[0]
     return shown
+
+
+def _streamed(raw: dict[str, Any]) -> BaseMessage:
+    """One item of the chunk stream: an ``AIMessageChunk``, or the whole ``AIMessage`` of a
+    model that does not stream (typed ``ai``), which LangGraph yields as it is."""
+    if raw.get("type") == "ai":
+        return AIMessage(**raw)
+    return AIMessageChunk(**raw)
 
 
 def _after(batch: ChunkBatch, step: int) -> bool:

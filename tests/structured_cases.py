@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from langchain.agents.middleware import ModelCallLimitMiddleware, ModelRetryMiddleware
 from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
@@ -126,6 +126,29 @@ CASES = {
         [call("Verdict", {"answer": False, "reason": "no"})],
         model="gpt-4",
     ),
+    # a union of models: one structured-output tool per member (LangChain's ToolStrategy),
+    # the answer an instance of the member called
+    "tool_union": Case(
+        "union tool",
+        lambda: {"response_format": ToolStrategy(Weather | Forecast)},
+        [call("add", {"a": 1, "b": 2}), call("Forecast", {"day": "mon", "rain": True})],
+    ),
+    # typing.Union with a TypedDict: a member's invalid arguments retried, another member
+    "tool_union_retry": Case(
+        "union retry",
+        lambda: {"response_format": ToolStrategy(Union[Weather, Verdict])},  # type: ignore[arg-type]  # noqa: UP007
+        [
+            call("Weather", {"city": "Oslo", "celsius": 99}),
+            call("Verdict", {"answer": True, "reason": "it fits"}),
+        ],
+    ),
+    # a bare union for a model LangChain finds no JSON-schema mode for: the tool fallback
+    "auto_union": Case(
+        "union fallback",
+        lambda: {"response_format": Weather | Forecast},
+        [call("Weather", {"city": "Oslo", "celsius": 3})],
+        model="gpt-4",
+    ),
 }
 
 EMBEDDED_ONLY = {
@@ -151,7 +174,18 @@ FAILING = Case(
 )
 """handle_errors=False: LangChain raises StructuredOutputValidationError."""
 
-SCRIPTS = {case.prompt: case.turns for case in [*CASES.values(), *EMBEDDED_ONLY.values(), FAILING]}
+UNION_PROVIDER = Case(
+    "union provider",
+    lambda: {"response_format": Weather | Forecast},
+    [Reply(content='{"day": "mon", "rain": true}')],
+)
+"""A bare union for a model with a JSON-schema mode: LangChain's ProviderStrategy takes
+no union, and the call raises its ValueError."""
+
+SCRIPTS = {
+    case.prompt: case.turns
+    for case in [*CASES.values(), *EMBEDDED_ONLY.values(), FAILING, UNION_PROVIDER]
+}
 
 
 def shape(messages: list[BaseMessage]) -> list[dict[str, Any]]:

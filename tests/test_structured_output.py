@@ -12,7 +12,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import pytest
 from langchain.agents import create_agent as lc_create_agent
@@ -32,8 +32,8 @@ from services.spec import local
 from services.spec.validation import check_deployable
 from tests import structured_cases
 from tests.answers import Forecast, Weather
-from tests.structured_cases import CASES, EMBEDDED_ONLY, FAILING, Case, shape
-from tests.support import REPO_ROOT, ServiceProcesses, run_cli
+from tests.structured_cases import CASES, EMBEDDED_ONLY, FAILING, UNION_PROVIDER, Case, shape
+from tests.support import EMBEDDED_PREFIX, REPO_ROOT, ServiceProcesses, run_cli
 
 SCRIPTS = structured_cases.SCRIPTS  # what the twin servers (conftest's) answer
 
@@ -135,6 +135,57 @@ async def test_no_retry_fails_as_langchain_raises(
     assert str(failed.value) == str(raised.value)
 
 
+async def test_a_bare_union_for_a_json_schema_model_raises_as_langchain(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    case = UNION_PROVIDER
+    with pytest.raises(ValueError, match="Unsupported schema type") as raised:
+        run_langchain(case, servers[0])
+    with pytest.raises(ValueError) as failed:
+        await deployed(case, stack).ainvoke({"messages": case.prompt})
+    assert str(failed.value) == str(raised.value)
+    assert requests_for(servers[1], case.prompt) == requests_for(servers[0], case.prompt) == []
+
+
+def test_embedded_keeps_the_union_object_as_given(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """In-process the union object itself is the schema: typing.Union's error names its
+    own class, as LangChain's does."""
+    case = Case(UNION_PROVIDER.prompt, lambda: {"response_format": Union[Weather, Forecast]}, [])  # noqa: UP007
+    with pytest.raises(ValueError, match="_UnionGenericAlias") as raised:
+        run_langchain(case, servers[0])
+    model = ChatOpenAI(model=case.model, base_url=servers[1].url, api_key="test")
+    agent = create_agent(model, [], settings=Settings(prefix=EMBEDDED_PREFIX), **case.kwargs())
+    with pytest.raises(ValueError) as failed:
+        agent.invoke({"messages": case.prompt})
+    assert str(failed.value) == str(raised.value)
+
+
+async def test_an_agent_file_names_a_union_by_its_members(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    case = CASES["tool_union"]
+    lc = run_langchain(case, servers[0])
+    spec, _ = agent_from_dict(
+        {
+            "model": case.model,
+            "tools": ["tests.tooling:add"],
+            "response_format": {
+                "strategy": "tool",
+                "schema": ["tests.answers:Weather", "tests.answers:Forecast"],
+            },
+        }
+    )
+    async with Client(stack.redis_url, stack.prefix) as client:
+        task_id = await client.submit(spec, [HumanMessage(content=case.prompt)])
+        await client.wait(task_id)
+        given, value = await client.structured_response(task_id)
+    assert given and Forecast(**value) == lc["structured_response"]
+    lc_requests = requests_for(servers[0], case.prompt)
+    assert requests_for(servers[1], case.prompt)[-len(lc_requests) :] == lc_requests
+
+
 def test_a_schema_outside_the_allow_list_is_refused(
     stack: ServiceProcesses, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,8 +222,8 @@ def test_what_cannot_travel_is_refused_in_one_line(redis_url: str) -> None:
         make(ToolStrategy(Weather, handle_errors=ValueError))
     with pytest.raises(TypeError, match="handle_errors"):
         make(EMBEDDED_ONLY["tool_errors_function"].kwargs()["response_format"])
-    with pytest.raises(TypeError, match="unions do not travel"):
-        make(ToolStrategy(Weather | Forecast))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a union of them"):
+        make(list[Weather])
     local_ref = local.register_instance(Weather)  # how embedded agents name it
     spec = AgentSpec(model=ModelSpec(name="gpt-4o-mini"), response_format={"schema": local_ref})
     with pytest.raises(ConfigurationError, match="in-process object"):
@@ -234,6 +285,9 @@ def test_embedded_matches_langchain() -> None:
         "provider",
         "auto",
         "tool_errors_function",
+        "tool_union",
+        "tool_union_retry",
+        "auto_union",
     ]
     done = subprocess.run(
         [sys.executable, "-c", EMBEDDED, *names],

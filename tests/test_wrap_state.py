@@ -21,6 +21,8 @@ from langchain_core.messages import HumanMessage as LcHumanMessage
 from langchain_openai import ChatOpenAI
 
 from contracts import HumanMessage, TaskCompleted
+from contracts.agent import ModelSpec
+from loopline import create_agent
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.testing.scripted import (
@@ -29,7 +31,9 @@ from loopline.testing.scripted import (
     ScriptedToolCall,
     first_user_text,
 )
+from services.settings import Settings
 from tests import tooling, wrap_recorders
+from tests.command_middleware import AddsMessages
 from tests.support import ServiceProcesses
 
 # ChatOpenAI keeps its async HTTP client per process: one event loop for the module.
@@ -56,6 +60,7 @@ SCRIPTS = {
     ],
 }
 SCRIPTS["padded"] = SCRIPTS["ctxedit"]
+SCRIPTS["commands"] = SCRIPTS["toolstate"]
 EDIT = {"trigger": 150, "keep": 1}
 
 
@@ -225,3 +230,33 @@ async def test_context_editing_counts_what_outer_middleware_hand_it(
     assert recorded(redis_url, ll_key) == expected
     lc_requests, ll_requests = requests_for(servers[0], prompt), requests_for(servers[1], prompt)
     assert ll_requests == lc_requests and len(ll_requests) == 4
+
+
+async def test_wrap_model_call_commands_add_messages_deployed(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """Commands adding messages beside the reply (and a key), in the model service of
+    its own process: the same requests, messages and state as LangChain's."""
+    prompt = f"commands {uuid.uuid4()}"
+
+    def middleware() -> list[Any]:
+        return [AddsMessages("outer", note=True), AddsMessages("inner")]
+
+    lc = await run_langchain(servers[0], prompt, [tooling.add], middleware())
+    agent = create_agent(
+        ModelSpec(name="gpt-4o-mini"),
+        [tooling.add],
+        middleware=middleware(),
+        redis_url=stack.redis_url,
+        settings=Settings(prefix=stack.prefix),
+    )
+    ours = await agent.ainvoke({"messages": [LcHumanMessage(content=prompt)]})
+
+    def said(result: dict[str, Any]) -> list[tuple[str, Any]]:
+        return [(m.type, m.content) for m in result["messages"]]
+
+    assert said(ours) == said(lc)
+    assert said(lc)[2:4] == [("human", "inner saw 1"), ("human", "outer saw 1")]
+    assert ours["notes"] == lc["notes"] == "outer at 10"
+    lc_requests, ll_requests = requests_for(servers[0], prompt), requests_for(servers[1], prompt)
+    assert ll_requests == lc_requests and len(ll_requests) == 3

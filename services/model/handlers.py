@@ -8,6 +8,7 @@ from typing import Any
 
 from contracts.events import (
     AnyEvent,
+    CommandWrite,
     ModelFailed,
     ModelInterrupted,
     ModelRequested,
@@ -70,6 +71,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         started = time.perf_counter()
         outcome: StructuredOutcome | None = None
         update: dict[str, Any] | None = None
+        writes: list[CommandWrite] = []
         try:
             streamed = await requests.wanted(event.task_id)
             caller = streaming_caller(event) if streamed else None
@@ -87,7 +89,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     # lg_runtime inside writing(): the node's runtime carries the writer
                     interrupts.node("model", scope, answers, lg_runtime(hooks.context)),
                 ):
-                    message, outcome, update = await call_with_middleware(
+                    message, outcome, update, writes = await call_with_middleware(
                         spec, hooks, list(transcript), extra, event.edits, caller=caller
                     )
                 await writer.flush()
@@ -131,6 +133,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             model_ms=round((time.perf_counter() - started) * 1000, 3),
             structured=outcome,
             update=update,
+            writes=writes,
         )
         try:
             await hand_over.model_responded(responded, spec)

@@ -1,12 +1,17 @@
 """Token streaming for the tasks whose client asked for it (``Names.task_streaming``).
 
-The model is called with ``astream`` and every chunk goes to the task's chunk stream as
-it arrives, batched per ``LOOPLINE_STREAM_BATCH_MS``: one ``XADD`` per batch, not per
-token, on the lean connection (``services.fastredis``) where there is one; the stream's
-and the request's time to live are renewed with the first batch, the last, and at least
-every quarter of ``LOOPLINE_STREAM_TTL_S`` between them, not with every batch. The
-chunks also merge into the whole reply, which travels on ``ModelResponded`` as before.
-Tasks nobody watches are called with ``ainvoke``, unchanged.
+The model is called as LangChain's model node calls it under LangGraph's ``messages``
+stream mode: ``ainvoke`` with a streaming callback handler (``ChunkRelay``), so the chat
+model streams exactly when LangChain's would, and every chunk goes to the task's chunk
+stream as it arrives, batched per ``LOOPLINE_STREAM_BATCH_MS``: one ``XADD`` per batch,
+not per token, on the lean connection (``services.fastredis``) where there is one; the
+stream's and the request's time to live are renewed with the first batch, the last, and
+at least every quarter of ``LOOPLINE_STREAM_TTL_S`` between them, not with every batch.
+The whole reply travels on ``ModelResponded`` as before. A chat model that does not
+stream (it implements ``_generate`` alone, or streaming is disabled) is invoked, and its
+reply goes to the chunk stream as one whole message (``"type": "ai"``), which LangGraph's
+``messages`` mode yields as it is. Tasks nobody watches are called with ``ainvoke``
+alone, unchanged.
 """
 
 from __future__ import annotations
@@ -15,11 +20,15 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, TypeVar
+from uuid import UUID
 
 import redis.asyncio as aioredis
-from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
+from langchain_core.tracers._streaming import _StreamingCallbackHandler
 
 from contracts.chunks import ChunkBatch
 from contracts.streams import DATA_FIELD, Names
@@ -29,6 +38,8 @@ from services.settings import Settings
 from services.subscription import ChannelListener
 
 log = logging.getLogger("loopline.model")
+
+T = TypeVar("T")
 
 
 async def wanted(connection: Connection, names: Names, task_id: str) -> bool:
@@ -143,17 +154,24 @@ class ChunkPublisher:
         self._timer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # FIFO: batches reach the stream in the order cut
 
-    def add(self, chunk: AIMessageChunk) -> None:
+    def add(self, chunk: AIMessage) -> None:
         """Buffer a chunk. It goes out at once when no batch was cut in the last
         ``LOOPLINE_STREAM_BATCH_MS`` (and always until the first text or tool call has
         gone out), else with the chunks that follow until that time is up: the stream
         gets one entry per window at most, and a model slower than that is relayed
         without delay, so batching adds nothing to the time to the first token nor to
-        the time between tokens."""
-        self.buffer.append(chunk.model_dump(exclude_defaults=True))
+        the time between tokens. A whole ``AIMessage`` (a model that does not stream)
+        keeps its type on the stream."""
+        dumped = chunk.model_dump(exclude_defaults=True)
+        if not isinstance(chunk, AIMessageChunk):
+            dumped["type"] = chunk.type
+        self.buffer.append(dumped)
         if self._timer is None:
             delay = max(0.0, self._cut_at + self.batch_s - time.monotonic()) if self.shown else 0.0
-            self.shown = self.shown or bool(chunk.content or chunk.tool_call_chunks)
+            calls: Any = chunk.tool_calls  # a chunk's come as tool_call_chunks
+            if isinstance(chunk, AIMessageChunk):
+                calls = chunk.tool_call_chunks
+            self.shown = self.shown or bool(chunk.content or calls)
             self._timer = asyncio.create_task(self._flush_later(delay))
 
     async def cut(self) -> None:
@@ -208,23 +226,56 @@ async def next_attempt(redis: aioredis.Redis, names: Names, task_id: str, step: 
     return int(await redis.hincrby(names.task_streaming(task_id), f"step:{step}", 1))
 
 
-async def merge_stream(chunks: AsyncIterator[BaseMessage], publisher: ChunkPublisher) -> Any:
-    """Publish each chunk and return the whole reply (the chunks merged, as LangChain's
-    ``invoke`` on a streaming model returns it). A failure ends the attempt as failed."""
-    merged: AIMessageChunk | None = None
+class ChunkRelay(BaseCallbackHandler, _StreamingCallbackHandler[Any]):
+    """The chat model's chunks to the publisher, as LangGraph's ``messages`` mode gets
+    them: a streaming callback handler on the model call, so LangChain's chat model
+    decides whether to stream exactly as under LangChain's create_agent
+    (``BaseChatModel._should_stream``: a model that implements only ``_generate``, or
+    with streaming disabled, is invoked; one whose stream yields nothing raises
+    LangChain's error)."""
+
+    run_inline = True  # called in the event loop, in order, with no executor hop
+    raise_error = True  # a chunk that cannot be published fails the call
+
+    def __init__(self, publisher: ChunkPublisher) -> None:
+        self.publisher = publisher
+        self.relayed = False
+
+    def on_llm_new_token(
+        self,
+        token: str | list[str | dict[str, Any]],
+        *,
+        chunk: GenerationChunk | ChatGenerationChunk | None = None,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(chunk, ChatGenerationChunk) and isinstance(chunk.message, AIMessageChunk):
+            self.publisher.add(chunk.message)
+            self.relayed = True
+
+    def tap_output_aiter(self, run_id: UUID, output: AsyncIterator[T]) -> AsyncIterator[T]:
+        return output
+
+    def tap_output_iter(self, run_id: UUID, output: Iterator[T]) -> Iterator[T]:
+        return output
+
+
+async def relayed_call(runnable: Any, prompt: Any, publisher: ChunkPublisher) -> Any:
+    """``runnable.ainvoke(prompt)`` with its chunks published; a reply that was not
+    streamed goes out whole, as LangGraph's ``messages`` mode yields it once the model
+    ends. A failure ends the attempt as failed."""
+    relay = ChunkRelay(publisher)
     try:
-        async for chunk in chunks:
-            if not isinstance(chunk, AIMessageChunk):
-                continue
-            publisher.add(chunk)
-            merged = chunk if merged is None else merged + chunk
+        reply = await runnable.ainvoke(prompt, {"callbacks": [relay]})
+        if not relay.relayed and isinstance(reply, AIMessage):
+            publisher.add(reply)
     except BaseException:
         await asyncio.shield(publisher.close("failed"))
         raise
     await publisher.close("done")
-    if merged is None:
-        raise ValueError("the model streamed no message")
-    return message_chunk_to_message(merged)
+    return reply
 
 
 async def streamed_call(
@@ -237,7 +288,7 @@ async def streamed_call(
     task_id: str,
     step: int,
 ) -> Any:
-    """One model call of a streamed task: ``runnable.astream(prompt)``, published."""
+    """One model call of a streamed task, its chunks published (``relayed_call``)."""
     attempt = asyncio.ensure_future(next_attempt(connection.redis, names, task_id, step))
     publisher = ChunkPublisher(
         connection,
@@ -248,4 +299,4 @@ async def streamed_call(
         attempt=attempt,
         model=model_metadata(runnable),
     )
-    return await merge_stream(runnable.astream(prompt), publisher)
+    return await relayed_call(runnable, prompt, publisher)

@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage as LcAIMessage
 from langchain_core.messages import SystemMessage as LcSystemMessage
 
 from contracts.agent import AgentSpec, MiddlewareSpec
-from contracts.events import AppliedEdit, StructuredOutcome
+from contracts.events import AppliedEdit, CommandWrite, StructuredOutcome
 from contracts.messages import AIMessage, Message, from_langchain, to_langchain
 from services import custom_stream
 from services.agent_view import system_message, tool_schemas
@@ -210,16 +210,52 @@ class StateCommands:
                     "Command graph is not yet supported in wrap_model_call middleware."
                 )
             given = dict(command.update or {})
-            if given.pop("messages", None):
-                raise NotImplementedError(
-                    "loopline applies a wrap_model_call Command's state keys, not messages "
-                    "added beside the model's reply"
-                )
+            given.pop("messages", None)  # added (see ``added``)
             writes.extend(given.items())
         if not writes:
             return None
         folded: dict[str, Any] = json.loads(json.dumps(channels.updated(state, writes)))
         return folded
+
+    def writes(self, reply: Any, transcript: Sequence[Message]) -> list[CommandWrite]:
+        """The commands' writes in order (as LangGraph writes a node's list of commands):
+        state keys' values as JSON, and the messages added beside ``reply`` (LangGraph
+        folds them into ``messages`` after the model's own, with ``add_messages``).
+        Appending is what loopline applies: a message replacing or removing one the
+        state has (by id, or ``RemoveMessage``) and an AI message (LangChain would route
+        on it, not on the reply) are refused with the reason."""
+        out: list[CommandWrite] = []
+        taken = {m.id for m in transcript if m.id} | ({reply.id} if reply.id else set())
+        for command in self.commands:
+            for key, value in dict(command.update or {}).items():
+                if key == "messages":
+                    added = _added(value, taken)
+                    out.append(CommandWrite(key=key, messages=added))
+                else:
+                    out.append(CommandWrite(key=key, value=json.loads(json.dumps(value))))
+        return out
+
+
+def _added(given: Any, taken: set[str]) -> list[Message]:
+    from langchain_core.messages import RemoveMessage, convert_to_messages
+
+    out: list[Message] = []
+    for message in convert_to_messages(given if isinstance(given, list) else [given]):
+        if isinstance(message, RemoveMessage) or message.id in taken:
+            raise NotImplementedError(
+                "a wrap_model_call Command may add messages beside the reply; loopline "
+                f"does not replace or remove the state's messages from there (message id "
+                f"{message.id!r})"
+            )
+        if isinstance(message, LcAIMessage):
+            raise NotImplementedError(
+                "a wrap_model_call Command adding an AI message: loopline routes on the "
+                "model's reply, where LangChain's graph would route on the last AI message"
+            )
+        if message.id:
+            taken.add(message.id)
+        out.append(from_langchain(message))
+    return out
 
 
 def _tool_names(spec: AgentSpec) -> list[str]:
@@ -256,7 +292,7 @@ async def call_with_middleware(
     edits: Sequence[AppliedEdit] = (),
     *,
     caller: ModelCaller | None = None,
-) -> tuple[AIMessage, StructuredOutcome | None, dict[str, Any] | None]:
+) -> tuple[AIMessage, StructuredOutcome | None, dict[str, Any] | None, list[CommandWrite]]:
     """``caller``: how each model call is made (default ``ainvoke``); with retry or
     fallback middleware a step makes several. ``transcript`` unedited: the chain applies
     ``edits`` (the context consumer's, for this transcript) at
@@ -264,7 +300,8 @@ async def call_with_middleware(
     messages, as LangChain's. With a ``response_format``, the reply's structured outcome
     comes too (made inside the chain, as LangChain's model node does, so middleware see
     the structured response and may change the request's format). Last, the state keys
-    the chain's ``ExtendedModelResponse`` commands set (None: none)."""
+    the chain's ``ExtendedModelResponse`` commands set (None: none), and the commands'
+    writes (``ModelResponded.writes``)."""
     from langchain.agents.middleware import ModelRequest, ModelResponse
 
     rf = spec.response_format
@@ -334,4 +371,6 @@ async def call_with_middleware(
     last = from_langchain(replies[-1])
     if not isinstance(last, AIMessage):
         raise TypeError("the wrap_model_call chain returned no AI message")
-    return last, outcomes.get(id(replies[-1])), commands.update(hooks.channels, extra)
+    update = commands.update(hooks.channels, extra)
+    writes = commands.writes(replies[-1], transcript)
+    return last, outcomes.get(id(replies[-1])), update, writes

@@ -10,6 +10,10 @@ state machine stores (``StructuredOutcome``).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
+import types
+import typing
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -33,10 +37,19 @@ def _key(rf: ResponseFormatSpec) -> str:
 
 def response_schema(rf: ResponseFormatSpec) -> Any:
     """The schema a spec names: a JSON schema dict as given, else the class its import
-    path (through the allow-list) or ``local:`` reference names."""
+    path (through the allow-list) or ``local:`` reference names; a list of them is their
+    union (``A | B``, as a deployed agent's union of models travels)."""
     ref = rf.schema_
     if isinstance(ref, dict):
         return ref
+    if isinstance(ref, list):
+        if not ref:
+            raise ConfigurationError("response_format schema: an empty list names no class")
+        return functools.reduce(operator.or_, [_schema_class(r) for r in ref])
+    return _schema_class(ref)
+
+
+def _schema_class(ref: str) -> Any:
     if local.is_local(ref):
         found = local.lookup(ref)
         if found is None:
@@ -257,9 +270,13 @@ def to_json(value: Any) -> Any:
 
 def from_json(schema: Any, value: Any) -> Any:
     """The structured response as LangChain returns it: an instance of a pydantic model
-    or dataclass schema; a dict for a TypedDict or a JSON schema."""
+    or dataclass schema; a dict for a TypedDict or a JSON schema. For a union, the
+    member pydantic's (smart mode) union validation of the JSON picks: the one the
+    answer's fields fit."""
     if value is None or isinstance(schema, dict):
         return value
+    if typing.get_origin(schema) in (typing.Union, types.UnionType):
+        return TypeAdapter(schema).validate_python(value)
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         return schema.model_validate(value)
     if dataclasses.is_dataclass(schema):

@@ -126,8 +126,9 @@ def check_deployable(spec: AgentSpec) -> None:
         raise InvalidSpec(problem)
     local_refs = [r for r in spec.tools if local.is_local(r)]
     rf = spec.response_format
-    if rf is not None and isinstance(rf.schema_, str) and local.is_local(rf.schema_):
-        local_refs.append(rf.schema_)
+    if rf is not None and not isinstance(rf.schema_, dict):
+        named = [rf.schema_] if isinstance(rf.schema_, str) else rf.schema_
+        local_refs += [r for r in named if local.is_local(r)]
     if rf is not None and rf.ref is not None:
         local_refs.append(rf.ref)
     local_refs += [m.type for m in spec.middleware if local.is_local(m.type)]

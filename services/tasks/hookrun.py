@@ -4,6 +4,7 @@ transcript and the task's extra state; the handlers apply the outcome atomically
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,20 +96,44 @@ class ModelTurn:
     step calls the model (LangChain's edge from after_agent to the loop's entry)."""
 
 
+def answered_calls(ai: AIMessage, added: Sequence[Message]) -> dict[str, ToolMessage]:
+    """The tool messages among ``added`` that answer the reply's calls, by call id."""
+    call_ids = {c.id for c in ai.tool_calls}
+    return {
+        m.tool_call_id: m
+        for m in added
+        if isinstance(m, ToolMessage) and m.tool_call_id in call_ids
+    }
+
+
+def turn_with(turn: ModelTurn, added: Sequence[Message]) -> ModelTurn:
+    """The turn with what wrap_model_call commands added beside the reply (no after_model
+    hook to run): tool messages answering its calls are decided, the others follow it."""
+    decided = answered_calls(turn.ai, added)
+    turn.decided = {**turn.decided, **decided}
+    kept = list(decided.values())
+    turn.after_ai = [m for m in added if not any(m is k for k in kept)]
+    if turn.end:  # nothing will be joined: every message in order
+        turn.after_ai, turn.decided = list(added), {}
+    return turn
+
+
 async def model_turn(
     hooks: HookSet,
     transcript: list[Message],
     ai: AIMessage,
     extra: dict[str, Any],
     answers: Answers | None = None,
+    beside: Sequence[Message] = (),
 ) -> ModelTurn:
-    """Run after_model hooks on the transcript with the reply appended. Tool messages they
-    add for the reply's calls answer those calls (the tools do not run them). ``answers``:
-    for their interrupts (``services.interrupts``)."""
+    """Run after_model hooks on the transcript with the reply appended (and ``beside``
+    it, what wrap_model_call commands added). Tool messages they add for the reply's
+    calls answer those calls (the tools do not run them). ``answers``: for their
+    interrupts (``services.interrupts``)."""
     base = [to_langchain(m) for m in transcript]
-    with_ai = [*base, to_langchain(ai)]
+    with_ai = [*base, to_langchain(ai), *(to_langchain(m) for m in beside)]
     result = await run_state_hooks(
-        hooks, "after_model", with_ai, extra, answers, stored=[*transcript, ai]
+        hooks, "after_model", with_ai, extra, answers, stored=[*transcript, ai, *beside]
     )
     messages, state = result.messages, result.extra
     end = result.jump_to == "end"
@@ -118,12 +143,7 @@ async def model_turn(
         if isinstance(converted, AIMessage):
             new_ai = converted  # a hook may rewrite the reply (redaction, say)
     added = [from_langchain(m) for m in messages[len(base) + 1 :]]
-    call_ids = {c.id for c in new_ai.tool_calls}
-    decided = {
-        m.tool_call_id: m
-        for m in added
-        if isinstance(m, ToolMessage) and m.tool_call_id in call_ids
-    }
+    decided = answered_calls(new_ai, added)
     # LangChain ends the loop on a jump to end or a reply without tool calls; when hooks
     # answered every call, the model is called again.
     finishing = end or not new_ai.tool_calls

@@ -58,7 +58,7 @@ from services.runtime import Runtime
 from services.secrets import scrub
 from services.spec.validation import InvalidSpec, check_agent
 from services.tasks import invalid_calls
-from services.tasks.hookrun import ModelTurn, model_turn, start_step
+from services.tasks.hookrun import ModelTurn, model_turn, start_step, turn_with
 from services.tasks.issued import call_digests
 from services.tasks.per_call import PerCallApprovals
 from services.tasks.plan import (
@@ -354,7 +354,12 @@ class Loop:
             turn = await self._with_structured(tid, turn, event.structured)
         fusion = None
         digests = {} if turn.end else call_digests(turn.ai, turn.decided)
-        if answers is None and event.transcript_len is not None and not hooks.has_state_hooks:
+        if (
+            answers is None
+            and event.transcript_len is not None
+            and not hooks.has_state_hooks
+            and not turn.after_ai  # the fused join length counts the reply alone
+        ):
             fusion = await self._tool_calls_fusion(event, turn, digests)
         state = self._known(await self._record_reply(event, turn, fusion, digests), tid)
         if state.committed:
@@ -390,7 +395,7 @@ class Loop:
             if hooked is not None and hooked.extra is None:  # the hooks changed no key
                 hooked.extra = turn.extra
             return hooked
-        return turn
+        return turn_with(turn, event.added) if event.added else turn
 
     async def tool_completed(
         self, event: ToolCompleted, join_len: int | None = None, result_at: int | None = None
@@ -796,7 +801,9 @@ class Loop:
         try:
             with writing(writer, hooks.context):
                 extra = turn.extra if turn.extra is not None else await self.store.extra(tid)
-                hooked = await model_turn(hooks, transcript, turn.ai, extra, answers)
+                hooked = await model_turn(
+                    hooks, transcript, turn.ai, extra, answers, beside=event.added
+                )
             await writer.flush()  # before the reply is recorded: a client sees them first
         except NodeInterrupted as asked:
             await self._wait(tid, event.step, asked, dump_event(event), "after", answers)
