@@ -150,3 +150,56 @@ async def test_a_quiet_stream_sends_heartbeats_and_every_frame() -> None:
     got = [chunk async for chunk in with_heartbeats(slow(), every_s=0.1)]
     assert got[0] == b"a" and got[-1] == b"b"
     assert 2 <= got.count(HEARTBEAT) <= 4 and len(got) == got.count(HEARTBEAT) + 2
+
+
+def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None:
+    from starlette.datastructures import QueryParams
+
+    from loopline.api.params import (
+        AssistantSearch,
+        CancelQuery,
+        HistoryBody,
+        JoinQuery,
+        RunBody,
+        ThreadCreate,
+        parse,
+    )
+
+    run = {"assistant_id": "agent", "input": {"messages": "hi"}}
+    refused = {
+        RunBody: [
+            {**run, "webhook": "http://x"},
+            {**run, "interrupt_before": ["tools"]},
+            {**run, "interrupt_after": "*"},
+            {**run, "after_seconds": 3},
+            {**run, "checkpoint_id": "c1"},
+            {**run, "on_disconnect": "cancel"},
+            {**run, "on_completion": "keep"},
+            {**run, "durability": "exit"},
+        ],
+        ThreadCreate: [{"supersteps": []}, {"ttl": 60}],
+        HistoryBody: [{"metadata": {"a": 1}}, {"checkpoint": {}}],
+        AssistantSearch: [{"select": ["nope"]}, {"sort_by": "size"}],
+    }
+    for model, bodies in refused.items():
+        for body in bodies:
+            (name,) = set(body) - set(run)  # the one parameter refused
+            with pytest.raises(BadRequest, match=name):
+                parse(model, body)
+    for mode in ("events", "debug", "checkpoints", "tasks", "made-up"):
+        with pytest.raises(BadRequest, match=f"'{mode}' is not supported"):
+            parse(RunBody, {**run, "stream_mode": mode})
+    with pytest.raises(BadRequest, match="rollback"):
+        parse(CancelQuery, QueryParams("wait=0&action=rollback"))
+    with pytest.raises(BadRequest, match="cancel_on_disconnect"):
+        parse(JoinQuery, QueryParams("cancel_on_disconnect=true"))
+    # what langgraph_sdk sends by default is accepted, nulls are parameters left out
+    sent = parse(
+        RunBody, {**run, "stream_subgraphs": False, "stream_resumable": True, "webhook": None}
+    )
+    assert sent.stream_mode == ["values"] and sent.stream_resumable
+    assert (
+        parse(JoinQuery, QueryParams("cancel_on_disconnect=false&stream_mode=")).stream_mode == []
+    )
+    assert parse(CancelQuery, QueryParams("wait=1&action=interrupt")).wait
+

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loopline.api.events import Cursor
 from loopline.api.gateway import body_of, tenant_of
+from loopline.api.params import CancelQuery, JoinQuery, NoParams, RunsQuery, parse
 from loopline.api.records import RunRecord
 from loopline.api.runs import (
     RunRequest,
@@ -35,6 +36,20 @@ def _path(record: RunRecord) -> str:
     return f"/runs/{record.run_id}"
 
 
+RUN_FIELDS = (
+    "run_id",
+    "thread_id",
+    "assistant_id",
+    "created_at",
+    "updated_at",
+    "status",
+    "metadata",
+    "kwargs",
+    "multitask_strategy",
+)
+"""A run's fields, as ``run_json`` shows them (what ``runs.list(select=)`` may name)."""
+
+
 async def run_json(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
     status = await run_status(tenant, record)
     return {
@@ -52,6 +67,7 @@ async def run_json(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
 
 async def _started(request: Request) -> tuple[Tenant, RunRecord, RunRequest]:
     tenant = await tenant_of(request)
+    parse(NoParams, request.query_params)
     run = RunRequest.parse(await body_of(request))
     record = await start_run(tenant, request.path_params.get("thread_id"), run)
     return tenant, record, run
@@ -78,35 +94,48 @@ async def wait(request: Request) -> Response:
 
 
 async def get(request: Request) -> Response:
+    parse(NoParams, request.query_params)
     tenant, record = await _record(request)
     return JSONResponse(await run_json(tenant, record))
 
 
 async def listing(request: Request) -> Response:
     """``GET /threads/{id}/runs``: the runs the gateway started on the thread, newest
-    first (``limit``, ``offset``, ``status``); runs rolled back are gone."""
+    first (``limit``, ``offset``, ``status``; ``select`` keeps those fields of each); runs
+    rolled back are gone."""
     tenant = await tenant_of(request)
+    query = parse(RunsQuery, request.query_params)
+    unknown = sorted(set(query.select or ()) - set(RUN_FIELDS))
+    if unknown:
+        raise BadRequest(f"select: {unknown} are not run fields (fields: {', '.join(RUN_FIELDS)})")
     thread_id = request.path_params["thread_id"]
     if not await thread_exists(tenant, thread_id):
         raise NotFound(f"Thread {thread_id} not found")
-    query = request.query_params
-    limit, offset = int(query.get("limit") or 10), int(query.get("offset") or 0)
     found = []
-    for run_id in await tenant.records.run_ids(thread_id, offset, limit):
-        record = await tenant.records.run(run_id)
-        if record is None:
-            continue
+    for record in await _thread_runs(tenant, thread_id, query.offset, query.limit):
         try:
             shown = await run_json(tenant, record)
         except NotFound:
             continue
-        if query.get("status") in (None, "", shown["status"]):
-            found.append(shown)
+        if query.status in (None, shown["status"]):
+            found.append({k: shown[k] for k in query.select} if query.select else shown)
     return JSONResponse(found)
+
+
+async def _thread_runs(
+    tenant: Tenant, thread_id: str, offset: int, limit: int
+) -> list[RunRecord]:
+    found = []
+    for run_id in await tenant.records.run_ids(thread_id, offset, limit):
+        record = await tenant.records.run(run_id)
+        if record is not None:
+            found.append(record)
+    return found
 
 
 async def join(request: Request) -> Response:
     """``GET .../runs/{run_id}/join``: wait for the run; its final values."""
+    parse(JoinQuery, request.query_params)
     tenant, record = await _record(request)
     await run_status(tenant, record)  # 404 for a run rolled back
     return JSONResponse(await wait_for(tenant, record), headers={"Content-Location": _path(record)})
@@ -115,19 +144,21 @@ async def join(request: Request) -> Response:
 async def join_stream(request: Request) -> Response:
     """``GET .../runs/{run_id}/stream``: the run's stream from its start, or after the
     ``Last-Event-ID`` a reconnecting client sends."""
+    query = parse(JoinQuery, request.query_params)
     tenant, record = await _record(request)
     await run_status(tenant, record)
-    asked = request.query_params.getlist("stream_mode")
-    modes = [m for m in asked if m] or record.stream_mode
+    modes: list[str] = [*query.stream_mode] or record.stream_mode
     return _sse(tenant, record, modes, request.headers.get("last-event-id") or None)
 
 
 async def cancel(request: Request) -> Response:
-    """``POST .../runs/{run_id}/cancel`` (``action=rollback`` stops it as ``interrupt``
-    does: loopline undoes a run only for a newer run's ``rollback``)."""
+    """``POST .../runs/{run_id}/cancel`` (``action=interrupt``; ``rollback`` is refused
+    in ``params.CancelQuery``: loopline undoes a run only for a newer run's
+    ``multitask_strategy="rollback"``)."""
+    query = parse(CancelQuery, request.query_params)
     tenant, record = await _record(request)
     await cancel_run(tenant, record)
-    if request.query_params.get("wait") in ("1", "true"):
+    if query.wait:
         await wait_for(tenant, record)
         return JSONResponse(await run_json(tenant, record))
     return Response(status_code=202)

@@ -1,0 +1,90 @@
+"""The gateway's parameters and its thin routes, through the real ``langgraph_sdk`` client
+against ``loopline serve api`` with the services as processes (the fixtures of
+``test_http_gateway``): every parameter loopline does not implement is refused with 422
+and its name, never ignored; the ones it implements cheaply (assistant search by metadata,
+sorted, selected; ``runs.list(select=)``) act.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import test_http_gateway as shared
+from tests.test_http_gateway import _until_status, collect, hello
+
+# the deployment, gateway and client of the HTTP gateway's tests (same agents and script)
+scripted = shared.scripted
+deployment = shared.deployment
+gateway = shared.gateway
+sdk = shared.sdk
+
+async def _refused(call: Any, *names: str) -> str:
+    """The 422 a call gets; its detail names each of ``names`` (the SDK raises
+    ``UnprocessableEntityError``, or httpx's error from calls it retries, e.g. ``wait``)."""
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        result = call()
+        if hasattr(result, "__aiter__"):
+            await collect(result)
+        else:
+            await result
+    assert refused.value.response.status_code == 422
+    detail = str(refused.value.response.json()["detail"])
+    for name in names:
+        assert name in detail, detail
+    return detail
+
+
+async def test_parameters_loopline_does_not_implement_are_refused_not_ignored(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    runs = sdk.runs
+    for mode in ("events", "debug", "checkpoints", "tasks"):
+        await _refused(lambda m=mode: runs.stream(tid, "agent", input=hello(), stream_mode=m), mode)
+    await _refused(
+        lambda: runs.create(tid, "agent", input=hello(), interrupt_before=["tools"]),
+        "interrupt_before",
+    )
+    await _refused(
+        lambda: runs.create(tid, "agent", input=hello(), interrupt_after="*"), "interrupt_after"
+    )
+    await _refused(
+        lambda: runs.create(tid, "agent", input=hello(), webhook="http://127.0.0.1:9/hook"),
+        "webhook",
+    )
+    await _refused(lambda: runs.create(tid, "agent", input=hello(), after_seconds=5), "after")
+    made_up = {"assistant_id": "agent", "input": hello(), "stream_mode": "made-up"}
+    await _refused(lambda: sdk.http.post("/runs/wait", json=made_up), "made-up")
+    await _refused(lambda: runs.wait(tid, "agent", command={"goto": "model"}), "command.goto")
+    await _refused(
+        lambda: sdk.threads.create(supersteps=[{"updates": [{"values": {}, "as_node": "x"}]}]),
+        "supersteps",
+    )
+    assert await runs.list(tid) == []  # nothing refused started a run
+
+
+async def test_a_rollback_cancel_is_refused_and_the_run_goes_on(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    run = await sdk.runs.create(tid, "agent", input=hello("slow"))
+    await _until_status(sdk, tid, run["run_id"], "running")
+    await _refused(lambda: sdk.runs.cancel(tid, run["run_id"], action="rollback"), "rollback")
+    await sdk.runs.join(tid, run["run_id"])
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "success"
+
+
+async def test_assistants_search_by_metadata_sorted_and_selected(sdk: Any) -> None:
+    gated = await sdk.assistants.search(metadata={"loopline_ref": "gated@1"})
+    assert [a["assistant_id"] for a in gated] == ["gated"]
+    assert await sdk.assistants.search(metadata={"owner": "nobody"}) == []
+    by_name = await sdk.assistants.search(sort_by="name", sort_order="asc", select=["name"])
+    assert by_name == [{"name": n} for n in ("agent", "each-gated", "gated", "planner")]
+    await _refused(lambda: sdk.assistants.search(select=["nope"]), "select")
+
+
+async def test_runs_list_selects_fields(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "agent", input=hello())
+    (run,) = await sdk.runs.list(tid, select=["run_id", "status"])
+    assert set(run) == {"run_id", "status"} and run["status"] == "success"
+    await _refused(lambda: sdk.runs.list(tid, select=["nope"]), "nope")
