@@ -2,16 +2,22 @@
 against ``loopline serve api`` with the services as processes (the fixtures of
 ``test_http_gateway``): every parameter loopline does not implement is refused with 422
 and its name, never ignored; the ones it implements cheaply (assistant search by metadata,
-sorted, selected; ``runs.list(select=)``) act.
+sorted, selected; ``runs.list(select=)``) act; and the gateway stops within 5 s of
+SIGTERM.
 """
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import time
 from typing import Any
 
 import httpx
 import pytest
 
+from loopline.testing.processes import GatewayProcess, free_port
+from loopline.testing.scripted import Reply, ScriptedToolCall
 from tests import test_http_gateway as shared
 from tests.test_http_gateway import _until_status, collect, hello
 
@@ -88,3 +94,68 @@ async def test_runs_list_selects_fields(sdk: Any) -> None:
     (run,) = await sdk.runs.list(tid, select=["run_id", "status"])
     assert set(run) == {"run_id", "status"} and run["status"] == "success"
     await _refused(lambda: sdk.runs.list(tid, select=["nope"]), "nope")
+
+
+# -- a clean stop ----------------------------------------------------------------------
+
+HANG_S = 30.0
+shared.SCRIPTS.setdefault(  # a run that does not move while the gateway is stopped
+    "hang long",
+    [Reply(tool_calls=(ScriptedToolCall("hang", {"seconds": HANG_S}),)), Reply(content="woke")],
+)
+
+
+async def _stream_events(url: str, thread_id: str, seen: list[str]) -> None:
+    """Follow a run's stream until it ends, noting each event's name."""
+    body = {"assistant_id": "agent", "input": hello("hang long"), "stream_mode": "values"}
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+        http.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as answer,
+    ):
+        async for line in answer.aiter_lines():
+            if line.startswith("event: "):
+                seen.append(line.removeprefix("event: "))
+
+
+async def test_the_gateway_stops_within_5_s_of_sigterm_while_runs_stream_and_clients_wait(
+    deployment: Any, sdk: Any
+) -> None:
+    """``--port`` over ``LOOPLINE_API_PORT``; then SIGTERM while one client follows a
+    stream and another waits on ``/runs/wait`` for a run that does not move: the process
+    exits within 5 s, the stream ends (without ``end``: the run goes on, to be resumed
+    elsewhere) and the wait is answered 503."""
+    port = free_port()
+    api = GatewayProcess(
+        deployment.redis_url,
+        deployment.prefix,
+        env={"LOOPLINE_API_PORT": str(free_port())},
+        port=port,
+        args=["--port", str(port), "--host", "127.0.0.1"],
+    )
+    with api:
+        async with httpx.AsyncClient(base_url=api.url, timeout=60) as http:
+            thread_id = (await http.post("/threads", json={})).json()["thread_id"]
+            seen: list[str] = []
+            streaming = asyncio.ensure_future(_stream_events(api.url, thread_id, seen))
+            waited_body = {"assistant_id": "agent", "input": hello("hang long")}
+            waiting = asyncio.ensure_future(http.post("/runs/wait", json=waited_body))
+            for _ in range(200):
+                if "values" in seen:
+                    break
+                await asyncio.sleep(0.05)
+            assert "values" in seen and not waiting.done()
+            await asyncio.sleep(0.5)  # the wait is in the gateway, on a run that hangs
+            started = time.monotonic()
+            api.send_signal(signal.SIGTERM)
+            status = await asyncio.to_thread(api.wait, 10)
+            stopped_s = time.monotonic() - started
+            await asyncio.wait_for(streaming, 5)  # the stream ended
+            answered = await asyncio.wait_for(waiting, 5)
+    assert stopped_s < 5, f"stopped after {stopped_s:.1f} s"
+    print(f"stopped {stopped_s:.2f} s after SIGTERM")
+    assert status in (0, -signal.SIGTERM), api.output()  # uvicorn exits by the signal
+    assert seen[0] == "metadata" and "end" not in seen
+    assert answered.status_code == 503 and "join" in answered.json()["detail"]
+    (run,) = await sdk.runs.list(thread_id)  # the run went on, on the bus
+    assert run["status"] == "running"
+    await sdk.runs.cancel(thread_id, run["run_id"], wait=True)

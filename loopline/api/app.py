@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from loopline.api import assistant_routes, page, run_routes, thread_routes
-from loopline.api.gateway import Gateway, gateway_of
+from loopline.api.gateway import Gateway, Stopping, gateway_of
 from loopline.api.runs import Busy
 from loopline.api.settings import Tenancy
 from loopline.api.tenant import NotFound
@@ -62,6 +62,10 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 async def _busy(request: Request, exc: Exception) -> Response:
     return _detail(409, str(exc))
+
+
+async def _stopping(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "1"})
 
 
 async def _denied(request: Request, exc: Exception) -> Response:
@@ -118,6 +122,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        gateway.started()
         yield
         await gateway.close()
 
@@ -138,6 +143,7 @@ def create_app(
             BadRequest: _bad_request,
             NotFound: _not_found,
             Busy: _busy,
+            Stopping: _stopping,
             NoPermissionError: _denied,
             HTTPException: _http,
         },

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loopline.api.events import Cursor
-from loopline.api.gateway import body_of, tenant_of
+from loopline.api.gateway import body_of, gateway_of, tenant_of, unless_stopping
 from loopline.api.params import CancelQuery, JoinQuery, NoParams, RunsQuery, parse
 from loopline.api.records import RunRecord
 from loopline.api.runs import (
@@ -82,13 +82,13 @@ async def create(request: Request) -> Response:
 async def stream(request: Request) -> Response:
     """``POST .../runs/stream``: start a run and stream it."""
     tenant, record, run = await _started(request)
-    return _sse(tenant, record, run.stream_mode, None)
+    return _sse(request, tenant, record, run.stream_mode, None)
 
 
 async def wait(request: Request) -> Response:
     """``POST .../runs/wait``: start a run and answer with its final values."""
     tenant, record, _ = await _started(request)
-    values = await wait_for(tenant, record)
+    values = await unless_stopping(gateway_of(request), wait_for(tenant, record))
     headers = {"Content-Location": _path(record), "Location": f"{_path(record)}/join"}
     return JSONResponse(values, headers=headers)
 
@@ -138,7 +138,8 @@ async def join(request: Request) -> Response:
     parse(JoinQuery, request.query_params)
     tenant, record = await _record(request)
     await run_status(tenant, record)  # 404 for a run rolled back
-    return JSONResponse(await wait_for(tenant, record), headers={"Content-Location": _path(record)})
+    values = await unless_stopping(gateway_of(request), wait_for(tenant, record))
+    return JSONResponse(values, headers={"Content-Location": _path(record)})
 
 
 async def join_stream(request: Request) -> Response:
@@ -148,7 +149,7 @@ async def join_stream(request: Request) -> Response:
     tenant, record = await _record(request)
     await run_status(tenant, record)
     modes: list[str] = [*query.stream_mode] or record.stream_mode
-    return _sse(tenant, record, modes, request.headers.get("last-event-id") or None)
+    return _sse(request, tenant, record, modes, request.headers.get("last-event-id") or None)
 
 
 async def cancel(request: Request) -> Response:
@@ -159,7 +160,7 @@ async def cancel(request: Request) -> Response:
     tenant, record = await _record(request)
     await cancel_run(tenant, record)
     if query.wait:
-        await wait_for(tenant, record)
+        await unless_stopping(gateway_of(request), wait_for(tenant, record))
         return JSONResponse(await run_json(tenant, record))
     return Response(status_code=202)
 
@@ -173,7 +174,11 @@ async def _record(request: Request) -> tuple[Tenant, RunRecord]:
 
 
 def _sse(
-    tenant: Tenant, record: RunRecord, modes: list[str], last_event_id: str | None
+    request: Request,
+    tenant: Tenant,
+    record: RunRecord,
+    modes: list[str],
+    last_event_id: str | None,
 ) -> Response:
     if last_event_id:
         try:
@@ -186,7 +191,10 @@ def _sse(
         "Content-Location": _path(record),
     }
     return StreamingResponse(
-        with_heartbeats(run_frames(tenant, record, modes, last_event_id)),
+        with_heartbeats(
+            run_frames(tenant, record, modes, last_event_id),
+            stopping=gateway_of(request).stopping,
+        ),
         media_type="text/event-stream",
         headers=headers,
     )
