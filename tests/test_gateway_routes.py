@@ -2,8 +2,12 @@
 against ``loopline serve api`` with the services as processes (the fixtures of
 ``test_http_gateway``): every parameter loopline does not implement is refused with 422
 and its name, never ignored; the ones it implements cheaply (assistant search by metadata,
-sorted, selected; ``runs.list(select=)``) act; and the gateway stops within 5 s of
-SIGTERM.
+sorted, selected; ``runs.list(select=)``) act; and the routes ``/assistants/count``,
+``/assistants/{id}/graph``, ``/assistants/{id}/subgraphs``, ``DELETE`` a run and
+``POST /runs/cancel``.
+
+What LangGraph's own server (``langgraph dev``, langgraph-api 0.16.7 in memory) answered
+to the same calls for the same agents is kept below as data (``REFERENCE_*``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from langgraph_sdk.errors import NotFoundError
 
 from loopline.testing.processes import GatewayProcess, free_port
 from loopline.testing.scripted import Reply, ScriptedToolCall
@@ -26,6 +31,54 @@ scripted = shared.scripted
 deployment = shared.deployment
 gateway = shared.gateway
 sdk = shared.sdk
+
+# `GET /assistants/{id}/graph` of create_agent(model, tools=[add, hang]) and of the same
+# with HumanInTheLoopMiddleware(interrupt_on={"add": True}), as langgraph dev answered
+REFERENCE_PLAIN_GRAPH = {
+    "nodes": [
+        {"id": "__start__", "type": "runnable", "data": {"name": "__start__"}},
+        {"id": "model", "type": "runnable", "data": {"name": "model"}},
+        {
+            "id": "tools",
+            "type": "runnable",
+            "data": {"name": "tools"},
+            "metadata": {"__tools": ["add", "hang"]},
+        },
+        {"id": "__end__"},
+    ],
+    "edges": [
+        {"source": "__start__", "target": "model"},
+        {"source": "model", "target": "__end__", "conditional": True},
+        {"source": "model", "target": "tools", "conditional": True},
+        {"source": "tools", "target": "model", "conditional": True},
+    ],
+}
+HITL = "HumanInTheLoopMiddleware.after_model"
+REFERENCE_GATED_GRAPH = {
+    "nodes": [
+        {"id": "__start__", "type": "runnable", "data": {"name": "__start__"}},
+        {"id": "model", "type": "runnable", "data": {"name": "model"}},
+        {
+            "id": "tools",
+            "type": "runnable",
+            "data": {"name": "tools"},
+            "metadata": {"__tools": ["add", "hang"]},
+        },
+        {"id": HITL, "type": "runnable", "data": {"name": HITL}},
+        {"id": "__end__"},
+    ],
+    "edges": [
+        {"source": HITL, "target": "__end__", "conditional": True},
+        {"source": HITL, "target": "model", "conditional": True},
+        {"source": HITL, "target": "tools", "conditional": True},
+        {"source": "__start__", "target": "model"},
+        {"source": "model", "target": HITL},
+        {"source": "tools", "target": "model", "conditional": True},
+    ],
+}
+REFERENCE_SUBGRAPHS: dict[str, Any] = {}  # for each of those agents
+REFERENCE_NOTHING_TO_CANCEL = "No runs found to cancel."  # POST /runs/cancel, 404
+
 
 async def _refused(call: Any, *names: str) -> str:
     """The 422 a call gets; its detail names each of ``names`` (the SDK raises
@@ -79,12 +132,16 @@ async def test_a_rollback_cancel_is_refused_and_the_run_goes_on(sdk: Any) -> Non
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "success"
 
 
-async def test_assistants_search_by_metadata_sorted_and_selected(sdk: Any) -> None:
+async def test_assistants_search_by_metadata_sorted_selected_and_counted(sdk: Any) -> None:
     gated = await sdk.assistants.search(metadata={"loopline_ref": "gated@1"})
     assert [a["assistant_id"] for a in gated] == ["gated"]
     assert await sdk.assistants.search(metadata={"owner": "nobody"}) == []
     by_name = await sdk.assistants.search(sort_by="name", sort_order="asc", select=["name"])
     assert by_name == [{"name": n} for n in ("agent", "each-gated", "gated", "planner")]
+    assert await sdk.assistants.count() == 4
+    assert await sdk.assistants.count(graph_id="agent") == 1
+    assert await sdk.assistants.count(metadata={"loopline_ref": "gated@1"}) == 1
+    assert await sdk.assistants.count(metadata={"owner": "nobody"}) == 0
     await _refused(lambda: sdk.assistants.search(select=["nope"]), "select")
 
 
@@ -94,6 +151,53 @@ async def test_runs_list_selects_fields(sdk: Any) -> None:
     (run,) = await sdk.runs.list(tid, select=["run_id", "status"])
     assert set(run) == {"run_id", "status"} and run["status"] == "success"
     await _refused(lambda: sdk.runs.list(tid, select=["nope"]), "nope")
+
+
+async def test_an_agents_graph_is_drawn_as_langgraph_draws_it(gateway: GatewayProcess) -> None:
+    async with httpx.AsyncClient(base_url=gateway.url) as http:
+        assert (await http.get("/assistants/agent/graph")).json() == REFERENCE_PLAIN_GRAPH
+        drawn = await http.get("/assistants/gated/graph", params={"xray": "true"})
+        assert drawn.json() == REFERENCE_GATED_GRAPH
+        for name in ("agent", "gated"):
+            answer = await http.get(f"/assistants/{name}/subgraphs")
+            assert answer.json() == REFERENCE_SUBGRAPHS
+        assert (await http.get("/assistants/nobody/graph")).status_code == 404
+        assert (await http.get("/assistants/agent/graph", params={"xray": "-1"})).status_code == 422
+
+
+async def test_a_run_that_ended_is_deleted(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "agent", input=hello())
+    (run,) = await sdk.runs.list(tid)
+    await sdk.runs.delete(tid, run["run_id"])
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, run["run_id"])
+    assert await sdk.runs.list(tid) == []
+    with pytest.raises(NotFoundError):
+        await sdk.runs.delete(tid, run["run_id"])
+
+
+async def test_cancel_many_stops_the_runs_named_or_of_a_status(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    first = await sdk.runs.create(tid, "agent", input=hello("slow"))
+    await _until_status(sdk, tid, first["run_id"], "running")
+    second = await sdk.runs.create(tid, "agent", input=hello(), multitask_strategy="enqueue")
+    await sdk.runs.cancel_many(thread_id=tid, run_ids=[first["run_id"]])
+    await sdk.runs.join(tid, first["run_id"])
+    assert (await sdk.runs.get(tid, first["run_id"]))["status"] == "interrupted"
+    await sdk.runs.join(tid, second["run_id"])
+    assert (await sdk.runs.get(tid, second["run_id"]))["status"] == "success"
+
+    third = await sdk.runs.create(tid, "agent", input=hello("slow"))
+    await _until_status(sdk, tid, third["run_id"], "running")
+    await sdk.runs.cancel_many(thread_id=tid, status="running")
+    await sdk.runs.join(tid, third["run_id"])
+    assert (await sdk.runs.get(tid, third["run_id"]))["status"] == "interrupted"
+    with pytest.raises(NotFoundError) as nothing:
+        await sdk.runs.cancel_many(thread_id=tid, status="all")
+    assert nothing.value.response.json()["detail"] == REFERENCE_NOTHING_TO_CANCEL
+    await _refused(lambda: sdk.runs.cancel_many(status="running"), "thread_id")
+    await asyncio.sleep(0)
 
 
 # -- a clean stop ----------------------------------------------------------------------

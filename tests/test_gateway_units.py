@@ -4,6 +4,8 @@ older ``messages`` stream mode."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from langchain_core.messages import AIMessageChunk, ToolMessage
 
@@ -203,3 +205,40 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
     )
     assert parse(CancelQuery, QueryParams("wait=1&action=interrupt")).wait
 
+
+def test_an_agent_with_middleware_langchain_does_not_have_is_not_drawn() -> None:
+    from contracts.agent import AgentSpec, MiddlewareSpec, ModelSpec
+    from loopline.api.graph import NotDrawable, graph_json
+
+    spec = AgentSpec(model=ModelSpec(name="m"), tools=["pkg.tools:add"])
+    drawn = graph_json(spec)
+    (tools,) = [n for n in drawn["nodes"] if n["id"] == "tools"]
+    assert tools["metadata"] == {"__tools": ["add"]} and "id" not in tools["data"]
+    custom = spec.model_copy(update={"middleware": [MiddlewareSpec(type="pkg.mw:Audit")]})
+    with pytest.raises(NotDrawable, match=r"pkg\.mw:Audit"):
+        graph_json(custom)
+
+
+async def test_a_stream_ends_when_the_gateway_stops() -> None:
+    """A stream whose run is quiet ends as soon as the gateway stops (no ``end``: the run
+    goes on), instead of holding the process."""
+    import asyncio
+    from collections.abc import AsyncIterator
+
+    from loopline.api.sse import with_heartbeats
+
+    async def quiet() -> AsyncIterator[bytes]:
+        yield b"a"
+        await asyncio.sleep(60)
+        yield b"never"
+
+    stopping = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.2, stopping.set)
+    got = await asyncio.wait_for(
+        _all(with_heartbeats(quiet(), every_s=10, stopping=stopping)), timeout=5
+    )
+    assert got == [b"a"]
+
+
+async def _all(chunks: Any) -> list[bytes]:
+    return [chunk async for chunk in chunks]

@@ -10,8 +10,16 @@ from starlette.responses import JSONResponse, Response
 
 from contracts.agent import DeployedAgent
 from loopline.api.gateway import body_of, tenant_of
-from loopline.api.params import AssistantCount, AssistantSearch, NoParams, parse
-from loopline.api.wire import iso
+from loopline.api.graph import NotDrawable, graph_json
+from loopline.api.params import (
+    AssistantCount,
+    AssistantSearch,
+    GraphQuery,
+    NoParams,
+    SubgraphsQuery,
+    parse,
+)
+from loopline.api.wire import BadRequest, iso
 
 MESSAGES_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -68,6 +76,36 @@ async def search(request: Request) -> Response:
     if wanted.select:
         page = [{k: a[k] for k in wanted.select} for a in page]
     return JSONResponse(page)
+
+
+async def count(request: Request) -> Response:
+    """``POST /assistants/count``: how many match (the filters of ``search``)."""
+    wanted = parse(AssistantCount, await body_of(request))
+    return JSONResponse(len(await _found(request, wanted)))
+
+
+async def graph(request: Request) -> Response:
+    """``GET /assistants/{id}/graph``: the agent's graph as LangGraph draws it
+    (``loopline.api.graph``)."""
+    query = parse(GraphQuery, request.query_params)
+    if query.xray is not False and not isinstance(query.xray, bool) and query.xray <= 0:
+        raise BadRequest("Invalid xray value")
+    tenant = await tenant_of(request)
+    agent = await tenant.assistant(request.path_params["assistant_id"])
+    try:
+        drawn = graph_json(agent.spec, query.xray)
+    except NotDrawable as exc:
+        raise BadRequest(str(exc)) from exc
+    return JSONResponse(drawn)
+
+
+async def subgraphs(request: Request) -> Response:
+    """``GET /assistants/{id}/subgraphs``: a loopline agent has none (sub-agents run
+    inside tools), so ``{}``, as LangGraph's server answers for an agent without."""
+    parse(SubgraphsQuery, request.query_params)
+    tenant = await tenant_of(request)
+    await tenant.assistant(request.path_params["assistant_id"])  # 404 for an unknown one
+    return JSONResponse({})
 
 
 async def get(request: Request) -> Response:

@@ -11,9 +11,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loopline.api.events import Cursor
 from loopline.api.gateway import body_of, gateway_of, tenant_of, unless_stopping
-from loopline.api.params import CancelQuery, JoinQuery, NoParams, RunsQuery, parse
+from loopline.api.params import CancelManyBody, CancelQuery, JoinQuery, NoParams, RunsQuery, parse
 from loopline.api.records import RunRecord
 from loopline.api.runs import (
+    Busy,
     RunRequest,
     cancel_run,
     run_record,
@@ -35,6 +36,9 @@ def _path(record: RunRecord) -> str:
         return f"/threads/{record.thread_id}/runs/{record.run_id}"
     return f"/runs/{record.run_id}"
 
+
+MANY_RUNS = 1000
+"""The most runs of a thread one ``POST /runs/cancel`` by status looks at."""
 
 RUN_FIELDS = (
     "run_id",
@@ -163,6 +167,49 @@ async def cancel(request: Request) -> Response:
         await unless_stopping(gateway_of(request), wait_for(tenant, record))
         return JSONResponse(await run_json(tenant, record))
     return Response(status_code=202)
+
+
+async def delete(request: Request) -> Response:
+    """``DELETE /threads/{id}/runs/{run_id}``: forget a run that has ended (409 for one
+    still pending or running: cancel it first). The thread's state keeps what the run
+    wrote; LangGraph's in-memory server also drops the run's checkpoints."""
+    parse(NoParams, request.query_params)
+    tenant, record = await _record(request)
+    if await run_status(tenant, record) in ("pending", "running"):
+        raise Busy(f"Run {record.run_id} is {await run_status(tenant, record)}: cancel it first")
+    await tenant.records.delete_run(record)
+    return Response(status_code=204)
+
+
+async def cancel_many(request: Request) -> Response:
+    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or those of
+    ``thread_id`` in ``status`` (``pending``, ``running``, ``all``). Runs that are not
+    pending or running are left alone; 404 when none was (as LangGraph's server)."""
+    parse(CancelQuery, request.query_params)
+    body = parse(CancelManyBody, await body_of(request))
+    if not body.thread_id or (body.run_ids is None) == (body.status is None):
+        raise BadRequest(
+            "give thread_id with run_ids, or thread_id with status (cancelling by status "
+            "across every thread is not implemented)"
+        )
+    tenant = await tenant_of(request)
+    if body.run_ids is not None:
+        records = [await run_record(tenant, body.thread_id, r) for r in body.run_ids]
+    else:
+        records = await _thread_runs(tenant, body.thread_id, 0, MANY_RUNS)
+    wanted = ("pending", "running") if body.status in (None, "all") else (body.status,)
+    cancelled = 0
+    for record in records:
+        try:
+            status = await run_status(tenant, record)
+        except NotFound:
+            continue
+        if status in wanted:
+            await cancel_run(tenant, record)
+            cancelled += 1
+    if not cancelled:
+        raise NotFound("No runs found to cancel.")
+    return Response(status_code=204)
 
 
 async def _record(request: Request) -> tuple[Tenant, RunRecord]:
