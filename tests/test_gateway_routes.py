@@ -113,6 +113,10 @@ async def test_parameters_loopline_does_not_implement_are_refused_not_ignored(sd
         "webhook",
     )
     await _refused(lambda: runs.create(tid, "agent", input=hello(), after_seconds=5), "after")
+    earlier = {"configurable": {"checkpoint_id": "1"}}  # run from an earlier state
+    await _refused(
+        lambda: runs.create(tid, "agent", input=hello(), config=earlier), "checkpoint_id"
+    )
     made_up = {"assistant_id": "agent", "input": hello(), "stream_mode": "made-up"}
     await _refused(lambda: sdk.http.post("/runs/wait", json=made_up), "made-up")
     await _refused(lambda: runs.wait(tid, "agent", command={"goto": "model"}), "command.goto")

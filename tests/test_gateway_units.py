@@ -191,6 +191,15 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
     for mode in ("events", "debug", "checkpoints", "tasks", "made-up"):
         with pytest.raises(BadRequest, match=f"'{mode}' is not supported"):
             parse(RunBody, {**run, "stream_mode": mode})
+    for config, named in (
+        ({"configurable": {"checkpoint_id": "c1"}}, "checkpoint_id"),  # time travel
+        ({"configurable": {"model": "big"}}, "model"),  # a graph's own config
+        ({"callbacks": []}, "config.callbacks"),
+    ):
+        with pytest.raises(BadRequest, match=named):
+            parse(RunBody, {**run, "config": config})
+    fine = {"recursion_limit": 5, "tags": ["t"], "configurable": {"thread_id": "t1"}}
+    assert parse(RunBody, {**run, "config": fine}).config.recursion_limit == 5
     with pytest.raises(BadRequest, match="rollback"):
         parse(CancelQuery, QueryParams("wait=0&action=rollback"))
     with pytest.raises(BadRequest, match="cancel_on_disconnect"):

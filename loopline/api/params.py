@@ -58,13 +58,34 @@ class Command(Params):
     resume: Any
 
 
+class RunConfigBody(Params):
+    """A run's ``config``: what loopline takes from a ``RunnableConfig``. Other
+    ``configurable`` keys (``checkpoint_id`` to run from an earlier state, values a graph
+    reads from its config) never reach a loopline agent, so they are refused."""
+
+    recursion_limit: int | None = Field(None, ge=1)
+    tags: list[str] = Field(default_factory=list)
+    run_name: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    configurable: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("configurable")
+    @classmethod
+    def _thread_only(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # thread_id: the run's thread is the path's, as LangGraph's server sets it
+        others = sorted(set(value) - {"thread_id"})
+        if others:
+            raise ValueError(f"{', '.join(others)}: {UNSUPPORTED}")
+        return value
+
+
 class RunBody(Params):
     """``POST /threads/{id}/runs[/stream|/wait]``, ``POST /runs[/stream|/wait]``."""
 
     assistant_id: str = Field(min_length=1)
     input: Any = None
     command: Command | None = None
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: RunConfigBody = Field(default_factory=RunConfigBody)
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     stream_mode: list[StreamMode] = Field(default_factory=lambda: list[StreamMode](["values"]))

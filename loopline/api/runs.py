@@ -72,7 +72,7 @@ class RunRequest:
             assistant_id=run.assistant_id,
             input=run.input,
             command=None if run.command is None else run.command.model_dump(),
-            config=dict(run.config),
+            config=run.config.model_dump(exclude_defaults=True),
             context=dict(run.context) if run.context else None,
             stream_mode=list(run.stream_mode),
             multitask_strategy=run.multitask_strategy,
