@@ -326,14 +326,16 @@ def test_what_the_services_cannot_run_fails_the_task_with_the_reason(
     service, which imports the tools for their schemas, for one that does not import."""
     _, package = tools_dir
     for agent, prompt, step, named in (
-        ("unlisted.yaml", "broken", 0, "module 'no_such_pkg.tools' is not allowed"),
-        ("broken.yaml", "broken", 1, f"{package}.absent"),
+        ("unlisted.yaml", "broken", 0, ("module 'no_such_pkg.tools' is not allowed",)),
+        # a module the services cannot find: the error says where it must be
+        ("broken.yaml", "broken", 1, (f"{package}.absent", "PYTHONPATH", "LOOPLINE_ALLOWED")),
     ):
         done = loopline("run", prompt, "--agent", agent, "--plain", env=deployment, cwd=agent_files)
         assert done.returncode == 1
         assert "Traceback" not in done.stderr
         failed = done.stderr.strip().splitlines()[-1]
-        assert failed.startswith(f"FAILED at step {step}:") and named in failed, done.stderr
+        assert failed.startswith(f"FAILED at step {step}:"), done.stderr
+        assert all(part in failed for part in named), failed
 
 
 # -- 3. errors -------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ older ``messages`` stream mode."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from langchain_core.messages import AIMessageChunk, ToolMessage
 
@@ -150,3 +152,102 @@ async def test_a_quiet_stream_sends_heartbeats_and_every_frame() -> None:
     got = [chunk async for chunk in with_heartbeats(slow(), every_s=0.1)]
     assert got[0] == b"a" and got[-1] == b"b"
     assert 2 <= got.count(HEARTBEAT) <= 4 and len(got) == got.count(HEARTBEAT) + 2
+
+
+def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None:
+    from starlette.datastructures import QueryParams
+
+    from loopline.api.params import (
+        AssistantSearch,
+        CancelQuery,
+        HistoryBody,
+        JoinQuery,
+        RunBody,
+        ThreadCreate,
+        parse,
+    )
+
+    run = {"assistant_id": "agent", "input": {"messages": "hi"}}
+    refused = {
+        RunBody: [
+            {**run, "webhook": "http://x"},
+            {**run, "interrupt_before": ["tools"]},
+            {**run, "interrupt_after": "*"},
+            {**run, "after_seconds": 3},
+            {**run, "checkpoint_id": "c1"},
+            {**run, "on_disconnect": "cancel"},
+            {**run, "on_completion": "keep"},
+            {**run, "durability": "exit"},
+        ],
+        ThreadCreate: [{"supersteps": []}, {"ttl": 60}],
+        HistoryBody: [{"metadata": {"a": 1}}, {"checkpoint": {}}],
+        AssistantSearch: [{"select": ["nope"]}, {"sort_by": "size"}],
+    }
+    for model, bodies in refused.items():
+        for body in bodies:
+            (name,) = set(body) - set(run)  # the one parameter refused
+            with pytest.raises(BadRequest, match=name):
+                parse(model, body)
+    for mode in ("events", "debug", "checkpoints", "tasks", "made-up"):
+        with pytest.raises(BadRequest, match=f"'{mode}' is not supported"):
+            parse(RunBody, {**run, "stream_mode": mode})
+    for config, named in (
+        ({"configurable": {"checkpoint_id": "c1"}}, "checkpoint_id"),  # time travel
+        ({"configurable": {"model": "big"}}, "model"),  # a graph's own config
+        ({"callbacks": []}, "config.callbacks"),
+    ):
+        with pytest.raises(BadRequest, match=named):
+            parse(RunBody, {**run, "config": config})
+    fine = {"recursion_limit": 5, "tags": ["t"], "configurable": {"thread_id": "t1"}}
+    assert parse(RunBody, {**run, "config": fine}).config.recursion_limit == 5
+    with pytest.raises(BadRequest, match="rollback"):
+        parse(CancelQuery, QueryParams("wait=0&action=rollback"))
+    with pytest.raises(BadRequest, match="cancel_on_disconnect"):
+        parse(JoinQuery, QueryParams("cancel_on_disconnect=true"))
+    # what langgraph_sdk sends by default is accepted, nulls are parameters left out
+    sent = parse(
+        RunBody, {**run, "stream_subgraphs": False, "stream_resumable": True, "webhook": None}
+    )
+    assert sent.stream_mode == ["values"] and sent.stream_resumable
+    assert (
+        parse(JoinQuery, QueryParams("cancel_on_disconnect=false&stream_mode=")).stream_mode == []
+    )
+    assert parse(CancelQuery, QueryParams("wait=1&action=interrupt")).wait
+
+
+def test_an_agent_with_middleware_langchain_does_not_have_is_not_drawn() -> None:
+    from contracts.agent import AgentSpec, MiddlewareSpec, ModelSpec
+    from loopline.api.graph import NotDrawable, graph_json
+
+    spec = AgentSpec(model=ModelSpec(name="m"), tools=["pkg.tools:add"])
+    drawn = graph_json(spec)
+    (tools,) = [n for n in drawn["nodes"] if n["id"] == "tools"]
+    assert tools["metadata"] == {"__tools": ["add"]} and "id" not in tools["data"]
+    custom = spec.model_copy(update={"middleware": [MiddlewareSpec(type="pkg.mw:Audit")]})
+    with pytest.raises(NotDrawable, match=r"pkg\.mw:Audit"):
+        graph_json(custom)
+
+
+async def test_a_stream_ends_when_the_gateway_stops() -> None:
+    """A stream whose run is quiet ends as soon as the gateway stops (no ``end``: the run
+    goes on), instead of holding the process."""
+    import asyncio
+    from collections.abc import AsyncIterator
+
+    from loopline.api.sse import with_heartbeats
+
+    async def quiet() -> AsyncIterator[bytes]:
+        yield b"a"
+        await asyncio.sleep(60)
+        yield b"never"
+
+    stopping = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.2, stopping.set)
+    got = await asyncio.wait_for(
+        _all(with_heartbeats(quiet(), every_s=10, stopping=stopping)), timeout=5
+    )
+    assert got == [b"a"]
+
+
+async def _all(chunks: Any) -> list[bytes]:
+    return [chunk async for chunk in chunks]

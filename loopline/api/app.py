@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from loopline.api import assistant_routes, page, run_routes, thread_routes
-from loopline.api.gateway import Gateway, gateway_of
+from loopline.api.gateway import Gateway, Stopping, gateway_of
 from loopline.api.runs import Busy
 from loopline.api.settings import Tenancy
 from loopline.api.tenant import NotFound
@@ -64,6 +64,10 @@ async def _busy(request: Request, exc: Exception) -> Response:
     return _detail(409, str(exc))
 
 
+async def _stopping(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+
+
 async def _denied(request: Request, exc: Exception) -> Response:
     """The gateway's Redis user may not do this (``loopline acl --role api``: a producer's
     rights and the gateway's records; removing a thread is the operator's)."""
@@ -81,8 +85,11 @@ ROUTES = [
     Route("/ready", ready),
     Route("/info", info),
     Route("/assistants/search", assistant_routes.search, methods=["POST"]),
+    Route("/assistants/count", assistant_routes.count, methods=["POST"]),
     Route("/assistants/{assistant_id}", assistant_routes.get),
     Route("/assistants/{assistant_id}/schemas", assistant_routes.schemas),
+    Route("/assistants/{assistant_id}/graph", assistant_routes.graph),
+    Route("/assistants/{assistant_id}/subgraphs", assistant_routes.subgraphs),
     Route("/threads", thread_routes.create, methods=["POST"]),
     Route("/threads/{thread_id}", thread_routes.get),
     Route("/threads/{thread_id}", thread_routes.delete, methods=["DELETE"]),
@@ -93,9 +100,11 @@ ROUTES = [
     Route("/threads/{thread_id}/runs/stream", run_routes.stream, methods=["POST"]),
     Route("/threads/{thread_id}/runs/wait", run_routes.wait, methods=["POST"]),
     Route("/threads/{thread_id}/runs/{run_id}", run_routes.get),
+    Route("/threads/{thread_id}/runs/{run_id}", run_routes.delete, methods=["DELETE"]),
     Route("/threads/{thread_id}/runs/{run_id}/join", run_routes.join),
     Route("/threads/{thread_id}/runs/{run_id}/stream", run_routes.join_stream),
     Route("/threads/{thread_id}/runs/{run_id}/cancel", run_routes.cancel, methods=["POST"]),
+    Route("/runs/cancel", run_routes.cancel_many, methods=["POST"]),
     Route("/runs/stream", run_routes.stream, methods=["POST"]),
     Route("/runs/wait", run_routes.wait, methods=["POST"]),
     Route("/runs/{run_id}/join", run_routes.join),
@@ -118,6 +127,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        gateway.started()
         yield
         await gateway.close()
 
@@ -138,6 +148,7 @@ def create_app(
             BadRequest: _bad_request,
             NotFound: _not_found,
             Busy: _busy,
+            Stopping: _stopping,
             NoPermissionError: _denied,
             HTTPException: _http,
         },

@@ -3,9 +3,11 @@ tenant, its JSON body, and the mapping of errors to LangGraph's status codes."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -24,6 +26,19 @@ class Gateway:
         self.tenancy = tenancy
         self.settings = settings
         self.tenants: dict[str, Tenant] = {}
+        self.stopping = asyncio.Event()
+        """Set when the process is asked to stop: open streams end and waits answer 503,
+        so it exits within its grace period (the runs go on; a client reconnects)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def started(self) -> None:
+        """In the app's event loop, as it starts (``stop_soon`` wakes it from there)."""
+        self._loop = asyncio.get_running_loop()
+
+    def stop_soon(self) -> None:
+        """Begin stopping: safe from a signal handler (the event is set in the loop)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.stopping.set)
 
     def tenant(self, prefix: str) -> Tenant:
         if prefix not in self.tenants:
@@ -49,6 +64,28 @@ class Gateway:
             if hmac.compare_digest(key.encode(), api_key.encode()):
                 found = prefix
         return found
+
+
+class Stopping(Exception):
+    """The gateway stops while a request waits (503: the run goes on, join it)."""
+
+
+T = TypeVar("T")
+
+
+async def unless_stopping(gateway: Gateway, awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s result, or ``Stopping`` as soon as the gateway begins to stop (a
+    wait on a run that never moves must not hold the process)."""
+    work = asyncio.ensure_future(awaitable)
+    stop = asyncio.ensure_future(gateway.stopping.wait())
+    try:
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if not work.done():
+        work.cancel()
+        raise Stopping("the gateway is stopping; the run goes on: join it again")
+    return work.result()
 
 
 def gateway_of(request: Request) -> Gateway:

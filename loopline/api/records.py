@@ -123,6 +123,14 @@ class Records:
             pipe.zadd(runs, {record.run_id: record.created_at})
             pipe.expire(runs, self.retention_s)
 
+    async def delete_run(self, record: RunRecord) -> None:
+        """Forget a run: its record and its place in its thread's list of runs."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.delete(self.names.api_run(record.run_id))
+            if record.thread_id:
+                pipe.zrem(self.names.api_thread_runs(record.thread_id), record.run_id)
+            await pipe.execute()
+
     async def run_ids(self, thread_id: str, offset: int, limit: int) -> list[str]:
         """The thread's runs, newest first."""
         key = self.names.api_thread_runs(thread_id)

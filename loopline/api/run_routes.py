@@ -10,9 +10,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loopline.api.events import Cursor
-from loopline.api.gateway import body_of, tenant_of
+from loopline.api.gateway import body_of, gateway_of, tenant_of, unless_stopping
+from loopline.api.params import CancelManyBody, CancelQuery, JoinQuery, NoParams, RunsQuery, parse
 from loopline.api.records import RunRecord
 from loopline.api.runs import (
+    Busy,
     RunRequest,
     cancel_run,
     run_record,
@@ -35,6 +37,23 @@ def _path(record: RunRecord) -> str:
     return f"/runs/{record.run_id}"
 
 
+MANY_RUNS = 1000
+"""The most runs of a thread one ``POST /runs/cancel`` by status looks at."""
+
+RUN_FIELDS = (
+    "run_id",
+    "thread_id",
+    "assistant_id",
+    "created_at",
+    "updated_at",
+    "status",
+    "metadata",
+    "kwargs",
+    "multitask_strategy",
+)
+"""A run's fields, as ``run_json`` shows them (what ``runs.list(select=)`` may name)."""
+
+
 async def run_json(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
     status = await run_status(tenant, record)
     return {
@@ -52,6 +71,7 @@ async def run_json(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
 
 async def _started(request: Request) -> tuple[Tenant, RunRecord, RunRequest]:
     tenant = await tenant_of(request)
+    parse(NoParams, request.query_params)
     run = RunRequest.parse(await body_of(request))
     record = await start_run(tenant, request.path_params.get("thread_id"), run)
     return tenant, record, run
@@ -66,71 +86,130 @@ async def create(request: Request) -> Response:
 async def stream(request: Request) -> Response:
     """``POST .../runs/stream``: start a run and stream it."""
     tenant, record, run = await _started(request)
-    return _sse(tenant, record, run.stream_mode, None)
+    return _sse(request, tenant, record, run.stream_mode, None)
 
 
 async def wait(request: Request) -> Response:
     """``POST .../runs/wait``: start a run and answer with its final values."""
     tenant, record, _ = await _started(request)
-    values = await wait_for(tenant, record)
+    values = await unless_stopping(gateway_of(request), wait_for(tenant, record))
     headers = {"Content-Location": _path(record), "Location": f"{_path(record)}/join"}
     return JSONResponse(values, headers=headers)
 
 
 async def get(request: Request) -> Response:
+    parse(NoParams, request.query_params)
     tenant, record = await _record(request)
     return JSONResponse(await run_json(tenant, record))
 
 
 async def listing(request: Request) -> Response:
     """``GET /threads/{id}/runs``: the runs the gateway started on the thread, newest
-    first (``limit``, ``offset``, ``status``); runs rolled back are gone."""
+    first (``limit``, ``offset``, ``status``; ``select`` keeps those fields of each); runs
+    rolled back are gone."""
     tenant = await tenant_of(request)
+    query = parse(RunsQuery, request.query_params)
+    unknown = sorted(set(query.select or ()) - set(RUN_FIELDS))
+    if unknown:
+        raise BadRequest(f"select: {unknown} are not run fields (fields: {', '.join(RUN_FIELDS)})")
     thread_id = request.path_params["thread_id"]
     if not await thread_exists(tenant, thread_id):
         raise NotFound(f"Thread {thread_id} not found")
-    query = request.query_params
-    limit, offset = int(query.get("limit") or 10), int(query.get("offset") or 0)
     found = []
-    for run_id in await tenant.records.run_ids(thread_id, offset, limit):
-        record = await tenant.records.run(run_id)
-        if record is None:
-            continue
+    for record in await _thread_runs(tenant, thread_id, query.offset, query.limit):
         try:
             shown = await run_json(tenant, record)
         except NotFound:
             continue
-        if query.get("status") in (None, "", shown["status"]):
-            found.append(shown)
+        if query.status in (None, shown["status"]):
+            found.append({k: shown[k] for k in query.select} if query.select else shown)
     return JSONResponse(found)
+
+
+async def _thread_runs(
+    tenant: Tenant, thread_id: str, offset: int, limit: int
+) -> list[RunRecord]:
+    found = []
+    for run_id in await tenant.records.run_ids(thread_id, offset, limit):
+        record = await tenant.records.run(run_id)
+        if record is not None:
+            found.append(record)
+    return found
 
 
 async def join(request: Request) -> Response:
     """``GET .../runs/{run_id}/join``: wait for the run; its final values."""
+    parse(JoinQuery, request.query_params)
     tenant, record = await _record(request)
     await run_status(tenant, record)  # 404 for a run rolled back
-    return JSONResponse(await wait_for(tenant, record), headers={"Content-Location": _path(record)})
+    values = await unless_stopping(gateway_of(request), wait_for(tenant, record))
+    return JSONResponse(values, headers={"Content-Location": _path(record)})
 
 
 async def join_stream(request: Request) -> Response:
     """``GET .../runs/{run_id}/stream``: the run's stream from its start, or after the
     ``Last-Event-ID`` a reconnecting client sends."""
+    query = parse(JoinQuery, request.query_params)
     tenant, record = await _record(request)
     await run_status(tenant, record)
-    asked = request.query_params.getlist("stream_mode")
-    modes = [m for m in asked if m] or record.stream_mode
-    return _sse(tenant, record, modes, request.headers.get("last-event-id") or None)
+    modes: list[str] = [*query.stream_mode] or record.stream_mode
+    return _sse(request, tenant, record, modes, request.headers.get("last-event-id") or None)
 
 
 async def cancel(request: Request) -> Response:
-    """``POST .../runs/{run_id}/cancel`` (``action=rollback`` stops it as ``interrupt``
-    does: loopline undoes a run only for a newer run's ``rollback``)."""
+    """``POST .../runs/{run_id}/cancel`` (``action=interrupt``; ``rollback`` is refused
+    in ``params.CancelQuery``: loopline undoes a run only for a newer run's
+    ``multitask_strategy="rollback"``)."""
+    query = parse(CancelQuery, request.query_params)
     tenant, record = await _record(request)
     await cancel_run(tenant, record)
-    if request.query_params.get("wait") in ("1", "true"):
-        await wait_for(tenant, record)
+    if query.wait:
+        await unless_stopping(gateway_of(request), wait_for(tenant, record))
         return JSONResponse(await run_json(tenant, record))
     return Response(status_code=202)
+
+
+async def delete(request: Request) -> Response:
+    """``DELETE /threads/{id}/runs/{run_id}``: forget a run that has ended (409 for one
+    still pending or running: cancel it first). The thread's state keeps what the run
+    wrote; LangGraph's in-memory server also drops the run's checkpoints."""
+    parse(NoParams, request.query_params)
+    tenant, record = await _record(request)
+    if await run_status(tenant, record) in ("pending", "running"):
+        raise Busy(f"Run {record.run_id} is {await run_status(tenant, record)}: cancel it first")
+    await tenant.records.delete_run(record)
+    return Response(status_code=204)
+
+
+async def cancel_many(request: Request) -> Response:
+    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or those of
+    ``thread_id`` in ``status`` (``pending``, ``running``, ``all``). Runs that are not
+    pending or running are left alone; 404 when none was (as LangGraph's server)."""
+    parse(CancelQuery, request.query_params)
+    body = parse(CancelManyBody, await body_of(request))
+    if not body.thread_id or (body.run_ids is None) == (body.status is None):
+        raise BadRequest(
+            "give thread_id with run_ids, or thread_id with status (cancelling by status "
+            "across every thread is not implemented)"
+        )
+    tenant = await tenant_of(request)
+    if body.run_ids is not None:
+        records = [await run_record(tenant, body.thread_id, r) for r in body.run_ids]
+    else:
+        records = await _thread_runs(tenant, body.thread_id, 0, MANY_RUNS)
+    wanted = ("pending", "running") if body.status in (None, "all") else (body.status,)
+    cancelled = 0
+    for record in records:
+        try:
+            status = await run_status(tenant, record)
+        except NotFound:
+            continue
+        if status in wanted:
+            await cancel_run(tenant, record)
+            cancelled += 1
+    if not cancelled:
+        raise NotFound("No runs found to cancel.")
+    return Response(status_code=204)
 
 
 async def _record(request: Request) -> tuple[Tenant, RunRecord]:
@@ -142,7 +221,11 @@ async def _record(request: Request) -> tuple[Tenant, RunRecord]:
 
 
 def _sse(
-    tenant: Tenant, record: RunRecord, modes: list[str], last_event_id: str | None
+    request: Request,
+    tenant: Tenant,
+    record: RunRecord,
+    modes: list[str],
+    last_event_id: str | None,
 ) -> Response:
     if last_event_id:
         try:
@@ -155,7 +238,10 @@ def _sse(
         "Content-Location": _path(record),
     }
     return StreamingResponse(
-        with_heartbeats(run_frames(tenant, record, modes, last_event_id)),
+        with_heartbeats(
+            run_frames(tenant, record, modes, last_event_id),
+            stopping=gateway_of(request).stopping,
+        ),
         media_type="text/event-stream",
         headers=headers,
     )

@@ -11,12 +11,12 @@ that runs is ``running``; one that ended or stopped at an interrupt (a human is 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.events import MULTITASK_STRATEGIES, ApprovalRequested, TaskCompleted, TaskFailed
+from contracts.events import ApprovalRequested, TaskCompleted, TaskFailed
 from contracts.messages import to_langchain, with_input_ids
+from loopline.api.params import RunBody, parse
 from loopline.api.records import RunRecord, ThreadRecord
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, input_messages, jsonable
@@ -63,29 +63,21 @@ class RunRequest:
 
     @classmethod
     def parse(cls, body: Any) -> RunRequest:
-        if not isinstance(body, Mapping):
-            raise BadRequest("the request body must be a JSON object")
-        assistant = body.get("assistant_id")
-        if not isinstance(assistant, str) or not assistant:
-            raise BadRequest("assistant_id is required")
-        strategy = body.get("multitask_strategy") or "reject"
-        if strategy not in MULTITASK_STRATEGIES:
-            raise BadRequest(f"multitask_strategy must be one of {', '.join(MULTITASK_STRATEGIES)}")
-        mode = body.get("stream_mode") or ["values"]
-        modes = [mode] if isinstance(mode, str) else list(mode)
-        command = body.get("command")
-        if body.get("input") is not None and command:
+        """A run body, read against ``params.RunBody`` (what loopline does not implement
+        is refused there)."""
+        run = parse(RunBody, body)
+        if run.input is not None and run.command is not None:
             raise BadRequest("give input or command, not both")
         return cls(
-            assistant_id=assistant,
-            input=body.get("input"),
-            command=dict(command) if isinstance(command, Mapping) else None,
-            config=dict(body.get("config") or {}),
-            context=dict(body["context"]) if body.get("context") else None,
-            stream_mode=modes,
-            multitask_strategy=strategy,
-            metadata=dict(body.get("metadata") or {}),
-            if_not_exists=str(body.get("if_not_exists") or "reject"),
+            assistant_id=run.assistant_id,
+            input=run.input,
+            command=None if run.command is None else run.command.model_dump(),
+            config=run.config.model_dump(exclude_defaults=True),
+            context=dict(run.context) if run.context else None,
+            stream_mode=list(run.stream_mode),
+            multitask_strategy=run.multitask_strategy,
+            metadata=dict(run.metadata),
+            if_not_exists=run.if_not_exists,
         )
 
     @property

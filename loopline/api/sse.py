@@ -116,14 +116,24 @@ def _error(failed: Failed) -> dict[str, str]:
 
 
 async def with_heartbeats(
-    frames: AsyncIterator[bytes], every_s: float = HEARTBEAT_S
+    frames: AsyncIterator[bytes],
+    every_s: float = HEARTBEAT_S,
+    stopping: asyncio.Event | None = None,
 ) -> AsyncIterator[bytes]:
-    """``frames``, and a comment line whenever none came for ``every_s`` seconds."""
+    """``frames``, and a comment line whenever none came for ``every_s`` seconds; it ends
+    (without ``end``: the run goes on) once ``stopping`` is set, so a client resumes it
+    elsewhere with ``Last-Event-ID``."""
     pending = asyncio.ensure_future(anext(frames))
+    stop = asyncio.ensure_future(stopping.wait()) if stopping is not None else None
+    watched = {pending} if stop is None else {pending, stop}
     try:
         while True:
-            done, _ = await asyncio.wait({pending}, timeout=every_s)
-            if not done:
+            done, _ = await asyncio.wait(
+                watched, timeout=every_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if pending not in done:
+                if stop is not None and stop in done:
+                    return
                 yield HEARTBEAT
                 continue
             try:
@@ -132,5 +142,8 @@ async def with_heartbeats(
                 return
             yield chunk
             pending = asyncio.ensure_future(anext(frames))
+            watched = {pending} if stop is None else {pending, stop}
     finally:
         pending.cancel()
+        if stop is not None:
+            stop.cancel()

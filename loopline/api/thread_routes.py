@@ -11,38 +11,37 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from loopline.api.gateway import body_of, tenant_of
+from loopline.api.params import HistoryBody, NoParams, StateQuery, ThreadCreate, parse
 from loopline.api.records import ThreadRecord
 from loopline.api.runs import state_values, was_stopped
 from loopline.api.tenant import NotFound, Tenant
-from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
+from loopline.api.wire import interrupt_json, iso, jsonable
 from loopline.conversation import snapshot, waiting_interrupts
 from loopline.threads import ThreadValues
 
 
 async def create(request: Request) -> Response:
     tenant = await tenant_of(request)
-    body = await body_of(request)
-    thread_id = str(body.get("thread_id") or uuid.uuid4())
-    if not 0 < len(thread_id) <= 256:
-        raise BadRequest("thread_id must have 1 to 256 characters")
+    body = parse(ThreadCreate, await body_of(request))
+    thread_id = body.thread_id or str(uuid.uuid4())
     existing = await tenant.records.thread(thread_id)
     if existing is not None or await tenant.threads.info(thread_id) is not None:
-        if body.get("if_exists") == "do_nothing":
+        if body.if_exists == "do_nothing":
             return JSONResponse(await thread_json(tenant, thread_id))
         return JSONResponse({"detail": f"Thread {thread_id} already exists"}, status_code=409)
-    metadata = body.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise BadRequest("metadata must be an object")
-    await tenant.records.save_thread(ThreadRecord(thread_id=thread_id, metadata=metadata))
+    record = ThreadRecord(thread_id=thread_id, metadata=dict(body.metadata))
+    await tenant.records.save_thread(record)
     return JSONResponse(await thread_json(tenant, thread_id))
 
 
 async def get(request: Request) -> Response:
+    parse(NoParams, request.query_params)
     tenant = await tenant_of(request)
     return JSONResponse(await thread_json(tenant, request.path_params["thread_id"]))
 
 
 async def delete(request: Request) -> Response:
+    parse(NoParams, request.query_params)
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
     try:
@@ -153,6 +152,7 @@ def _empty_state(thread_id: str) -> dict[str, Any]:
 
 
 async def state(request: Request) -> Response:
+    parse(StateQuery, request.query_params)
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
     await thread_json(tenant, thread_id)  # 404 for a thread that does not exist
@@ -165,16 +165,15 @@ async def state(request: Request) -> Response:
 async def history(request: Request) -> Response:
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
-    body = await body_of(request)
+    body = parse(HistoryBody, await body_of(request))
     await thread_json(tenant, thread_id)
     states = await tenant.threads.history(thread_id)
-    before = ((body.get("before") or {}).get("configurable") or {}).get("checkpoint_id")
+    before = ((body.before or {}).get("configurable") or {}).get("checkpoint_id")
     if before:
         ids = [s.run_id for s in states]
         states = states[ids.index(before) + 1 :] if before in ids else []
-    limit = int(body.get("limit") or 10)
     out = []
-    for i, past in enumerate(states[:limit]):
+    for i, past in enumerate(states[: body.limit]):
         parent = states[i + 1].run_id if i + 1 < len(states) else ""
         out.append(await state_json(tenant, thread_id, past, parent_run=parent))
     return JSONResponse(out)

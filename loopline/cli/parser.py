@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run one service, or the HTTP gateway (api)")
     p.add_argument("name", choices=(*SERVICES, "api"))
+    p.add_argument("--host", help="api only: the interface to listen on (LOOPLINE_API_HOST)")
+    p.add_argument("--port", type=int, help="api only: the port (LOOPLINE_API_PORT, 2024)")
     p.set_defaults(func=cmd_serve)
 
     _task_commands(sub)

@@ -69,18 +69,26 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    host, port = getattr(args, "host", None), getattr(args, "port", None)
     if args.name == "api":
-        return _serve_api()
+        return _serve_api(host, port)
+    if host is not None or port is not None:
+        raise UsageError(f"--host and --port are the gateway's (serve api), not {args.name}'s")
     return _serve([args.name], allow_embedded=False)
 
 
-def _serve_api() -> int:
-    """The HTTP gateway (``loopline.api``) for the deployment at ``REDIS_URL``."""
-    from loopline.api.server import serve
+def _serve_api(host: str | None, port: int | None) -> int:
+    """The HTTP gateway (``loopline.api``) for the deployment at ``REDIS_URL``, on
+    ``host``/``port`` when given, else ``LOOPLINE_API_HOST``/``LOOPLINE_API_PORT``."""
+    from loopline.api.server import api_settings, serve
     from services.secrets import install_redacting_logs, redact_url
 
     install_redacting_logs("%(asctime)s %(levelname)s %(name)s %(message)s")
     current = settings()
+    try:
+        api = api_settings(host, port)
+    except ValueError as exc:  # pydantic's ValidationError: a bad LOOPLINE_API_PORT
+        raise UsageError(f"serve api: {exc}") from exc
     if not current.redis_url:
         raise UsageError(
             "serve api needs REDIS_URL (the deployment whose runs it serves); "
@@ -88,5 +96,5 @@ def _serve_api() -> int:
         )
     asyncio.run(check_redis(current.redis_url, current.redis_wait_s))
     print(f"gateway for {redact_url(current.redis_url)} (prefix {current.prefix!r})", flush=True)
-    serve(current.redis_url, current)
+    serve(current.redis_url, current, api)
     return 0

@@ -170,8 +170,9 @@ class ServiceProcesses:
 
 class GatewayProcess:
     """``loopline serve api`` as its own process for the deployment of ``redis_url`` and
-    ``prefix``, on a free port of 127.0.0.1; ``env``: more environment (API keys...).
-    ``url`` is its base URL once it answers ``/ok``."""
+    ``prefix``, on a free port of 127.0.0.1; ``env``: more environment (API keys...);
+    ``args``: more of its command line (``--port``...). ``url`` is its base URL once it
+    answers ``/ok``."""
 
     def __init__(
         self,
@@ -180,8 +181,10 @@ class GatewayProcess:
         *,
         env: Mapping[str, str] | None = None,
         port: int | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         self.port = port or free_port()
+        self.args = list(args)
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
             **HARNESS_DEFAULTS,
@@ -202,7 +205,7 @@ class GatewayProcess:
         self._log = lifetime.remove_when_gone(name)
         with self._log.open("wb") as out:
             self._proc = lifetime.spawn(
-                [sys.executable, "-m", "loopline", "serve", "api"],
+                [sys.executable, "-m", "loopline", "serve", "api", *self.args],
                 env=self.env,
                 cwd=SOURCE_ROOT,
                 stdout=out,
@@ -225,6 +228,17 @@ class GatewayProcess:
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    def send_signal(self, sig: int) -> None:
+        """``sig`` to the gateway (SIGTERM: what an orchestrator sends to stop it)."""
+        if self._proc is not None:
+            self._proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        """Its exit status, once it exits (``subprocess.TimeoutExpired`` after
+        ``timeout`` seconds)."""
+        assert self._proc is not None
+        return self._proc.wait(timeout=timeout)
 
     def kill(self) -> None:
         """SIGKILL: the gateway dies with its streams open, as a crashed replica does."""

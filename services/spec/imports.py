@@ -100,13 +100,29 @@ def check_allowed(path: str) -> None:
         )
 
 
+NOT_ON_PATH_HINT = (
+    "the process that runs it must find the module: put the folder that holds it on "
+    "PYTHONPATH where the services run (or install it there), and name it in "
+    f"{ALLOWED_ENV}"
+)
+
+
+def _not_found(module_name: str, exc: ImportError) -> str:
+    """The import error, with how to fix it when the module itself (or its package) was
+    not found, rather than failing inside: the services run in their own environment."""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if not missing or not (module_name + ".").startswith(missing + "."):
+        return str(exc)
+    return f"{exc} ({NOT_ON_PATH_HINT})"
+
+
 def resolve(path: str) -> Any:
     check_allowed(path)  # before importlib: importing a module runs its code
     module_name, _, attr = path.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ModuleNotImportable(path, module_name, attr, str(exc)) from exc
+        raise ModuleNotImportable(path, module_name, attr, _not_found(module_name, exc)) from exc
     for part in attr.split("."):
         try:
             target = getattr(target, part)

@@ -1,0 +1,281 @@
+"""The parameters every route takes, declared in one place, and the one function that
+reads a body or a query string against them.
+
+Each route's parameters are a pydantic model that forbids anything it does not declare:
+a parameter of LangGraph's Agent Server API that loopline does not implement
+(``webhook``, ``interrupt_before``, ``after_seconds``, ``checkpoint``, the ``debug``
+stream mode, ``cancel(action="rollback")``, ...) is answered 422 with its name and why,
+never accepted and ignored. A field is declared here only where the gateway acts on it;
+a few are declared with only the values whose meaning loopline already has (a stream is
+always resumable, a run always goes on when its client leaves).
+
+A JSON ``null`` is the parameter left out (``langgraph_sdk`` drops them itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.datastructures import QueryParams
+
+from contracts.events import MultitaskStrategy
+from loopline.api.wire import BadRequest
+
+StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom"]
+"""The stream modes the gateway streams (``messages-tuple`` is LangGraph's name for the
+``messages`` mode's ``(chunk, metadata)`` pairs; ``messages`` its older shape)."""
+
+UNSUPPORTED = "not supported by this gateway (loopline refuses it rather than ignore it)"
+
+RunStatus = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
+
+
+class Params(BaseModel):
+    """A route's parameters: what is not declared is refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _listed(value: Any) -> Any:
+    """One value or a list of them (a query string repeats a key; a body may give a
+    single string where LangGraph takes a list)."""
+    if value is None:
+        return value
+    if isinstance(value, str):
+        return [value] if value else []
+    return value
+
+
+# -- runs ----------------------------------------------------------------------------
+
+
+class Command(Params):
+    """``command``: loopline answers interrupts (``resume``); ``update`` and ``goto``
+    are not implemented."""
+
+    resume: Any
+
+
+class RunConfigBody(Params):
+    """A run's ``config``: what loopline takes from a ``RunnableConfig``. Other
+    ``configurable`` keys (``checkpoint_id`` to run from an earlier state, values a graph
+    reads from its config) never reach a loopline agent, so they are refused."""
+
+    recursion_limit: int | None = Field(None, ge=1)
+    tags: list[str] = Field(default_factory=list)
+    run_name: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    configurable: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("configurable")
+    @classmethod
+    def _thread_only(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # thread_id: the run's thread is the path's, as LangGraph's server sets it
+        others = sorted(set(value) - {"thread_id"})
+        if others:
+            raise ValueError(f"{', '.join(others)}: {UNSUPPORTED}")
+        return value
+
+
+class RunBody(Params):
+    """``POST /threads/{id}/runs[/stream|/wait]``, ``POST /runs[/stream|/wait]``."""
+
+    assistant_id: str = Field(min_length=1)
+    input: Any = None
+    command: Command | None = None
+    config: RunConfigBody = Field(default_factory=RunConfigBody)
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    stream_mode: list[StreamMode] = Field(default_factory=lambda: list[StreamMode](["values"]))
+    multitask_strategy: MultitaskStrategy = "reject"
+    if_not_exists: Literal["reject", "create"] = "reject"
+    stream_subgraphs: bool = False
+    """Accepted either way: a loopline agent's stream has no subgraph namespaces (what
+    LangGraph streams for a graph without subgraphs)."""
+    stream_resumable: bool = False
+    """Accepted either way: every loopline stream can be resumed (``Last-Event-ID``)."""
+    on_disconnect: Literal["continue"] | None = None
+    """A run goes on when its client leaves; ``cancel`` is not implemented."""
+    on_completion: Literal["delete"] | None = None
+    """A stateless run leaves no thread behind; ``keep`` is not implemented."""
+    durability: Literal["sync", "async"] | None = None
+    """Every step is committed before the next starts, which both promise; ``exit``
+    (checkpoint only at the end) is not implemented."""
+
+    @field_validator("stream_mode", mode="before")
+    @classmethod
+    def _modes(cls, value: Any) -> Any:
+        return _listed(value) or ["values"]
+
+
+class RunsQuery(Params):
+    """``GET /threads/{id}/runs``."""
+
+    limit: int = Field(10, ge=0)
+    offset: int = Field(0, ge=0)
+    status: RunStatus | None = None
+    select: list[str] | None = None
+
+    @field_validator("select", mode="before")
+    @classmethod
+    def _select(cls, value: Any) -> Any:
+        return _listed(value)
+
+
+class CancelQuery(Params):
+    """``POST .../runs/{run_id}/cancel`` and ``POST /runs/cancel``: ``interrupt`` stops
+    the run and keeps what it did. ``rollback`` (stop it and remove it with its changes to
+    the thread) is not implemented for a run that is already going."""
+
+    wait: bool = False
+    action: Literal["interrupt"] = "interrupt"
+
+
+class CancelManyBody(Params):
+    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or the runs of
+    ``thread_id`` with ``status``."""
+
+    thread_id: str | None = None
+    run_ids: list[str] | None = None
+    status: Literal["pending", "running", "all"] | None = None
+
+
+class JoinQuery(Params):
+    """``GET .../runs/{run_id}/join`` and ``.../stream``."""
+
+    stream_mode: list[StreamMode] = Field(default_factory=list)
+    cancel_on_disconnect: bool = False
+
+    @field_validator("stream_mode", mode="before")
+    @classmethod
+    def _modes(cls, value: Any) -> Any:
+        return [v for v in _listed(value) or [] if v]  # httpx sends an absent list as ""
+
+    @field_validator("cancel_on_disconnect")
+    @classmethod
+    def _keeps_running(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("a run goes on when its client leaves (true is not implemented)")
+        return value
+
+
+# -- threads -------------------------------------------------------------------------
+
+
+class ThreadCreate(Params):
+    """``POST /threads`` (``supersteps`` and ``ttl`` are not implemented)."""
+
+    thread_id: str | None = Field(None, min_length=1, max_length=256)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+
+
+class StateQuery(Params):
+    """``GET /threads/{id}/state``: a loopline thread has no subgraphs, so its state is
+    the same with ``subgraphs`` or without."""
+
+    subgraphs: bool = False
+
+
+class HistoryBody(Params):
+    """``POST /threads/{id}/history`` (``metadata``, ``checkpoint`` and ``select`` are not
+    implemented)."""
+
+    limit: int = Field(10, ge=0)
+    before: dict[str, Any] | None = None
+
+
+class NoParams(Params):
+    """A route that takes no parameters."""
+
+
+# -- assistants ----------------------------------------------------------------------
+
+AssistantField = Literal[
+    "assistant_id",
+    "graph_id",
+    "name",
+    "description",
+    "config",
+    "context",
+    "metadata",
+    "version",
+    "created_at",
+    "updated_at",
+]
+
+
+class AssistantCount(Params):
+    """``POST /assistants/count``: the assistants that match."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    graph_id: str | None = None
+    name: str | None = None
+
+
+class AssistantSearch(AssistantCount):
+    """``POST /assistants/search``."""
+
+    limit: int = Field(10, ge=0)
+    offset: int = Field(0, ge=0)
+    sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
+    sort_order: Literal["asc", "desc"] | None = None
+    select: list[AssistantField] | None = None
+
+
+class GraphQuery(Params):
+    """``GET /assistants/{id}/graph``."""
+
+    xray: bool | int = False
+
+
+class SubgraphsQuery(Params):
+    """``GET /assistants/{id}/subgraphs[/{namespace}]``."""
+
+    recurse: bool = False
+
+
+# -- reading ---------------------------------------------------------------------------
+
+P = TypeVar("P", bound=Params)
+
+
+def parse(model: type[P], data: Any) -> P:
+    """``data`` (a JSON body or a query string) as ``model``, or ``BadRequest`` naming
+    each parameter that is wrong or not implemented."""
+    if isinstance(data, QueryParams):
+        data = _query_dict(data)
+    if not isinstance(data, Mapping):
+        raise BadRequest("the request body must be a JSON object")
+    given = {k: v for k, v in data.items() if v is not None}
+    try:
+        return model.model_validate(given)
+    except ValidationError as exc:
+        raise BadRequest(reasons(exc)) from exc
+
+
+def _query_dict(query: QueryParams) -> dict[str, Any]:
+    """A key given once as its value, a repeated one as the list of its values."""
+    found: dict[str, Any] = {}
+    for key in query:
+        values = query.getlist(key)
+        found[key] = values[0] if len(values) == 1 else values
+    return found
+
+
+def reasons(exc: ValidationError) -> str:
+    """Every refused parameter with why, in one line."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "body"
+        if error["type"] == "extra_forbidden":
+            parts.append(f"{where}: {UNSUPPORTED}")
+        elif error["type"] == "literal_error":
+            given = error.get("input")
+            expected = error.get("ctx", {}).get("expected", "")
+            parts.append(f"{where}: {given!r} is not supported (supported: {expected})")
+        else:
+            parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
