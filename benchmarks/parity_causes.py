@@ -4,7 +4,8 @@ Each rule names a cause, where in loopline it lies, and how to recognise it: the
 line of loopline's run (``benchmarks.parity_record``), the test's id, or the diagnostic run
 with threads scoped to their checkpointer (``benchmarks.parity_swap``'s
 ``--parity-scoped-threads``): a test that passes there and fails as is fails because
-loopline's threads outlive their checkpointer. A test counts once, under the first rule that
+loopline's threads outlive their checkpointer; a test that fails in both is sorted by the
+scoped run's error, which the leak does not mask. A test counts once, under the first rule that
 matches it; what no rule matches is listed under its own error line, for the next rule.
 The rules were written from the runs in ``benchmarks/results/parity_*.md``: reading the
 tracebacks (``~/.cache/loopline-parity/results/*.log``) is how a new one is added.
@@ -138,10 +139,24 @@ RULES = (
         error=r"BlockingError",
     ),
     Rule(
-        "A model-stage exception reaches the caller as `TaskFailedError`, not as its own "
+        "A model's or tool's exception reaches the caller as `TaskFailedError`, not as its own "
         "class (LangChain re-raises the original exception)",
         "`loopline/errors.py` (only importable classes are rebuilt)",
-        error=r"TaskFailedError: model call failed at step \d+: (?!ModelResponded)",
+        error=r"TaskFailedError: (model call|tool '\w+') failed at step \d+: (?!ModelResponded)",
+    ),
+    Rule(
+        "HITL per-call review (LangChain 1.5: an interrupt per gated call, answers keyed by "
+        "tool-call id) differs: loopline refuses the decisions ('does not fit this call') "
+        "and does not refuse a call without an id",
+        "`services/tools/calls.py` (decision check, line ~336), "
+        "`services/middleware/builtins.py` `HumanInTheLoopMiddleware`",
+        test=r"test_human_in_the_loop\.py::test_per_call_",
+    ),
+    Rule(
+        "The result holds copies of the input messages (ids rewritten to `<task>:in:N`), "
+        "not the caller's objects",
+        "`loopline/agent.py` `_input_messages` / the loop's transcript",
+        error=r"ToolMessage\(.*\) is ToolMessage\(",
     ),
     Rule(
         "Tool runtime differs: `ToolRuntime.config` lacks the run's config "
@@ -151,11 +166,22 @@ RULES = (
         test=r"test_injected_runtime_create_agent\.py",
     ),
     Rule(
-        "A state key the agent did not declare appears in the result (`todos: []`) or the "
-        "system prompt is sent inside the model request's messages",
+        "A state key the agent did not declare appears in the result (`todos: []`)",
         "`services/loop/` result state / `services/todos/`",
-        test=r"test_framework\.py::(test_create_agent_invoke|test_create_agent_async_jump|"
-        r"test_on_model_call)",
+        error=r"'todos': \[\]",
+    ),
+    Rule(
+        "`request.messages.append(...)` in `wrap_model_call` reaches the state in LangChain "
+        "(the request holds the state's own list); loopline's request holds a copy",
+        "`services/model/` (the `ModelRequest` built from a copy of the transcript)",
+        test=r"test_framework\.py::(test_on_model_call|test_create_agent_async_invoke)$|"
+        r"test_structured_output_retry_preserves_messages",
+    ),
+    Rule(
+        "HITL: a later call reusing an edited call's id does not run (loopline keys the "
+        "edit by tool-call id across turns)",
+        "`services/tools/calls.py`",
+        test=r"test_reused_tool_call_id_does_not_replay",
     ),
     Rule(
         "`ModelRefusalError.raw_message` missing",
@@ -165,6 +191,16 @@ RULES = (
 )
 
 
+def error_of(
+    nodeid: str, failures: Mapping[str, Mapping[str, Any]], scoped: Mapping[str, Mapping[str, Any]]
+) -> str:
+    """The error a test is sorted by: the scoped run's, where that run fails it too."""
+    record = scoped.get(nodeid)
+    if record is None or record.get("outcome") == "passed":
+        record = failures[nodeid]
+    return str(record.get("error") or record.get("outcome", ""))
+
+
 def classify(
     failures: Mapping[str, Mapping[str, Any]], scoped: Mapping[str, Mapping[str, Any]]
 ) -> list[Cause]:
@@ -172,8 +208,8 @@ def classify(
     loopline; ``scoped``: the scoped-threads run's records (empty when not run)."""
     causes: dict[str, Cause] = {}
     for nodeid in sorted(failures):
-        error = failures[nodeid].get("error") or failures[nodeid].get("outcome", "")
         passes_scoped = scoped.get(nodeid, {}).get("outcome") == "passed"
+        error = error_of(nodeid, failures, scoped)
         rule = next((r for r in RULES if _matches(r, nodeid, error, passes_scoped)), None)
         if rule is None:
             key = "Other: " + _normalised(error)

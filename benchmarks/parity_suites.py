@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.parity_causes import Cause, classify
+from benchmarks.parity_causes import Cause, classify, error_of
 from benchmarks.stack import REPO_ROOT
 
 CACHE = Path(os.environ.get("LOOPLINE_PARITY_CACHE", Path.home() / ".cache" / "loopline-parity"))
@@ -170,7 +170,7 @@ def _python() -> str:
 
 def run_side(suite: Suite, root: Path, side: str, args: argparse.Namespace) -> Path:
     """One pytest run over the suite's tests; the per-test outcomes' JSON file."""
-    record = CACHE / "results" / f"{suite.name}-{side}.json"
+    record = CACHE / "results" / f"{_name(suite, args)}-{side}.json"
     record.parent.mkdir(parents=True, exist_ok=True)
     targets = [f"{suite.tests}/{t}" for t in _selected(suite, args)] or [suite.tests]
     command = [
@@ -188,7 +188,7 @@ def run_side(suite: Suite, root: Path, side: str, args: argparse.Namespace) -> P
     env.pop("REDIS_URL", None)
     if side != "reference" and args.redis_url:
         env["REDIS_URL"] = args.redis_url
-    log = CACHE / "results" / f"{suite.name}-{side}.log"
+    log = CACHE / "results" / f"{_name(suite, args)}-{side}.log"
     print(f"[{side}] {' '.join(command[1:])} {' '.join(targets)}  (log: {log})", flush=True)
     started = time.monotonic()
     with log.open("w") as out:
@@ -228,8 +228,16 @@ def compare(reference: dict[str, Any], loopline: dict[str, Any]) -> Figures:
     return Figures(passed, both, failures)
 
 
-def _load(suite: Suite, side: str) -> dict[str, Any]:
-    path = CACHE / "results" / f"{suite.name}-{side}.json"
+def _name(suite: Suite, args: argparse.Namespace) -> str:
+    """The suite's name, with the selection when it is not the whole suite: a subset's runs
+    and summary never overwrite the whole suite's."""
+    if args.subset:
+        return f"{suite.name}_{args.subset}"
+    return f"{suite.name}_selected" if args.tests else suite.name
+
+
+def _load(name: str, side: str) -> dict[str, Any]:
+    path = CACHE / "results" / f"{name}-{side}.json"
     if not path.exists():
         if side == "scoped":
             return {}
@@ -247,8 +255,8 @@ def _file_of(nodeid: str, suite: Suite) -> str:
 
 def report(suite: Suite, root: Path, args: argparse.Namespace) -> list[str]:
     """Writes the per-test JSON and the markdown summary; the headline figures."""
-    reference, loopline = _load(suite, "reference"), _load(suite, "loopline")
-    scoped = _load(suite, "scoped")
+    name = _name(suite, args)
+    reference, loopline, scoped = (_load(name, side) for side in SIDES)
     figures = compare(reference, loopline)
     causes = classify(figures.failures, scoped)
     cause_of = {k: c.title for c in causes for k in c.tests}
@@ -260,10 +268,11 @@ def report(suite: Suite, root: Path, args: argparse.Namespace) -> list[str]:
         for k, v in sorted(reference.items())
     }  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"parity_{suite.name}.json").write_text(json.dumps(per_test, indent=1))
+    (RESULTS / f"parity_{name}.json").write_text(json.dumps(per_test, indent=1))
     headline = _headline(suite, figures, loopline, scoped)
-    markdown = _markdown(suite, root, figures, causes, headline, args)
-    (RESULTS / f"parity_{suite.name}.md").write_text(markdown)
+    errors = {k: error_of(k, figures.failures, scoped) for k in figures.failures}
+    markdown = _markdown(suite, root, figures, causes, errors, headline, args)
+    (RESULTS / f"parity_{name}.md").write_text(markdown)
     return headline
 
 
@@ -295,6 +304,7 @@ def _markdown(
     root: Path,
     figures: Figures,
     causes: list[Cause],
+    errors: dict[str, str],
     headline: list[str],
     args: argparse.Namespace,
 ) -> str:
@@ -341,8 +351,9 @@ def _markdown(
         "## Failures by root cause",
         "",
         "Each test that passes on LangChain and fails on loopline, sorted by loopline's "
-        "error (rules in `benchmarks/parity_causes.py`; a test counts once, under its first "
-        "matching rule).",
+        "error (the diagnostic run's where it fails there too: the thread leak masks other "
+        "causes); rules in `benchmarks/parity_causes.py`; a test counts once, under its "
+        "first matching rule. The error shown below is the one it was sorted by.",
         "",
         "| root cause | tests | examples | where in loopline |",
         "|---|---:|---|---|",
@@ -354,8 +365,7 @@ def _markdown(
     for cause in causes:
         lines += [f"### {cause.title} ({len(cause.tests)})", ""]
         for nodeid in cause.tests:
-            record = figures.failures[nodeid]
-            error = (record["error"] or record["outcome"]).splitlines()[0][:160]
+            error = errors[nodeid].splitlines()[0][:160] if errors[nodeid] else "(no error)"
             lines.append(f"- `{nodeid.removeprefix(suite.tests + '/')}`: {error}")
         lines.append("")
     return "\n".join(lines)
@@ -389,7 +399,7 @@ def main() -> None:
             if args.side in ("all", side):
                 run_side(suite, root, side, args)
     print("\n".join(report(suite, root, args)))
-    print(f"written: {RESULTS / f'parity_{suite.name}.md'}")
+    print(f"written: {RESULTS / f'parity_{_name(suite, args)}.md'}")
 
 
 if __name__ == "__main__":
