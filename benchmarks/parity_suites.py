@@ -13,8 +13,9 @@ acceptance] [--redis-url URL]``:
 3. runs pytest on the suite's tests twice: as they are (LangChain's side), and with
    ``benchmarks.parity_swap`` (``create_agent`` and, for LangChain, its two natively run
    middleware classes rebound to loopline's; see that module for the blockbuster guard);
-   loopline on its embedded server, or on ``--redis-url``. Each run records every test's
-   outcome (``benchmarks.parity_record``);
+   loopline's services in-process on its embedded server, or on ``--redis-url`` (under a
+   key prefix of the run's own, deleted afterwards). Each run records every test's outcome
+   (``benchmarks.parity_record``);
 4. prints the tests passing on LangChain and, of those, the ones passing on loopline, and
    writes ``benchmarks/results/parity_<suite>.json`` (per test) and ``parity_<suite>.md``
    (the figures, per file, and the failures sorted into root causes by
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import uuid
 import venv
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,15 +188,46 @@ def run_side(suite: Suite, root: Path, side: str, args: argparse.Namespace) -> P
     env = {**os.environ, **suite.env}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env.pop("REDIS_URL", None)
+    prefix = f"parity-{uuid.uuid4().hex[:8]}"
     if side != "reference" and args.redis_url:
-        env["REDIS_URL"] = args.redis_url
+        command += ["--parity-redis-url", args.redis_url]
+        env["LOOPLINE_PREFIX"] = prefix
     log = CACHE / "results" / f"{_name(suite, args)}-{side}.log"
     print(f"[{side}] {' '.join(command[1:])} {' '.join(targets)}  (log: {log})", flush=True)
     started = time.monotonic()
     with log.open("w") as out:
         subprocess.run([*command, *targets], cwd=root, env=env, stdout=out, stderr=out)
+    if side != "reference" and args.redis_url:
+        _delete_prefix(args.redis_url, prefix)
     print(f"[{side}] {time.monotonic() - started:.0f} s", flush=True)
+    if side != "reference":
+        with log.open() as written:  # the swap's settings, as the plugin printed them
+            print(*(line.rstrip() for line in written if line.startswith("parity swap:")),
+                  sep="\n")  # fmt: skip
     return record
+
+
+def _delete_prefix(url: str, prefix: str) -> None:
+    """The run's keys, gone from a shared server."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        for batch in _batches(client.scan_iter(match=f"{prefix}*", count=1000), 500):
+            client.unlink(*batch)
+    finally:
+        client.close()
+
+
+def _batches(items: Any, size: int) -> Any:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _selected(suite: Suite, args: argparse.Namespace) -> list[str]:
@@ -312,6 +345,7 @@ def _markdown(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
     ).stdout.strip()
     server = f"`{args.redis_url}`" if args.redis_url else "its embedded server"
+    server = f"in-process services on {server}"
     swap = "`create_agent` → `loopline.create_agent`" + (
         "; `TodoListMiddleware`, `ContextEditingMiddleware`, `ClearToolUsesEdit` → "
         "`loopline.middleware`'s"

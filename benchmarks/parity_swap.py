@@ -24,6 +24,11 @@ Each test that builds a loopline agent says so in its report (``user_properties`
 ``("loopline_agent", True)``), so a summary can count the tests that exercise an agent apart
 from those that only unit-test a class.
 
+``--parity-redis-url URL`` runs loopline's services in-process, as on the embedded default,
+against that Redis instead of the embedded server (the tests' models and tools are objects
+of the test process: deployed services could not run them). Give the run its own
+``LOOPLINE_PREFIX`` on a shared server.
+
 ``--parity-scoped-threads`` is a diagnostic, not parity: LangGraph keeps a thread in the
 checkpointer instance given to ``create_agent`` (no checkpointer, no thread memory), while
 loopline keeps every thread by its id in Redis, so tests that reuse a thread id with a fresh
@@ -66,10 +71,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="LangChain's blockbuster guard on loopline's side (default: threads)",
     )
     group.addoption(
+        "--parity-redis-url",
+        default=None,
+        help="loopline's in-process services on this Redis (default: the embedded server)",
+    )
+    group.addoption(
         "--parity-scoped-threads",
         action="store_true",
         help="diagnostic: a thread id is scoped to its checkpointer instance, as in LangGraph",
     )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The swap's settings in the output, also under ``-q`` (which drops the header)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        for line in pytest_report_header(session.config):
+            reporter.write_line(line)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -79,6 +97,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"parity swap: create_agent -> loopline.create_agent ({suite})",
         f"parity swap: blockbuster {_BLOCKBUSTER_MODES[mode]}",
     ]
+    url = config.getoption("--parity-redis-url")
+    lines.append(f"parity swap: loopline in-process on {url or 'the embedded server'}")
     if config.getoption("--parity-scoped-threads"):
         lines.append("parity swap: DIAGNOSTIC thread ids scoped to their checkpointer instance")
     return lines
@@ -150,6 +170,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _swap.rebind(package, "create_agent", swapped)
     if session.config.getoption("--parity-scoped-threads"):
         _scope_threads()
+    if url := session.config.getoption("--parity-redis-url"):
+        _in_process_on(url)
     natives = _native_classes() if suite == "langchain" else {}
     for module in _test_modules(Path(str(session.config.rootpath))):
         if getattr(module, "create_agent", None) is reference:
@@ -161,6 +183,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     _swap.restore()
+
+
+def _in_process_on(url: str) -> None:
+    """``create_agent`` resolves to ``url`` with the embedded default's in-process services."""
+    import loopline.agent
+    from loopline.embedded import trust_this_process
+
+    def resolve_url(redis_url: str | None = None) -> tuple[str, bool]:
+        trust_this_process()
+        return url, True
+
+    _swap.rebind(loopline.agent, "resolve_url", resolve_url)
 
 
 def _scope_threads() -> None:
