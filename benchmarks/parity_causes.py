@@ -74,14 +74,16 @@ RULES = (
     ),
     Rule(
         "`wrap_model_call` `Command` that adds messages beside the reply is refused",
-        "`services/model/` (the model stage's handling of `ExtendedModelResponse.command`)",
+        "`services/model/wrapped.py` (the model stage's handling of "
+        "`ExtendedModelResponse.command`)",
         error=r"not messages added beside the model's reply",
     ),
     Rule(
         "A `wrap_model_call` `Command`'s state update is not checked against the reply "
         "(LangGraph raises `InvalidUpdateError` on a conflicting `structured_response`) or "
         "drops the structured response",
-        "`services/model/` command update, `services/loop/` applying `ModelResponded.update`",
+        "`services/model/wrapped.py` (the command's update), `services/loop/handlers.py` "
+        "(applying `ModelResponded.update`)",
         test=r"test_wrap_model_call_state_update\.py",
     ),
     Rule(
@@ -92,7 +94,7 @@ RULES = (
     ),
     Rule(
         "`response_format` given as a union of models is refused",
-        "`loopline/agent.py` `_response_format_spec` / `services/spec/structured.py`",
+        "`loopline/agent.py` `_schema_ref` ('unions do not travel')",
         error=r"response_format schema .*\|",
     ),
     Rule(
@@ -105,8 +107,8 @@ RULES = (
     Rule(
         "Callbacks get no run per middleware hook (`<Middleware>.before_model` traced as its "
         "own run in LangChain)",
-        "`services/hooks.py` / `loopline/stream_events.py` (hooks are not reported to the "
-        "config's callbacks)",
+        "`services/hooks.py` (hooks run in the services, not as runs under the caller's "
+        "callbacks)",
         error=r"KeyError: '[\w.]+\.(before|after)_(model|agent)'",
     ),
     Rule(
@@ -159,21 +161,23 @@ RULES = (
         error=r"ToolMessage\(.*\) is ToolMessage\(",
     ),
     Rule(
-        "Tool runtime differs: `ToolRuntime.config` lacks the run's config "
-        "(`recursion_limit`) / `ToolRuntime.store` is the deployment's store when none is "
-        "given",
+        "Tool runtime differs: `ToolRuntime.config` has no `recursion_limit` (LangChain's "
+        "agent defaults it to 9999) / `ToolRuntime.store` is the deployment's store when "
+        "none is given (LangChain: `None`)",
         "`services/tools/logic.py` (`ToolRuntime(...)`)",
         test=r"test_injected_runtime_create_agent\.py",
     ),
     Rule(
-        "A state key the agent did not declare appears in the result (`todos: []`)",
-        "`services/loop/` result state / `services/todos/`",
+        "The result holds keys LangChain's does not (`task_id`, `todos: []` without "
+        "`TodoListMiddleware`)",
+        "`loopline/agent.py` `Agent.aresult` (~line 420: `todos` and `task_id` always set)",
         error=r"'todos': \[\]",
     ),
     Rule(
         "`request.messages.append(...)` in `wrap_model_call` reaches the state in LangChain "
         "(the request holds the state's own list); loopline's request holds a copy",
-        "`services/model/` (the `ModelRequest` built from a copy of the transcript)",
+        "`services/model/lcview.py` / `services/model/wrapped.py` (the `ModelRequest` "
+        "built from a copy of the transcript)",
         test=r"test_framework\.py::(test_on_model_call|test_create_agent_async_invoke)$|"
         r"test_structured_output_retry_preserves_messages",
     ),
@@ -184,8 +188,9 @@ RULES = (
         test=r"test_reused_tool_call_id_does_not_replay",
     ),
     Rule(
-        "`ModelRefusalError.raw_message` missing",
-        "`services/model/` (the refusal error rebuilt without the raw message)",
+        "`ModelRefusalError` reaches the caller without its `raw_message` (the exception is "
+        "rebuilt from its class and text after crossing the bus)",
+        "`loopline/errors.py` (rebuilding a task's exception)",
         error=r"ModelRefusalError",
     ),
 )

@@ -95,6 +95,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     suite = config.getoption("--parity-suite")
     lines = [
         f"parity swap: create_agent -> loopline.create_agent ({suite})",
+        *(
+            [f"parity swap: {', '.join(_NATIVE_CLASSES)} -> loopline.middleware's"]
+            if suite == "langchain"
+            else []
+        ),
         f"parity swap: blockbuster {_BLOCKBUSTER_MODES[mode]}",
     ]
     url = config.getoption("--parity-redis-url")
@@ -172,13 +177,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _scope_threads()
     if url := session.config.getoption("--parity-redis-url"):
         _in_process_on(url)
-    natives = _native_classes() if suite == "langchain" else {}
+    # By identity, whatever name a module bound them to.
+    replacements = {id(reference): swapped}
+    if suite == "langchain":
+        replacements.update(_native_classes())
     for module in _test_modules(Path(str(session.config.rootpath))):
-        if getattr(module, "create_agent", None) is reference:
-            _swap.rebind(module, "create_agent", swapped)
-        for name, native in natives.items():
-            if isinstance(getattr(module, name, None), type):
-                _swap.rebind(module, name, native)
+        for name, value in list(vars(module).items()):
+            if id(value) in replacements:
+                _swap.rebind(module, name, replacements[id(value)])
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -217,10 +223,16 @@ def _scope_threads() -> None:
     _swap.rebind(Agent, "_run_config", scoped)
 
 
-def _native_classes() -> dict[str, type]:
+def _native_classes() -> dict[int, type]:
+    """id(LangChain's class) -> loopline's class of the same name."""
+    import langchain.agents.middleware as reference
+
     import loopline.middleware
 
-    return {name: getattr(loopline.middleware, name) for name in _NATIVE_CLASSES}
+    return {
+        id(getattr(reference, name)): getattr(loopline.middleware, name)
+        for name in _NATIVE_CLASSES
+    }
 
 
 def _test_modules(root: Path) -> Iterator[ModuleType]:
