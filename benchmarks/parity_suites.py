@@ -133,9 +133,11 @@ def fetch(suite: Suite) -> Path:
         with tarfile.open(sdist) as archive:
             archive.extractall(root.parent, filter="data")
     if not (root / suite.tests).is_dir():
+        shipped = sorted({p.relative_to(root).parts[0] for p in root.iterdir()})
         raise Refused(
-            f"{sdist.name} (PyPI's sdist) ships no {suite.tests}/: {suite.name}'s tests are "
-            "not on PyPI, and this harness takes reference tests from PyPI only"
+            f"{sdist.name} (PyPI's sdist) ships no {suite.tests}/ (it holds "
+            f"{', '.join(shipped)}): {suite.name}'s tests are not on PyPI, and this harness "
+            "takes reference tests from PyPI only"
         )
     return root
 
@@ -274,7 +276,7 @@ def _load(name: str, side: str) -> dict[str, Any]:
     if not path.exists():
         if side == "scoped":
             return {}
-        raise SystemExit(f"no {side} run yet ({path}): run without --report-only")
+        raise SystemExit(f"no {side} run yet ({path}): run it with --side {side} or all")
     return dict(json.loads(path.read_text()))
 
 
@@ -405,6 +407,16 @@ def _markdown(
     return "\n".join(lines)
 
 
+def _write_refusal(suite: Suite, reason: str) -> None:
+    """The summary of a suite that cannot be run: why, and when that was found."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"parity_{suite.name}.md").write_text(
+        f"# {suite.name}'s own agent tests on loopline\n\n"
+        f"`python -m benchmarks.parity_suites --suite {suite.name}`, "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC: **refused**: {reason}.\n"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=sorted(SUITES), required=True)
@@ -425,6 +437,7 @@ def main() -> None:
         root = fetch(suite)
     except Refused as refused:
         print(f"refused: {refused}", file=sys.stderr)
+        _write_refusal(suite, str(refused))
         raise SystemExit(2) from None
     if args.install:
         install(suite)

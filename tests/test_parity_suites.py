@@ -8,8 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
+import pytest
+
+from benchmarks import parity_suites
 from benchmarks.parity_causes import RULES, classify, error_of
 from benchmarks.parity_suites import compare
 from benchmarks.stack import REPO_ROOT
@@ -58,7 +62,7 @@ def test_causes_use_the_scoped_run_to_tell_thread_leaks_apart() -> None:
     assert sum(len(tests) for tests in causes.values()) == len(failures)
 
 
-SWAPPED_MODULE = '''
+SWAPPED_MODULE = """
 from langchain.agents import create_agent
 from langchain.agents.factory import create_agent as factory_create_agent
 from langchain.agents.middleware import ContextEditingMiddleware, TodoListMiddleware
@@ -78,7 +82,7 @@ def test_a_function_level_import_is_loopline_s():
     from langchain.agents import create_agent as late
 
     assert late.__wrapped__ is loopline.create_agent
-'''
+"""
 
 
 def test_swap_rebinds_what_the_test_modules_imported(tmp_path: Path) -> None:
@@ -99,3 +103,21 @@ def test_swap_rebinds_what_the_test_modules_imported(tmp_path: Path) -> None:
         "test_names_bound_at_import_are_loopline_s": "passed",
         "test_a_function_level_import_is_loopline_s": "passed",
     }
+
+
+def test_a_suite_whose_sdist_has_no_tests_is_refused_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An sdist (here a small one in a cache of the test's own) without the test folder."""
+    package = tmp_path / "build" / "demo-0.1.0"
+    (package / "demo").mkdir(parents=True)
+    (package / "demo" / "__init__.py").write_text("")
+    (tmp_path / "sdists").mkdir()
+    with tarfile.open(tmp_path / "sdists" / "demo-0.1.0.tar.gz", "w:gz") as archive:
+        archive.add(package, arcname="demo-0.1.0")
+    monkeypatch.setattr(parity_suites, "CACHE", tmp_path)
+    suite = parity_suites.Suite(name="demo", dist="demo", tests="tests/unit_tests", requirements=())
+    with pytest.raises(
+        parity_suites.Refused, match=r"ships no tests/unit_tests/ \(it holds demo\)"
+    ):
+        parity_suites.fetch(suite)
