@@ -266,9 +266,12 @@ def compare(reference: dict[str, Any], loopline: dict[str, Any]) -> Figures:
 def _name(suite: Suite, args: argparse.Namespace) -> str:
     """The suite's name, with the selection when it is not the whole suite: a subset's runs
     and summary never overwrite the whole suite's."""
+    name = suite.name
     if args.subset:
-        return f"{suite.name}_{args.subset}"
-    return f"{suite.name}_selected" if args.tests else suite.name
+        name = f"{name}_{args.subset}"
+    elif args.tests:
+        name = f"{name}_selected"
+    return name if args.blockbuster == "threads" else f"{name}_blockbuster-{args.blockbuster}"
 
 
 def _load(name: str, side: str) -> dict[str, Any]:
@@ -305,6 +308,14 @@ def report(suite: Suite, root: Path, args: argparse.Namespace) -> list[str]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"parity_{name}.json").write_text(json.dumps(per_test, indent=1))
     headline = _headline(suite, figures, loopline, scoped)
+    if args.blockbuster == "threads":  # the figure with the guard as the suite sets it
+        kept = CACHE / "results" / f"{name}_blockbuster-keep-loopline.json"
+        if kept.exists():
+            pair = compare(reference, json.loads(kept.read_text())).of(lambda k: True)
+            headline.append(
+                _sentence(pair, "tests")
+                + " with blockbuster as the suite's conftest sets it (`--blockbuster keep`)"
+            )
     errors = {k: error_of(k, figures.failures, scoped) for k in figures.failures}
     markdown = _markdown(suite, root, figures, causes, errors, headline, args)
     (RESULTS / f"parity_{name}.md").write_text(markdown)
@@ -347,7 +358,7 @@ def _markdown(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
     ).stdout.strip()
     server = f"`{args.redis_url}`" if args.redis_url else "its embedded server"
-    server = f"in-process services on {server}"
+    server = f"loopline's services in-process on {server}"
     swap = "`create_agent` → `loopline.create_agent`" + (
         "; `TodoListMiddleware`, `ContextEditingMiddleware`, `ClearToolUsesEdit` → "
         "`loopline.middleware`'s"
@@ -361,7 +372,7 @@ def _markdown(
         f"{' --subset ' + args.subset if args.subset else ''}, "
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, tree `{commit}`. Tests "
         f"from PyPI's sdist `{root.name}` (`{suite.tests}/`, in the cache, not in this "
-        f"repository), pytest `--timeout {args.timeout}`; loopline on {server}. The swap "
+        f"repository), pytest `--timeout {args.timeout}`; {server}. The swap "
         f"(`benchmarks/parity_swap.py`): {swap}. LangChain's `blockbuster` guard on "
         f"loopline's side: `{args.blockbuster}` (on in the test's event loop; off in "
         "loopline's background threads and in the private loop of its sync `invoke`, "
@@ -371,7 +382,9 @@ def _markdown(
         "",
         "The diagnostic run rebinds each agent's thread ids to its checkpointer instance "
         "(as LangGraph keeps them); a test that passes there and fails as is counts under "
-        "the thread cause below.",
+        "the thread cause below. With the blockbuster guard untouched, the tests it fails "
+        "fail with `BlockingError` raised inside loopline's own sync entry points (see "
+        "`--blockbuster keep`'s log for each call).",
         "",
         "## Per file",
         "",
