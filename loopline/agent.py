@@ -690,9 +690,17 @@ class Agent(Runnable[Any, dict[str, Any]]):
             stream_replies="messages" in modes or "custom" in modes,
         )
         view = self.state_view(input)
-        thread_id = self._run_config(config).thread_id
+        run = self._run_config(config)
         async with self.client() as client:
-            stream = stream_task(client, task_id, modes, inputs, view=view, thread_id=thread_id)
+            stream = stream_task(
+                client,
+                task_id,
+                modes,
+                inputs,
+                view=view,
+                thread_id=run.thread_id,
+                metadata=self.item_metadata(run),
+            )
             async for item in stream:
                 yield item
 
@@ -721,10 +729,20 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 keys=keys,
                 view=self.state_view({}),
                 thread_id=thread_id,
+                metadata=self.item_metadata(self._run_config(config)),
             )
             await client.answer(task_id, answers)
             async for item in stream_resumed(client, task_id, resumption):
                 yield item
+
+    def item_metadata(self, run: RunConfig) -> dict[str, Any]:
+        """What LangGraph puts in every stream item's metadata from the run's config:
+        the metadata LangChain's ``create_agent`` binds to its graph (``lc_agent_name``
+        when the agent has a name), then the call's own."""
+        bound: dict[str, Any] = {"ls_integration": "langchain_create_agent"}
+        if self.spec.message_name:
+            bound["lc_agent_name"] = self.spec.message_name
+        return {**bound, **run.metadata}
 
     def state_view(self, input: dict[str, Any]) -> StateView:
         """What ``values`` (and a node's ``updates``) show besides the messages for a

@@ -117,11 +117,17 @@ def _thread(thread_id: str | None) -> dict[str, Any]:
 
 
 def model_metadata(
-    task_id: str, superstep: int, model: dict[str, Any], thread_id: str | None = None
+    task_id: str,
+    superstep: int,
+    model: dict[str, Any],
+    thread_id: str | None = None,
+    run: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A model chunk's metadata: the model node's at LangGraph superstep ``superstep``."""
+    """A model chunk's metadata: the model node's at LangGraph superstep ``superstep``.
+    ``run``: the run's config metadata, which LangGraph puts first in every node's."""
     ns = _ns(task_id, "model", superstep)
     return {
+        **(run or {}),
         "ls_integration": "langchain_chat_model",
         **_thread(thread_id),
         "langgraph_step": superstep,
@@ -135,10 +141,15 @@ def model_metadata(
 
 
 def tool_metadata(
-    task_id: str, superstep: int, index: int, thread_id: str | None = None
+    task_id: str,
+    superstep: int,
+    index: int,
+    thread_id: str | None = None,
+    run: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A tool message's metadata: the ``index``-th call sent to the tools at ``superstep``."""
     return {
+        **(run or {}),
         "ls_integration": "langchain_create_agent",
         **_thread(thread_id),
         "langgraph_step": superstep,
@@ -150,10 +161,15 @@ def tool_metadata(
 
 
 def node_metadata(
-    task_id: str, node: str, superstep: int, thread_id: str | None = None
+    task_id: str,
+    node: str,
+    superstep: int,
+    thread_id: str | None = None,
+    run: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A message a hook node returned: that node's metadata."""
     return {
+        **(run or {}),
         "ls_integration": "langchain_create_agent",
         **_thread(thread_id),
         "langgraph_step": superstep,
@@ -303,10 +319,14 @@ class ModeTranslator:
         view: StateView | None = None,
         *,
         thread_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> None:
         self.task_id = task_id
         self.modes = set(modes)
         self.thread_id = thread_id
+        self.metadata = dict(metadata or {})
+        """The run's config metadata (the agent's ``lc_agent_name`` with it), in every
+        item's metadata as LangGraph puts it."""
         self.state: list[BaseMessage] = list(inputs)
         self.view = view or StateView()
         self.keys: dict[str, Any] = dict(self.view.initial)
@@ -442,7 +462,9 @@ class ModeTranslator:
 
     def _model_meta(self, step: int) -> dict[str, Any]:
         model = self.model_meta.get(step, {})
-        return model_metadata(self.task_id, self._model_step(step), model, self.thread_id)
+        return model_metadata(
+            self.task_id, self._model_step(step), model, self.thread_id, self.metadata
+        )
 
     def _model_step(self, step: int) -> int:
         """The superstep of the model call of ``step`` (the next one, the first time)."""
@@ -504,7 +526,9 @@ class ModeTranslator:
             # the model was called, streaming, and none of it is the reply: the
             # wrap_model_call chain made it (a retry's failure message), and LangGraph
             # yields it from the model node's output
-            meta = node_metadata(self.task_id, "model", self._model_step(step), self.thread_id)
+            meta = node_metadata(
+                self.task_id, "model", self._model_step(step), self.thread_id, self.metadata
+            )
             out.append(("messages", (message, meta)))
         elif "messages" in self.modes and step not in self.streamed:
             # not streamed (the chunk stream expired, or no client asked in time): the
@@ -513,7 +537,7 @@ class ModeTranslator:
             out.append(("messages", (whole, self._model_meta(step))))
         superstep = self._model_step(step)
         if "messages" in self.modes and added:  # from the model node's output
-            meta = node_metadata(self.task_id, "model", superstep, self.thread_id)
+            meta = node_metadata(self.task_id, "model", superstep, self.thread_id, self.metadata)
             out.extend(("messages", (m, meta)) for m in added)
         if "updates" in self.modes and event.writes:
             out.append(("updates", {"model": self._model_writes(event, [message, *answers])}))
@@ -556,7 +580,7 @@ class ModeTranslator:
         self.state.extend(answers)
         out: list[Item] = []
         if "messages" in self.modes:
-            meta = node_metadata(self.task_id, node, self.superstep, self.thread_id)
+            meta = node_metadata(self.task_id, node, self.superstep, self.thread_id, self.metadata)
             out.extend(("messages", (message, meta)) for message in answers)
         if "updates" in self.modes:
             out.append(("updates", {node: {"messages": answers}}))
@@ -586,7 +610,9 @@ class ModeTranslator:
         known = {m.id for m in with_stand_in_ids(self.state)}
         out: list[Item] = []
         if "messages" in self.modes:
-            meta = node_metadata(self.task_id, ran.node, self.superstep, self.thread_id)
+            meta = node_metadata(
+                self.task_id, ran.node, self.superstep, self.thread_id, self.metadata
+            )
             for message in messages:
                 if message.type != "remove" and not (message.id and message.id in known):
                     out.append(("messages", (_shown(message), meta)))
@@ -659,7 +685,9 @@ class ModeTranslator:
         out: list[Item] = []
         if "messages" in self.modes:
             index = tools.index(call_id)
-            meta = tool_metadata(self.task_id, tools.superstep, index, self.thread_id)
+            meta = tool_metadata(
+                self.task_id, tools.superstep, index, self.thread_id, self.metadata
+            )
             out.append(("messages", (message, meta)))
         if "updates" in self.modes:
             shown = {k: v for k, v in (event.update or {}).items() if self.view.shown(k)}
@@ -809,11 +837,14 @@ async def stream_task(
     view: StateView | None = None,
     block_ms: int = 1000,
     thread_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Item]:
     """``(mode, data)`` items of a submitted task until it ends or waits for a human;
     ``view``: what ``values`` show besides the messages. A run of a thread starts from
     the thread's state, as LangGraph's from its checkpoint (read once the run started)."""
-    translator = ModeTranslator(task_id, modes, inputs, view, thread_id=thread_id)
+    translator = ModeTranslator(
+        task_id, modes, inputs, view, thread_id=thread_id, metadata=metadata
+    )
     begin: Callable[[], Awaitable[list[Item]]] | None = None
     if thread_id is None:
         for item in translator.begin():
@@ -884,13 +915,14 @@ async def prepare_resume(
     keys: dict[str, Any] | None = None,
     view: StateView | None = None,
     thread_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> Resumption:
     """Before the interrupts ``answered`` (ids) are answered: the log so far, read, and
     the state the thread has (``messages``, LangGraph's checkpoint, and its state
     ``keys``)."""
     log_after = await client.last_entry(task_id)
     chunks_after = await client.last_chunk(task_id)
-    translator = ModeTranslator(task_id, modes, [], view, thread_id=thread_id)
+    translator = ModeTranslator(task_id, modes, [], view, thread_id=thread_id, metadata=metadata)
     await prime(client, translator, task_id, log_after)
     translator.resume_from(messages, answered, keys or {})
     return Resumption(translator, chunks_after, log_after)

@@ -245,3 +245,21 @@ def test_durability_is_taken_with_langgraphs_warning(
     assert shape(result["messages"]) == shape(lc_result["messages"])
     with pytest.raises(ValueError, match="durability must be one of"):
         ours.invoke(given, durability="sometimes")
+
+
+def test_stream_items_carry_the_runs_metadata_as_langgraphs(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """LangGraph puts the run's config metadata, and create_agent's ``lc_agent_name``,
+    in every item's metadata."""
+    lc, ours = both(servers, system_prompt="Metadata.", name="meta_agent")
+    given = {"messages": [{"role": "user", "content": "metadata"}]}
+    config: Any = {"metadata": {"team": "blue"}}
+    lc_items = list(lc.stream(given, config, stream_mode="messages"))
+    items = list(ours.stream(given, config, stream_mode="messages"))
+    assert len(items) == len(lc_items) > 0
+    keys = ("lc_agent_name", "team", "ls_integration", "langgraph_node")
+    assert [{k: m.get(k) for k in keys} for _, m in items] == [
+        {k: m.get(k) for k in keys} for _, m in lc_items
+    ]
+    assert {m["lc_agent_name"] for _, m in items} == {"meta_agent"}
