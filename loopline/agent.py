@@ -52,6 +52,7 @@ from loopline.conversation import (
 from loopline.errors import TaskFailedError, failure_of, refusal_of
 from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
+from loopline.threads import space_of
 from services.errors import ConfigurationError
 from services.hooks import hooks_for
 from services.settings import Settings
@@ -249,9 +250,11 @@ class Agent:
         run only deployed agents, so the first task registers it)."""
         self.given_store: Any = None
         self.checkpointer = checkpointer
-        """Accepted for LangChain's signature; threads live in loopline's store either
-        way. With one, a call without ``configurable.thread_id`` is refused, as LangGraph
-        refuses it."""
+        """Decides where the agent's threads live (``loopline.threads.space_of``): an
+        in-process saver (``InMemorySaver``) keeps its own threads, apart from every other
+        saver's; none, or a persistent saver, the deployment's. With one, a call without
+        ``configurable.thread_id`` is refused, as LangGraph refuses it."""
+        self.thread_space = space_of(checkpointer)
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Client] = (
             weakref.WeakKeyDictionary()
         )
@@ -291,7 +294,12 @@ class Agent:
         loop = asyncio.get_running_loop()
         found = self._clients.get(loop)
         if found is None:
-            found = Client(self.url, self.settings.prefix, self.settings.max_event_bytes)
+            found = Client(
+                self.url,
+                self.settings.prefix,
+                self.settings.max_event_bytes,
+                space=self.thread_space,
+            )
             self._clients[loop] = found
         return contextlib.nullcontext(found)
 
@@ -811,9 +819,11 @@ def create_agent(
     LangChain's ToolStrategy, ProviderStrategy or a bare schema, giving
     ``structured_response``; ``name``: set on the agent's AI messages, as LangChain
     does; ``checkpointer``: any
-    LangGraph checkpointer (``InMemorySaver``...), accepted for compatibility: threads are
-    kept by loopline's services in Redis either way, and with one a call must name its
-    thread (``config["configurable"]["thread_id"]``), as LangGraph requires; ``store``:
+    LangGraph checkpointer; it decides where the agent's threads live, as in LangGraph:
+    an ``InMemorySaver`` instance keeps threads of its own (two savers, two threads of
+    one id; one saver shared by two agents, one thread), none or a persistent saver the
+    deployment's (kept by loopline's services in Redis either way); with one a call must
+    name its thread (``config["configurable"]["thread_id"]``), as LangGraph requires; ``store``:
     accepted likewise: hooks (``runtime.store``) and tools (``ToolRuntime.store``) get
     the deployment's Redis-backed store (``services.store.RedisStore``, ``agent.store``)
     in every service, whichever store is given; ``state_schema``: an ``AgentState``
