@@ -200,7 +200,8 @@ class ThreadRuns:
         parts = await self.store.ending_of(task_id)
         if parts is None:
             return
-        outcome = await self.store.end(thread_id, parts.args(task_id, self.rt.settings.retention_s))
+        ttl = self.rt.settings.thread_ttl_s or 0  # threads last until deleted unless set
+        outcome = await self.store.end(thread_id, parts.args(task_id, ttl))
         following = outcome.next
         if outcome.outcome == "stale":
             following = await self._unstarted_active(thread_id)

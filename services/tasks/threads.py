@@ -52,7 +52,8 @@ class EndRun(Args):
     todos: str
     extra: str
     ended_event: bytes
-    retention: int
+    ttl: int
+    """Seconds the thread is kept once no run is going (0: until it is deleted)."""
     now: float
     write_back: bool
     """False for a run that never started from the thread: it has no state to give."""
@@ -182,7 +183,7 @@ class EndRunParts:
     started: bool
     """Whether the task started as a run of the thread (its state is the thread's)."""
 
-    def args(self, task_id: str, retention: int) -> EndRun:
+    def args(self, task_id: str, ttl: int) -> EndRun:
         return EndRun(
             task_id=task_id,
             status=self.status,
@@ -190,7 +191,7 @@ class EndRunParts:
             todos=self.todos,
             extra=self.extra,
             ended_event=self.ended_event,
-            retention=retention,
+            ttl=ttl,
             now=time.time(),
             write_back=self.started,
         )
