@@ -23,6 +23,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from contracts.events import ModelResponded, parse_event
 from contracts.streams import DATA_FIELD, Names
 from services.tasks.state import pairs, text
 from services.tasks.transition import Args, Register, checked_body
@@ -154,18 +155,18 @@ class ThreadStore:
         """What a task that ended leaves for its thread (None: it has not ended)."""
         names = self.names
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(names.task_state(task_id), "status", "extra", "thread")
+        pipe.hmget(names.task_state(task_id), "status", "extra", "thread", "pending")
         pipe.lrange(names.task_messages(task_id), 0, -1)
         pipe.get(names.task_todos(task_id))
         pipe.xrevrange(names.task_log(task_id), count=1)
-        (status, extra, thread), messages, todos, last = await pipe.execute()
+        (status, extra, thread, pending), messages, todos, last = await pipe.execute()
         status = text(status or "")
         if status in ("", "running"):
             return None
         ended = last[0][1].get(DATA_FIELD.encode(), b"") if last else b""
         return EndRunParts(
             status=status,
-            messages=[text(m) for m in messages],
+            messages=[text(m) for m in messages] + _waiting_reply(pending),
             todos=text(todos or ""),
             extra=text(extra or ""),
             ended_event=ended,
@@ -195,6 +196,19 @@ class EndRunParts:
             now=time.time(),
             write_back=self.started,
         )
+
+
+def _waiting_reply(pending: Any) -> list[str]:
+    """The model's reply a run that ended at a human's interrupt was asked about: it
+    waits beside the transcript (``lua/interrupt.lua``, cleared once answered), while
+    LangGraph's checkpoint holds it already (the model node ran), so the thread keeps
+    it, the unanswered tool calls with it."""
+    if not pending:
+        return []
+    reply = parse_event(pending)
+    if not isinstance(reply, ModelResponded):  # a hook before the model asked
+        return []
+    return [reply.message.model_dump_json()]
 
 
 def json_list(raw: str) -> list[Any]:
