@@ -40,6 +40,7 @@ from contracts.messages import (
     to_langchain,
     with_input_ids,
 )
+from loopline.checkpoints import is_saver, record, take_in, write_final
 from loopline.client import Client
 from loopline.conversation import (
     RunConfig,
@@ -351,6 +352,8 @@ class Agent:
             # raises from invoke (the services check it again where the task starts)
             schemas.run_context(self.spec.model_copy(update={"context": given_context}))
         async with self.client() as client:
+            if run.thread_id is not None:
+                await self._take_in_saved(client, run.thread_id)
             agent = await self._agent_ref(client)
             overrides: dict[str, Any] = {}
             if given_context is not None:
@@ -514,6 +517,7 @@ class Agent:
         result = await self.aresult(task_id)
         if self._run_config(config).thread_id is not None:
             result = await self._thread_result(result, config)
+            await self._save_checkpoint(result, config)
         return result
 
     def invoke(
@@ -598,6 +602,8 @@ class Agent:
             stream = stream_task(client, task_id, modes, inputs, view=view, thread_id=thread_id)
             async for item in stream:
                 yield item
+        if thread_id is not None and await self._ended(task_id):
+            await self._save_checkpoint({}, config)
 
     async def _stream_resumed(
         self, command: Any, config: Mapping[str, Any] | None, modes: list[str]
@@ -628,6 +634,10 @@ class Agent:
             await client.answer(task_id, answers)
             async for item in stream_resumed(client, task_id, resumption):
                 yield item
+
+    async def _ended(self, task_id: str) -> bool:
+        async with self.client() as client:
+            return await client.status(task_id) == "completed"
 
     def state_view(self, input: dict[str, Any]) -> StateView:
         """What ``values`` (and a node's ``updates``) show besides the messages for a
@@ -726,6 +736,7 @@ class Agent:
         state), ``next`` and ``tasks`` (with the interrupts a waiting run asked)."""
         thread_id = self._thread_id(config)
         async with self.client() as client:
+            await self._take_in_saved(client, thread_id)
             reader = client.threads()
             state = await reader.current(thread_id)
             waits = await waiting_interrupts(client, state)
@@ -762,7 +773,30 @@ class Agent:
         async with self.client() as client:
             state, answers = await _waiting_answers(client, thread_id, command)
         result = await self.aanswer(state.run_id, answers)
-        return await self._thread_result(result, config)
+        result = await self._thread_result(result, config)
+        await self._save_checkpoint(result, config)
+        return result
+
+    async def _take_in_saved(self, client: Client, thread_id: str) -> None:
+        """The checkpointer is the record of the agent's threads: a state in it that
+        loopline did not write (LangGraph ran the thread) becomes the thread's working
+        copy before the run (``loopline.checkpoints``)."""
+        if is_saver(self.checkpointer):
+            key = client.space.key(thread_id)
+            await take_in(client.redis, client.names, key, self.checkpointer, thread_id)
+
+    async def _save_checkpoint(self, result: dict[str, Any], config: Any) -> None:
+        """A thread's run ended: its final state goes to the checkpointer as LangGraph's
+        checkpoint, so LangGraph's agent on the same saver continues the thread. A run
+        that waits for a human writes nothing yet (its interrupt is loopline's)."""
+        if not is_saver(self.checkpointer) or "__interrupt__" in result:
+            return
+        thread_id = self._thread_id(config)
+        values = (await self.aget_state(config)).values
+        checkpoint_id = await write_final(self.checkpointer, thread_id, values)
+        async with self.client() as client:
+            key = client.space.key(thread_id)
+            await record(client.redis, client.names, key, checkpoint_id)
 
     async def _thread_result(
         self, result: dict[str, Any], config: Mapping[str, Any] | None
