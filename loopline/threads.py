@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 
 from contracts.events import ApprovalRequested, ModelResponded, TaskSubmitted, parse_event
 from contracts.messages import MESSAGE_ADAPTER, Message
-from contracts.streams import DATA_FIELD, Names
+from contracts.streams import DATA_FIELD, SAVER_SPACE_MARK, Names
 from services.tasks.store import StepWritten, step_written
 
 PERSISTENT_SAVER_MODULES = (
@@ -38,10 +38,6 @@ PERSISTENT_SAVER_MODULES = (
 )
 """LangGraph savers whose threads outlive the process (by the saver class's module): their
 threads are the deployment's, shared by every process that reaches the same store."""
-
-SPACE_MARK = "~saver-"
-"""How a saver's own space begins a thread key: ``~saver-<hex>/<thread id>``."""
-
 
 @dataclass(frozen=True)
 class ThreadSpace:
@@ -80,7 +76,7 @@ def space_of(checkpointer: Any) -> ThreadSpace:
         return DEPLOYMENT
     found = _SPACES.get(checkpointer)
     if found is None:
-        found = ThreadSpace(f"{SPACE_MARK}{uuid.uuid4().hex}")
+        found = ThreadSpace(f"{SAVER_SPACE_MARK}{uuid.uuid4().hex}")
         _SPACES[checkpointer] = found
     return found
 

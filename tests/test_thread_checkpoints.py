@@ -7,15 +7,18 @@ and, where the packages and a local PostgreSQL are there, ``PostgresSaver``."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis as syncredis
 from langchain.agents import create_agent as lc_create_agent
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
+from contracts.streams import Names
 from loopline import create_agent
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer
 from services.settings import Settings
@@ -97,3 +100,24 @@ def test_a_thread_goes_back_and_forth_between_loopline_and_langgraph(
     theirs = [m.content for m in lc.get_state(config).values["messages"]]
     assert theirs[-2:] == ["turn 3", "heard: turn 0 | turn 1 | turn 2 | turn 3"]
     assert [m.content for m in ll.get_state(config).values["messages"]] == theirs
+
+
+def test_an_in_process_savers_thread_comes_back_from_the_saver_once_redis_let_it_go(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer], embedded: None, redis_url: str
+) -> None:
+    """Redis holds a working copy of an ``InMemorySaver``'s thread, which expires once
+    idle for the retention time (the threads of a process that is gone do not stay there
+    for ever); the saver holds the record, and the next run starts from it."""
+    settings = Settings(prefix=EMBEDDED_PREFIX)
+    ll = create_agent(chat_model(servers[1]), checkpointer=InMemorySaver(), settings=settings)
+    config = {"configurable": {"thread_id": "kept-by-its-saver"}}
+    ll.invoke({"messages": "turn 0"}, config)
+    names, key = Names(EMBEDDED_PREFIX), ll.thread_space.key("kept-by-its-saver")
+    r = syncredis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 10
+    while r.hget(names.thread_state(key), "active") != b"" and time.monotonic() < deadline:
+        time.sleep(0.02)  # the run's end is written back just after it
+    assert 0 < r.ttl(names.thread_state(key)) <= settings.retention_s
+    r.delete(*names.thread_keys(key))  # as its expiry does
+    result = ll.invoke({"messages": "turn 1"}, config)
+    assert result["messages"][-1].content == "heard: turn 0 | turn 1"

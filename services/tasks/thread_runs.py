@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contracts.events import RunDequeued, TaskFailed, TaskSubmitted, dump_event, parse_event
+from contracts.streams import SAVER_SPACE_MARK
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent
 from services.hooks import HookSet
@@ -228,6 +229,11 @@ class ThreadRuns:
         if parts is None:
             return
         ttl = self.rt.settings.thread_ttl_s or 0  # threads last until deleted unless set
+        if not ttl and thread_id.startswith(SAVER_SPACE_MARK):
+            # an in-process saver's thread: the saver is its record (the client writes
+            # each run's end there), so Redis's working copy goes once idle, and the
+            # threads of a process that is gone do not stay in Redis for ever
+            ttl = self.rt.settings.retention_s
         outcome = await self.store.end(thread_id, parts.args(task_id, ttl))
         following = outcome.next
         if outcome.outcome == "stale":
