@@ -13,6 +13,7 @@ superstep). Which checkpoint loopline wrote last is kept in the thread's state h
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -118,11 +119,24 @@ async def take_in(
             pipe.delete(names.thread_todos(key))
         else:
             pipe.set(names.thread_todos(key), json.dumps(todos))
-        pipe.hset(state_key, mapping={"extra": json.dumps(extra), SAVER_FIELD: checkpoint_id})
+        pipe.hset(
+            state_key,
+            mapping={"extra": json.dumps(extra, default=_json), SAVER_FIELD: checkpoint_id},
+        )
         pipe.hsetnx(state_key, "active", "")
         pipe.hsetnx(state_key, "created", time.time())
         await pipe.execute()
     return True
+
+
+def _json(value: Any) -> Any:
+    """A state value the thread's JSON working copy holds: a pydantic model or a
+    dataclass (a ``structured_response``) as its fields; anything else is refused."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"a thread's state value of type {type(value).__name__} is not JSON")
 
 
 def _text(value: Any) -> str:
