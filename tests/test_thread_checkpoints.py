@@ -38,14 +38,21 @@ def chat_model(server: ScriptedOpenAIServer) -> ChatOpenAI:
     return ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="test")
 
 
-def postgres_saver() -> Iterator[Any]:
-    postgres = pytest.importorskip("langgraph.checkpoint.postgres")
+def need_postgres() -> None:
+    """Skip where the Postgres saver's packages or the local PostgreSQL are not here."""
+    pytest.importorskip("langgraph.checkpoint.postgres")
     psycopg = pytest.importorskip("psycopg")
     try:
         psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
     except psycopg.OperationalError as exc:
         pytest.skip(f"no PostgreSQL at {POSTGRES_URL}: {exc}")
-    with postgres.PostgresSaver.from_conn_string(POSTGRES_URL) as saver:
+
+
+def postgres_saver() -> Iterator[Any]:
+    need_postgres()
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with PostgresSaver.from_conn_string(POSTGRES_URL) as saver:
         saver.setup()
         yield saver
 
@@ -96,7 +103,7 @@ def test_a_thread_goes_back_and_forth_between_loopline_and_langgraph(
 
     assert got == reference  # every turn's model saw the whole conversation
     assert len(got[3][0]) == 7  # 3 turns, their answers, and the 4th turn's input
-    config = {"configurable": {"thread_id": thread}}
+    config: Any = {"configurable": {"thread_id": thread}}
     theirs = [m.content for m in lc.get_state(config).values["messages"]]
     assert theirs[-2:] == ["turn 3", "heard: turn 0 | turn 1 | turn 2 | turn 3"]
     assert [m.content for m in ll.get_state(config).values["messages"]] == theirs
@@ -121,3 +128,31 @@ def test_an_in_process_savers_thread_comes_back_from_the_saver_once_redis_let_it
     r.delete(*names.thread_keys(key))  # as its expiry does
     result = ll.invoke({"messages": "turn 1"}, config)
     assert result["messages"][-1].content == "heard: turn 0 | turn 1"
+
+
+async def test_a_thread_goes_back_and_forth_on_an_async_postgres_saver(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer], embedded: None
+) -> None:
+    """``AsyncPostgresSaver`` (async only): LangChain's ``ainvoke``, then loopline's, then
+    LangChain's again, each turn's model sent the whole conversation."""
+    need_postgres()
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    lc_server, ll_server = servers
+    config = {"configurable": {"thread_id": f"async-{uuid.uuid4().hex[:8]}"}}
+    async with AsyncPostgresSaver.from_conn_string(POSTGRES_URL) as saver:
+        await saver.setup()
+        lc = lc_create_agent(chat_model(lc_server), checkpointer=saver)
+        ll = create_agent(
+            chat_model(ll_server), checkpointer=saver, settings=Settings(prefix=EMBEDDED_PREFIX)
+        )
+        answers = []
+        agents: list[Any] = [lc, ll, lc]
+        for turn, agent in enumerate(agents):
+            result = await agent.ainvoke({"messages": f"turn {turn}"}, config)
+            answers.append(result["messages"][-1].content)
+    assert answers == [
+        "heard: turn 0",
+        "heard: turn 0 | turn 1",
+        "heard: turn 0 | turn 1 | turn 2",
+    ]

@@ -25,7 +25,7 @@ from tests.support import EMBEDDED_PREFIX, unique_prefix, wait_for
 
 pytestmark = pytest.mark.fast
 
-SPEC = AgentSpec(model={"name": "gpt-4o-mini"})  # type: ignore[arg-type]
+SPEC = AgentSpec.model_validate({"model": {"name": "gpt-4o-mini"}})
 TTL_S = 2
 
 

@@ -67,7 +67,7 @@ def loopline_settings(embedded: None) -> Settings:
     return Settings(prefix=EMBEDDED_PREFIX)
 
 
-CASES = {
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "hitl": ("gated one", {"middleware": [HumanInTheLoopMiddleware(interrupt_on={"add": True})]}),
     "tool": ("ask one", {"tools": [ask_human]}),
 }
@@ -83,7 +83,7 @@ def test_a_new_input_on_a_waiting_thread_runs_as_in_langgraph(
 ) -> None:
     lc_server, ll_server = servers
     first, kwargs = CASES[case]
-    kwargs = {"tools": [tooling.add], **kwargs}
+    kwargs = {"tools": [tooling.add], **kwargs}  # the case may name its own tools
     lc = lc_create_agent(chat_model(lc_server), checkpointer=InMemorySaver(), **kwargs)
     ll = create_agent(
         chat_model(ll_server), checkpointer=InMemorySaver(), settings=loopline_settings, **kwargs
