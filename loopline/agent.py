@@ -40,7 +40,7 @@ from contracts.messages import (
     to_langchain,
     with_input_ids,
 )
-from loopline.checkpoints import is_saver, record, take_in, write_final
+from loopline.checkpoints import is_saver, take_in, write_final
 from loopline.client import Client
 from loopline.conversation import (
     RunConfig,
@@ -793,10 +793,7 @@ class Agent:
             return
         thread_id = self._thread_id(config)
         values = (await self.aget_state(config)).values
-        checkpoint_id = await write_final(self.checkpointer, thread_id, values)
-        async with self.client() as client:
-            key = client.space.key(thread_id)
-            await record(client.redis, client.names, key, checkpoint_id)
+        await write_final(self.checkpointer, thread_id, values)
 
     async def _thread_result(
         self, result: dict[str, Any], config: Mapping[str, Any] | None

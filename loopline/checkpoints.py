@@ -6,8 +6,11 @@ working copy in Redis when the saver holds a state loopline did not write (a thr
 LangGraph ran or continued).
 
 One checkpoint per run, the final state (``values``; LangGraph writes one per
-superstep). Which checkpoint loopline wrote last is kept in the thread's state hash
-(``saver_checkpoint``), so a newer one in the saver is someone else's.
+superstep), marked as loopline's in its metadata (``WRITER``): a newest checkpoint
+without the mark is someone else's. The one taken in last is kept in the thread's state
+hash (``saver_checkpoint``), so it is taken in once. Only taking in writes Redis from
+the caller's process (a producer under ACLs reads threads only: a thread LangGraph ran
+is refused there with Redis's NOPERM, never skipped).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from contracts.messages import from_langchain
 from contracts.streams import Names
 
 SAVER_FIELD = "saver_checkpoint"
-"""The thread state's field: the id of the checkpoint loopline last wrote or read."""
+"""The thread state's field: the id of the saver's checkpoint last taken in."""
+WRITER = {"writer": "loopline"}
+"""In the metadata of the checkpoints loopline writes."""
 
 
 def is_saver(checkpointer: Any) -> bool:
@@ -82,30 +87,28 @@ async def write_final(saver: Any, thread_id: str, values: Mapping[str, Any]) -> 
     versions.update(new_versions)
     checkpoint["channel_values"] = dict(values)
     checkpoint["updated_channels"] = sorted(values)
-    metadata = {"source": "loop", "step": step, "parents": {}}
+    metadata = {"source": "loop", "step": step, "parents": {}, **WRITER}
     stored = await _put(saver, config, checkpoint, metadata, new_versions)
     return str(stored["configurable"]["checkpoint_id"])
-
-
-async def record(redis: aioredis.Redis, names: Names, key: str, checkpoint_id: str) -> None:
-    """Note the checkpoint the thread's working copy matches."""
-    await redis.hset(names.thread_state(key), SAVER_FIELD, checkpoint_id)
 
 
 async def take_in(
     redis: aioredis.Redis, names: Names, key: str, saver: Any, thread_id: str
 ) -> bool:
-    """Before a run: when the saver's newest checkpoint of the thread is not the one the
-    working copy matches, the working copy becomes its values (messages, todos, the
-    other keys as middleware state). Left as it is while a run of the thread is active
-    (a waiting one included: its state is loopline's). True when it was taken in."""
+    """Before a run or a read: the working copy becomes the values of the saver's newest
+    checkpoint of the thread (messages, todos, the other keys as middleware state) when
+    someone else wrote that one (not taken in yet), or when Redis has no working copy
+    (it expired: an in-process saver's). Left as it is while a run of the thread is
+    active (a waiting one included: its state is loopline's). True when taken in."""
     found = await latest(saver, thread_id)
     if found is None:
         return False
     checkpoint_id = str(found.config["configurable"]["checkpoint_id"])
     state_key = names.thread_state(key)
-    known: Any = await redis.hmget(state_key, SAVER_FIELD, "active")
-    if _text(known[0]) == checkpoint_id or _text(known[1]):
+    known: Any = await redis.hmget(state_key, SAVER_FIELD, "active", "created")
+    taken, active, exists = (_text(v) for v in known)
+    ours = (found.metadata or {}).get("writer") == WRITER["writer"]
+    if active or (exists and (ours or taken == checkpoint_id)):
         return False
     values = dict(found.checkpoint.get("channel_values") or {})
     messages = [from_langchain(m).model_dump_json() for m in values.pop("messages", [])]
