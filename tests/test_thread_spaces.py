@@ -16,6 +16,7 @@ from langchain.agents import create_agent as lc_create_agent
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
+from contracts.streams import shown_thread_id
 from loopline import create_agent
 from loopline.client import Client
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer
@@ -142,3 +143,5 @@ def test_savers_map_to_spaces() -> None:
     space = space_of(saver)
     assert space.thread_id(space.key("a/b")) == "a/b"  # any id, slashes included
     assert space.thread_id("a/b") is None and DEPLOYMENT.key("x") == "x"
+    # what a caller reads in a refusal's text: its own id
+    assert shown_thread_id(space.key("a/b")) == "a/b" and shown_thread_id("x/y") == "x/y"

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contracts.events import RunDequeued, TaskFailed, TaskSubmitted, dump_event, parse_event
-from contracts.streams import SAVER_SPACE_MARK
+from contracts.streams import SAVER_SPACE_MARK, shown_thread_id
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent
 from services.hooks import HookSet
@@ -171,7 +171,7 @@ class ThreadRuns:
 
     async def _reject(self, event: TaskSubmitted, active: str) -> None:
         reason = (
-            f"thread {event.thread_id} is busy with run {active} "
+            f"thread {shown_thread_id(event.thread_id or '')} is busy with run {active} "
             "(multitask_strategy='reject'; use 'enqueue', 'interrupt' or 'rollback' to "
             "send it anyway)"
         )
@@ -195,12 +195,12 @@ class ThreadRuns:
         if how != event.multitask_strategy:  # it waited for a human: ``submitted``
             reason = (
                 f"ended at its interrupt: run {event.task_id} arrived on thread "
-                f"{event.thread_id} with new input"
+                f"{shown_thread_id(event.thread_id or '')} with new input"
             )
         else:
             reason = (
                 f"{'interrupted' if how == 'interrupt' else 'rolled back'}: run "
-                f"{event.task_id} arrived on thread {event.thread_id} "
+                f"{event.task_id} arrived on thread {shown_thread_id(event.thread_id or '')} "
                 f"(multitask_strategy={how!r})"
             )
         if how == "rollback":
