@@ -15,6 +15,21 @@ from dataclasses import dataclass
 
 DATA_FIELD = "__data__"
 
+SAVER_SPACE_MARK = "~saver-"
+"""How the thread id of a thread kept by an in-process checkpointer (``InMemorySaver``)
+begins on the bus: ``~saver-<hex>/<the caller's id>`` (``loopline.threads.ThreadSpace``).
+Such a saver holds the thread's record (``loopline.checkpoints``), so the services let
+its working copy in Redis expire once idle for the retention time."""
+
+
+def shown_thread_id(thread_key: str) -> str:
+    """The caller's own id of a thread, for the texts a caller reads (a saver's space
+    left out of an in-process saver's thread key)."""
+    if thread_key.startswith(SAVER_SPACE_MARK):
+        return thread_key.partition("/")[2]
+    return thread_key
+
+
 # Consumer group of each service; a service's replicas share its group.
 GROUPS = {
     "loop": "loop",

@@ -46,6 +46,7 @@ from contracts.messages import (
     to_langchain,
     with_input_ids,
 )
+from loopline.checkpoints import is_saver, take_in, write_final
 from loopline.client import Client
 from loopline.conversation import (
     RunConfig,
@@ -59,6 +60,7 @@ from loopline.errors import TaskFailedError, failure_of, refusal_of
 from loopline.graph import GRAPH_ATTRIBUTES, GraphArguments, reference_graph, refuse_unimplemented
 from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
+from loopline.threads import space_of
 from services.errors import ConfigurationError
 from services.hooks import hooks_for
 from services.lending import waiting_on_runs
@@ -278,9 +280,11 @@ class Agent(Runnable[Any, dict[str, Any]]):
         run only deployed agents, so the first task registers it)."""
         self.given_store: Any = None
         self.checkpointer = checkpointer
-        """Accepted for LangChain's signature; threads live in loopline's store either
-        way. With one, a call without ``configurable.thread_id`` is refused, as LangGraph
-        refuses it."""
+        """Decides where the agent's threads live (``loopline.threads.space_of``): an
+        in-process saver (``InMemorySaver``) keeps its own threads, apart from every other
+        saver's; none, or a persistent saver, the deployment's. With one, a call without
+        ``configurable.thread_id`` is refused, as LangGraph refuses it."""
+        self.thread_space = space_of(checkpointer)
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Client] = (
             weakref.WeakKeyDictionary()
         )
@@ -320,7 +324,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
         loop = asyncio.get_running_loop()
         found = self._clients.get(loop)
         if found is None:
-            found = Client(self.url, self.settings.prefix, self.settings.max_event_bytes)
+            found = Client(
+                self.url,
+                self.settings.prefix,
+                self.settings.max_event_bytes,
+                space=self.thread_space,
+            )
             self._clients[loop] = found
         return contextlib.nullcontext(found)
 
@@ -438,6 +447,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
             # raises from invoke (the services check it again where the task starts)
             schemas.run_context(self.spec.model_copy(update={"context": given_context}))
         async with self.client() as client:
+            if run.thread_id is not None:
+                await self._take_in_saved(client, run.thread_id)
             agent = await self._agent_ref(client)
             overrides: dict[str, Any] = {}
             if given_context is not None:
@@ -603,6 +614,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         result = await self.aresult(task_id)
         if self._run_config(config).thread_id is not None:
             result = await self._thread_result(result, config)
+            await self._save_checkpoint(result, config)
         return result
 
     def invoke(
@@ -703,6 +715,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
             )
             async for item in stream:
                 yield item
+        if run.thread_id is not None and await self._ended(task_id):
+            await self._save_checkpoint({}, config)
 
     async def _stream_resumed(
         self, command: Any, config: Mapping[str, Any] | None, modes: list[str]
@@ -743,6 +757,10 @@ class Agent(Runnable[Any, dict[str, Any]]):
         if self.spec.message_name:
             bound["lc_agent_name"] = self.spec.message_name
         return {**bound, **run.metadata}
+
+    async def _ended(self, task_id: str) -> bool:
+        async with self.client() as client:
+            return await client.status(task_id) == "completed"
 
     def state_view(self, input: dict[str, Any]) -> StateView:
         """What ``values`` (and a node's ``updates``) show besides the messages for a
@@ -841,6 +859,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         state), ``next`` and ``tasks`` (with the interrupts a waiting run asked)."""
         thread_id = self._thread_id(config)
         async with self.client() as client:
+            await self._take_in_saved(client, thread_id)
             reader = client.threads()
             state = await reader.current(thread_id)
             waits = await waiting_interrupts(client, state)
@@ -877,7 +896,27 @@ class Agent(Runnable[Any, dict[str, Any]]):
         async with self.client() as client:
             state, answers = await _waiting_answers(client, thread_id, command)
         result = await self.aanswer(state.run_id, answers)
-        return await self._thread_result(result, config)
+        result = await self._thread_result(result, config)
+        await self._save_checkpoint(result, config)
+        return result
+
+    async def _take_in_saved(self, client: Client, thread_id: str) -> None:
+        """The checkpointer is the record of the agent's threads: a state in it that
+        loopline did not write (LangGraph ran the thread) becomes the thread's working
+        copy before the run (``loopline.checkpoints``)."""
+        if is_saver(self.checkpointer):
+            key = client.space.key(thread_id)
+            await take_in(client.redis, client.names, key, self.checkpointer, thread_id)
+
+    async def _save_checkpoint(self, result: dict[str, Any], config: Any) -> None:
+        """A thread's run ended: its final state goes to the checkpointer as LangGraph's
+        checkpoint, so LangGraph's agent on the same saver continues the thread. A run
+        that waits for a human writes nothing yet (its interrupt is loopline's)."""
+        if not is_saver(self.checkpointer) or "__interrupt__" in result:
+            return
+        thread_id = self._thread_id(config)
+        values = (await self.aget_state(config)).values
+        await write_final(self.checkpointer, thread_id, values)
 
     async def _thread_result(
         self, result: dict[str, Any], config: Mapping[str, Any] | None
@@ -962,9 +1001,11 @@ def create_agent(
     LangChain's ToolStrategy, ProviderStrategy or a bare schema, giving
     ``structured_response``; ``name``: set on the agent's AI messages, as LangChain
     does; ``checkpointer``: any
-    LangGraph checkpointer (``InMemorySaver``...), accepted for compatibility: threads are
-    kept by loopline's services in Redis either way, and with one a call must name its
-    thread (``config["configurable"]["thread_id"]``), as LangGraph requires; ``store``:
+    LangGraph checkpointer; it decides where the agent's threads live, as in LangGraph:
+    an ``InMemorySaver`` instance keeps threads of its own (two savers, two threads of
+    one id; one saver shared by two agents, one thread), none or a persistent saver the
+    deployment's (kept by loopline's services in Redis either way); with one a call must
+    name its thread (``config["configurable"]["thread_id"]``), as LangGraph requires; ``store``:
     accepted likewise: hooks (``runtime.store``) and tools (``ToolRuntime.store``) get
     the deployment's Redis-backed store (``services.store.RedisStore``, ``agent.store``)
     in every service, whichever store is given; ``state_schema``: an ``AgentState``

@@ -33,7 +33,7 @@ from contracts.events import (
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, Names
 from loopline.errors import TaskFailedError as TaskFailedError  # re-exported
-from loopline.threads import ThreadReader
+from loopline.threads import DEPLOYMENT, ThreadReader, ThreadSpace
 from services import deployed
 from services.redisconn import async_client
 from services.settings import Settings
@@ -150,10 +150,18 @@ PRUNE_EVERY_S = 1.0
 
 class Client:
     def __init__(
-        self, url: str, prefix: str = "loopline", max_event_bytes: int | None = None
+        self,
+        url: str,
+        prefix: str = "loopline",
+        max_event_bytes: int | None = None,
+        *,
+        space: ThreadSpace = DEPLOYMENT,
     ) -> None:
         self.url = url
         self.names = Names(prefix)
+        self.space = space
+        """The threads this client's ``thread_id``s name (``loopline.threads.space_of``:
+        an agent's checkpointer decides it); the deployment's by default."""
         self.redis: aioredis.Redis = async_client(url)  # a server or a Redis Cluster
         self._max_event_bytes = max_event_bytes
         """The settings' ``max_event_bytes`` (read at the first submit when not given)."""
@@ -262,7 +270,7 @@ class Client:
         event = TaskSubmitted(
             max_steps=max_steps,
             deadline_s=deadline_s,
-            thread_id=thread_id,
+            thread_id=None if thread_id is None else self.space.key(thread_id),
             multitask_strategy=multitask_strategy,
             run_name=run_name,
             tags=list(tags),
@@ -296,7 +304,8 @@ class Client:
         self, task_id: str, reason: str = "cancelled by request", *, thread_id: str | None = None
     ) -> None:
         """Stop a running task; with ``thread_id``, also a run still queued for its thread."""
-        event = CancelRequested(task_id=task_id, reason=reason, thread_id=thread_id)
+        key = None if thread_id is None else self.space.key(thread_id)
+        event = CancelRequested(task_id=task_id, reason=reason, thread_id=key)
         await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
 
     async def decide(
@@ -493,7 +502,7 @@ class Client:
 
     def threads(self) -> ThreadReader:
         """Read, list and remove threads (``loopline.threads``)."""
-        return ThreadReader(self.redis, self.names)
+        return ThreadReader(self.redis, self.names, self.space)
 
     # -- dead letters --
 

@@ -3,7 +3,8 @@
 waiting run takes.
 
 ``config["configurable"]["thread_id"]`` makes a call a run of that thread (stored in
-Redis by the services, whatever checkpointer the agent was given); ``recursion_limit``
+Redis by the services, in the space the agent's checkpointer decides:
+``loopline.threads.space_of``); ``recursion_limit``
 counts LangGraph's supersteps (every node the agent's graph would run: the model, the
 tools, each middleware hook): it travels with the run, whose step limit the loop derives
 from it (``services.tasks.recursion``);

@@ -5,11 +5,20 @@ keys (``contracts.streams.Names``: ``thread:{ID}:*``); the services write them.
 A thread's state is the one its last run left, or, while a run is active, that run's own
 state as it stands (the run's task keys): what LangGraph's checkpoints show between
 supersteps. Earlier states are the ended runs' task keys, kept for the retention time.
+
+Where a thread lives is the checkpointer's choice, as in LangGraph (``space_of``): without
+one, or with a saver that persists, the deployment's threads (a thread id names the same
+thread everywhere); a saver that keeps its threads in its own process memory
+(``InMemorySaver``) is a space of its own, so the same thread id under two such savers is
+two threads. The space is internal: callers name threads by their own ids, and a reader
+maps them to the bus's thread keys (``ThreadSpace.key``).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +26,59 @@ import redis.asyncio as aioredis
 
 from contracts.events import ApprovalRequested, ModelResponded, TaskSubmitted, parse_event
 from contracts.messages import MESSAGE_ADAPTER, Message
-from contracts.streams import DATA_FIELD, Names
+from contracts.streams import DATA_FIELD, SAVER_SPACE_MARK, Names
 from services.tasks.store import StepWritten, step_written
+
+PERSISTENT_SAVER_MODULES = (
+    "langgraph.checkpoint.postgres",
+    "langgraph.checkpoint.sqlite",
+    "langgraph.checkpoint.redis",
+    "langgraph.checkpoint.mongodb",
+    "langgraph.checkpoint.mysql",
+)
+"""LangGraph savers whose threads outlive the process (by the saver class's module): their
+threads are the deployment's, shared by every process that reaches the same store."""
+
+@dataclass(frozen=True)
+class ThreadSpace:
+    """A namespace of threads on the bus: ``name`` "" is the deployment's."""
+
+    name: str = ""
+
+    def key(self, thread_id: str) -> str:
+        """The bus's thread key of the caller's ``thread_id`` (what ``TaskSubmitted``
+        carries and the thread's Redis keys are named by)."""
+        return f"{self.name}/{thread_id}" if self.name else thread_id
+
+    def thread_id(self, key: str) -> str | None:
+        """The caller's thread id of a bus key, None for a key of another space."""
+        if not self.name:
+            return key
+        head, sep, rest = key.partition("/")
+        return rest if sep and head == self.name else None
+
+
+DEPLOYMENT = ThreadSpace()
+
+_SPACES: weakref.WeakKeyDictionary[Any, ThreadSpace] = weakref.WeakKeyDictionary()
+"""Each in-process saver's space, for as long as the saver lives."""
+
+
+def space_of(checkpointer: Any) -> ThreadSpace:
+    """Where the threads of an agent with this ``checkpointer`` live: the deployment's
+    without one (``None``, or LangGraph's ``True``/``False`` flags) or with a persistent
+    saver; an in-process saver (``InMemorySaver``, or any saver loopline does not know
+    to persist) is its own space, shared by every agent given the same instance, as
+    LangGraph shares a saver's threads between the graphs compiled with it."""
+    if checkpointer is None or isinstance(checkpointer, bool):
+        return DEPLOYMENT
+    if type(checkpointer).__module__.startswith(PERSISTENT_SAVER_MODULES):
+        return DEPLOYMENT
+    found = _SPACES.get(checkpointer)
+    if found is None:
+        found = ThreadSpace(f"{SAVER_SPACE_MARK}{uuid.uuid4().hex}")
+        _SPACES[checkpointer] = found
+    return found
 
 
 def _text(value: Any) -> str:
@@ -73,17 +133,21 @@ class ThreadInfo:
 
 
 class ThreadReader:
-    def __init__(self, redis: aioredis.Redis, names: Names) -> None:
+    """The threads of one space (``space``: the deployment's unless given), named by the
+    caller's thread ids."""
+
+    def __init__(self, redis: aioredis.Redis, names: Names, space: ThreadSpace = DEPLOYMENT):
         self.redis = redis
         self.names = names
+        self.space = space
 
     async def info(self, thread_id: str) -> ThreadInfo | None:
-        names = self.names
-        state: Any = await self.redis.hgetall(names.thread_state(thread_id))
+        names, key = self.names, self.space.key(thread_id)
+        state: Any = await self.redis.hgetall(names.thread_state(key))
         if not state:
             return None
         fields = {_text(k): _text(v) for k, v in state.items()}
-        runs: Any = await self.redis.hgetall(names.thread_runs(thread_id))
+        runs: Any = await self.redis.hgetall(names.thread_runs(key))
         return ThreadInfo(
             thread_id=thread_id,
             active=fields.get("active", ""),
@@ -100,11 +164,11 @@ class ThreadReader:
             return ThreadValues(thread_id=thread_id, run_id="")
         if info.active and await self.redis.exists(self.names.task_state(info.active)):
             return await self.of_run(thread_id, info.active)
-        names = self.names
+        names, key = self.names, self.space.key(thread_id)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.lrange(names.thread_messages(thread_id), 0, -1)
-        pipe.get(names.thread_todos(thread_id))
-        pipe.hget(names.thread_state(thread_id), "extra")
+        pipe.lrange(names.thread_messages(key), 0, -1)
+        pipe.get(names.thread_todos(key))
+        pipe.hget(names.thread_state(key), "extra")
         messages, todos, extra = await pipe.execute()
         return ThreadValues(
             thread_id=thread_id,
@@ -155,7 +219,7 @@ class ThreadReader:
 
     async def run_ids(self, thread_id: str) -> list[str]:
         """The thread's runs in the order they started (its log of runs)."""
-        entries: Any = await self.redis.xrange(self.names.thread_log(thread_id))
+        entries: Any = await self.redis.xrange(self.names.thread_log(self.space.key(thread_id)))
         found: list[str] = []
         for _, fields in entries:
             event = parse_event(fields[DATA_FIELD.encode()])
@@ -181,15 +245,22 @@ class ThreadReader:
         return None
 
     async def list(self, limit: int = 100) -> list[ThreadInfo]:
-        """Threads by last change, newest first (those whose keys still exist)."""
-        ids: Any = await self.redis.zrevrange(self.names.threads, 0, limit - 1)
+        """Threads by last change, newest first (those whose keys still exist); the
+        deployment's reader lists every space's (an in-process saver's by its bus key)."""
+        last = -1 if self.space.name else limit - 1  # a saver's: filtered from them all
+        ids: Any = await self.redis.zrevrange(self.names.threads, 0, last)
         found = []
         for raw in ids:
-            info = await self.info(_text(raw))
+            thread_id = self.space.thread_id(_text(raw))
+            if thread_id is None:  # another space's
+                continue
+            info = await self.info(thread_id)
             if info is None:  # expired: drop it from the listing too
                 await self.redis.zrem(self.names.threads, raw)
                 continue
             found.append(info)
+            if len(found) >= limit:
+                break
         return found
 
     async def remove(self, thread_id: str) -> bool:
@@ -202,6 +273,7 @@ class ThreadReader:
             raise ValueError(
                 f"thread {thread_id} has an active run ({info.active}): cancel it first"
             )
-        await self.redis.delete(*self.names.thread_keys(thread_id))
-        await self.redis.zrem(self.names.threads, thread_id)
+        key = self.space.key(thread_id)
+        await self.redis.delete(*self.names.thread_keys(key))
+        await self.redis.zrem(self.names.threads, key)
         return True

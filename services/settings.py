@@ -28,6 +28,14 @@ class Settings(BaseSettings):
     retention_s: int = Field(default=7 * 24 * 3600, ge=60)
     """How long a finished task's keys (state, transcript, log) are kept."""
 
+    thread_ttl_s: int | None = Field(default=None, ge=1)
+    """Threads expire only when this is set (LangGraph's threads last until deleted): a
+    thread with no run going is deleted this many seconds after its last run ended, its
+    transcript, state and log of runs with it (a new run on its id starts empty). The
+    runs' own records (``retention_s``) are not the thread: ``get_state`` outlives them.
+    An in-process saver's thread (``InMemorySaver``) is the exception: the saver holds
+    its record, so Redis's working copy of it goes once idle for ``retention_s``."""
+
     read_batch: int = Field(default=64, ge=1)
     """Entries fetched per XREADGROUP: bounded so one consumer never hoards the backlog."""
 

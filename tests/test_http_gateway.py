@@ -285,6 +285,27 @@ async def _until_status(sdk: Any, tid: str, run_id: str, status: str) -> None:
     raise AssertionError(f"run {run_id} never became {status}")
 
 
+async def test_a_new_input_on_an_interrupted_thread_runs_as_on_langgraphs_server(
+    sdk: Any, scripted: ScriptedOpenAIServer
+) -> None:
+    """An interrupted run has ended (LangGraph's server: not pending nor running), so a
+    new input with the default ``reject`` runs: the model gets the unanswered tool call,
+    then the new message; nothing waits any more."""
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "gated", input=hello("gated"))
+    assert (await sdk.threads.get(tid))["status"] == "interrupted"
+    prompt = f"never mind {uuid.uuid4().hex[:6]}"
+    done = await sdk.runs.wait(tid, "gated", input=hello(prompt))
+    assert [m["type"] for m in done["messages"]] == ["human", "ai", "human", "ai"]
+    assert done["messages"][-1]["content"] == f"answer to {prompt}"
+    (sent,) = [r for r in scripted.chat_requests() if r["messages"][-1]["content"] == prompt]
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
+    assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == "add"
+    after = await sdk.threads.get_state(tid)
+    assert after["next"] == [] and after["interrupts"] == []
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
 async def test_an_interrupt_is_answered_with_command_resume(sdk: Any) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     parts = await collect(

@@ -710,8 +710,12 @@ async def test_a_threads_next_run_streams_the_threads_state_as_langchain(
     lc_server, ll_server = servers
     modes = ["values", "updates", "messages"]  # messages: langgraph_step counts its node
     prompt = f"thread values {where}"
-    kwargs: dict[str, Any] = {"middleware": [TodoListMiddleware()], "checkpointer": InMemorySaver()}
-    theirs = lc_create_agent(chat_model(lc_server), tools=[tooling.add], **kwargs)
+    kwargs: dict[str, Any] = {"middleware": [TodoListMiddleware()]}
+    # each its own saver: one saver shared by the two would be one thread, as in LangGraph
+    theirs = lc_create_agent(
+        chat_model(lc_server), tools=[tooling.add], checkpointer=InMemorySaver(), **kwargs
+    )
+    kwargs["checkpointer"] = InMemorySaver()
     expected = await asyncio.to_thread(stream_second_run, theirs, prompt, modes)
     if where == "deployed":
         stack = request.getfixturevalue("stack")

@@ -216,14 +216,15 @@ def test_run_name_tags_and_metadata_travel_with_the_run_to_its_trace(
     }
     ll.invoke({"messages": "hello"}, config)
     r = syncredis.Redis.from_url(stack.redis_url)
-    (_, fields), *_ = r.xrange(Names(stack.prefix).thread_log(thread))
+    key = ll.thread_space.key(thread)  # the bus's key of the saver's thread
+    (_, fields), *_ = r.xrange(Names(stack.prefix).thread_log(key))
     submitted = parse_event(fields[DATA_FIELD.encode()])
     assert isinstance(submitted, TaskSubmitted)
-    assert submitted.thread_id == thread and submitted.run_name == "support-bot"
+    assert submitted.thread_id == key and submitted.run_name == "support-bot"
     assert submitted.tags == ["beta", "eu"]
     assert submitted.metadata == {"user": "u7", "attempt": 2, "extra": {"a": 1}}
     assert run_attributes(submitted) == {
-        "loopline.thread_id": thread,
+        "loopline.thread_id": key,
         "langchain.run_name": "support-bot",
         "langchain.tags": ["beta", "eu"],
         "langchain.metadata.user": "u7",

@@ -157,8 +157,9 @@ async def test_runs_of_a_thread_continue_its_conversation(
         ("TaskSubmitted", second),
         ("TaskCompleted", second),
     ]
-    # a finished thread expires like a task: its keys carry the retention
-    assert 0 < r.ttl(names.thread_messages(thread)) <= 7 * 24 * 3600
+    # nothing silently gone: a thread lasts until deleted (no LOOPLINE_THREAD_TTL_S set)
+    assert r.ttl(names.thread_messages(thread)) == -1
+    assert r.ttl(names.thread_state(thread)) == -1
 
 
 async def test_reject_fails_the_new_run_at_once_with_the_reason(

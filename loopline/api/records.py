@@ -1,6 +1,8 @@
 """What the gateway keeps beside the services' keys: a record per thread it created and
 per run it started (``Names.api_thread``, ``Names.api_run``), so LangGraph's ids resolve
-to loopline's tasks. Both expire with the deployment's retention, refreshed by each run.
+to loopline's tasks. A run's record expires with the deployment's retention; a thread's
+lasts until it is deleted, or, where the operator set ``thread_ttl_s``, expires that long
+after its last run, as the services' thread keys do.
 
 A run is a task, or, for a ``command.resume``, the rest of a waiting task: LangGraph
 answers an interrupt with a new run on the thread, loopline with decisions to the task
@@ -70,10 +72,18 @@ _JSON_FIELDS = {"stream_mode", "metadata", "kwargs", "input_ids", "answered"}
 class Records:
     """One tenant's thread and run records."""
 
-    def __init__(self, redis: aioredis.Redis, names: Names, retention_s: int) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, names: Names, retention_s: int, thread_ttl_s: int | None = None
+    ) -> None:
         self.redis = redis
         self.names = names
         self.retention_s = retention_s
+        self.thread_ttl_s = thread_ttl_s
+        """None: threads are kept until deleted."""
+
+    def _keep_thread(self, pipe: Any, key: str) -> None:
+        if self.thread_ttl_s:
+            pipe.expire(key, self.thread_ttl_s)
 
     async def save_thread(self, record: ThreadRecord) -> None:
         key = self.names.api_thread(record.thread_id)
@@ -82,7 +92,7 @@ class Records:
                 key,
                 mapping={"created_at": record.created_at, "metadata": json.dumps(record.metadata)},
             )
-            pipe.expire(key, self.retention_s)
+            self._keep_thread(pipe, key)
             await pipe.execute()
 
     async def thread(self, thread_id: str) -> ThreadRecord | None:
@@ -97,7 +107,8 @@ class Records:
         )
 
     async def touch_thread(self, thread_id: str) -> None:
-        await self.redis.expire(self.names.api_thread(thread_id), self.retention_s)
+        if self.thread_ttl_s:
+            await self.redis.expire(self.names.api_thread(thread_id), self.thread_ttl_s)
 
     async def delete_thread(self, thread_id: str) -> bool:
         key, runs = self.names.api_thread(thread_id), self.names.api_thread_runs(thread_id)

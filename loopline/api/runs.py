@@ -110,13 +110,18 @@ async def thread_exists(tenant: Tenant, thread_id: str) -> bool:
 
 async def thread_busy(tenant: Tenant, thread_id: str) -> bool:
     """Whether the thread has a run that has not ended (a run that ended but whose end is
-    not yet written back does not count: the loop records it when the next run comes)."""
+    not yet written back does not count: the loop records it when the next run comes).
+    A run that waits for a human has ended, as on LangGraph's server (its status is
+    ``interrupted``, not pending nor running): a new input runs from where it stopped."""
     info = await tenant.threads.info(thread_id)
     if info is None:
         return False
     if not info.active:
         return any(status == "queued" for status in info.runs.values())
-    return await tenant.client.status(info.active) in (None, "running")
+    if await tenant.client.status(info.active) not in (None, "running"):
+        return False
+    state = await tenant.threads.of_run(thread_id, info.active)
+    return not await waiting_interrupts(tenant.client, state)
 
 
 async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) -> RunRecord:

@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contracts.events import RunDequeued, TaskFailed, TaskSubmitted, dump_event, parse_event
+from contracts.streams import SAVER_SPACE_MARK, shown_thread_id
 from services.entry import CURRENT, current_entry_id
 from services.errors import BadEvent
 from services.hooks import HookSet
 from services.runtime import Runtime
-from services.tasks.state import Cause, TaskState, text
+from services.tasks.state import Cause, Phase, TaskState, text
 from services.tasks.store import TaskStore, waiting_calls
 from services.tasks.threads import Claim, ThreadStore
 from services.tasks.transitions import RefuseTask, StopRun
@@ -88,23 +89,44 @@ class ThreadRuns:
         assert event.thread_id is not None
         thread_id = event.thread_id
         submitted = dump_event(event)
-        claim = await self.store.claim(
-            thread_id, event.task_id, event.multitask_strategy, submitted
-        )
+        strategy = event.multitask_strategy
+        if await self._waits_for_human(thread_id):
+            # LangGraph: a run stopped at an interrupt has ended (its state checkpointed
+            # with the unanswered call); a new input runs from that state, whatever the
+            # double-texting strategy (those apply to runs pending or running). The
+            # waiting run stops now, keeping what it did, and this run goes next.
+            strategy = "interrupt"
+        claim = await self.store.claim(thread_id, event.task_id, strategy, submitted)
         ended_unrecorded = claim.outcome in ("busy", "queued", "stop") and await self._recover(
             thread_id, claim.active
         )
         if ended_unrecorded and claim.outcome == "busy":  # the thread may be free now
             claim = await self.store.claim(
-                thread_id, event.task_id, event.multitask_strategy, submitted, again=True
+                thread_id, event.task_id, strategy, submitted, again=True
             )
         if claim.outcome == "start":
             return claim
         if claim.outcome == "busy":
             await self._reject(event, claim.active)
         elif claim.outcome == "stop":
-            await self._stop_active(event, claim.active)
+            await self._stop_active(event, claim.active, strategy)
         return None
+
+    async def _waits_for_human(self, thread_id: str) -> bool:
+        """The thread's active run waits for a human: a hook's interrupt (the approval
+        phase) or tool calls that wait one by one."""
+        active: Any = await self.rt.redis.hget(self.names.thread_state(thread_id), "active")
+        active_id = text(active or "")
+        if not active_id:
+            return False
+        status, phase = await self.rt.redis.hmget(
+            self.names.task_state(active_id), "status", "phase"
+        )
+        if text(status or "") != "running":
+            return False
+        if text(phase or "") == Phase.APPROVAL:
+            return True
+        return bool((await waiting_calls(self.rt.redis, self.names, active_id))[1])
 
     async def dequeued(self, event: RunDequeued) -> tuple[Claim, TaskSubmitted] | None:
         """A queued run's turn: its claim and the submission the thread kept."""
@@ -149,7 +171,7 @@ class ThreadRuns:
 
     async def _reject(self, event: TaskSubmitted, active: str) -> None:
         reason = (
-            f"thread {event.thread_id} is busy with run {active} "
+            f"thread {shown_thread_id(event.thread_id or '')} is busy with run {active} "
             "(multitask_strategy='reject'; use 'enqueue', 'interrupt' or 'rollback' to "
             "send it anyway)"
         )
@@ -167,14 +189,20 @@ class ThreadRuns:
         if state.applied:
             await self.emit(event.task_id, state)
 
-    async def _stop_active(self, event: TaskSubmitted, active: str) -> None:
+    async def _stop_active(self, event: TaskSubmitted, active: str, how: str) -> None:
         """interrupt: the active run stops at its next step boundary, keeping what it did;
         rollback: it stops now and its changes to the thread are dropped."""
-        how = event.multitask_strategy
-        reason = (
-            f"{'interrupted' if how == 'interrupt' else 'rolled back'}: run {event.task_id} "
-            f"arrived on thread {event.thread_id} (multitask_strategy={how!r})"
-        )
+        if how != event.multitask_strategy:  # it waited for a human: ``submitted``
+            reason = (
+                f"ended at its interrupt: run {event.task_id} arrived on thread "
+                f"{shown_thread_id(event.thread_id or '')} with new input"
+            )
+        else:
+            reason = (
+                f"{'interrupted' if how == 'interrupt' else 'rolled back'}: run "
+                f"{event.task_id} arrived on thread {shown_thread_id(event.thread_id or '')} "
+                f"(multitask_strategy={how!r})"
+            )
         if how == "rollback":
             await self.stop(active, reason, Cause.SUPERSEDED)
             return
@@ -200,7 +228,13 @@ class ThreadRuns:
         parts = await self.store.ending_of(task_id)
         if parts is None:
             return
-        outcome = await self.store.end(thread_id, parts.args(task_id, self.rt.settings.retention_s))
+        ttl = self.rt.settings.thread_ttl_s or 0  # threads last until deleted unless set
+        if not ttl and thread_id.startswith(SAVER_SPACE_MARK):
+            # an in-process saver's thread: the saver is its record (the client writes
+            # each run's end there), so Redis's working copy goes once idle, and the
+            # threads of a process that is gone do not stay in Redis for ever
+            ttl = self.rt.settings.retention_s
+        outcome = await self.store.end(thread_id, parts.args(task_id, ttl))
         following = outcome.next
         if outcome.outcome == "stale":
             following = await self._unstarted_active(thread_id)

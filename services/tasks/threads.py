@@ -23,6 +23,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from contracts.events import ModelResponded, parse_event
 from contracts.streams import DATA_FIELD, Names
 from services.tasks.state import pairs, text
 from services.tasks.transition import Args, Register, checked_body
@@ -52,7 +53,8 @@ class EndRun(Args):
     todos: str
     extra: str
     ended_event: bytes
-    retention: int
+    ttl: int
+    """Seconds the thread is kept once no run is going (0: until it is deleted)."""
     now: float
     write_back: bool
     """False for a run that never started from the thread: it has no state to give."""
@@ -153,18 +155,18 @@ class ThreadStore:
         """What a task that ended leaves for its thread (None: it has not ended)."""
         names = self.names
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(names.task_state(task_id), "status", "extra", "thread")
+        pipe.hmget(names.task_state(task_id), "status", "extra", "thread", "pending")
         pipe.lrange(names.task_messages(task_id), 0, -1)
         pipe.get(names.task_todos(task_id))
         pipe.xrevrange(names.task_log(task_id), count=1)
-        (status, extra, thread), messages, todos, last = await pipe.execute()
+        (status, extra, thread, pending), messages, todos, last = await pipe.execute()
         status = text(status or "")
         if status in ("", "running"):
             return None
         ended = last[0][1].get(DATA_FIELD.encode(), b"") if last else b""
         return EndRunParts(
             status=status,
-            messages=[text(m) for m in messages],
+            messages=[text(m) for m in messages] + _waiting_reply(pending),
             todos=text(todos or ""),
             extra=text(extra or ""),
             ended_event=ended,
@@ -182,7 +184,7 @@ class EndRunParts:
     started: bool
     """Whether the task started as a run of the thread (its state is the thread's)."""
 
-    def args(self, task_id: str, retention: int) -> EndRun:
+    def args(self, task_id: str, ttl: int) -> EndRun:
         return EndRun(
             task_id=task_id,
             status=self.status,
@@ -190,10 +192,23 @@ class EndRunParts:
             todos=self.todos,
             extra=self.extra,
             ended_event=self.ended_event,
-            retention=retention,
+            ttl=ttl,
             now=time.time(),
             write_back=self.started,
         )
+
+
+def _waiting_reply(pending: Any) -> list[str]:
+    """The model's reply a run that ended at a human's interrupt was asked about: it
+    waits beside the transcript (``lua/interrupt.lua``, cleared once answered), while
+    LangGraph's checkpoint holds it already (the model node ran), so the thread keeps
+    it, the unanswered tool calls with it."""
+    if not pending:
+        return []
+    reply = parse_event(pending)
+    if not isinstance(reply, ModelResponded):  # a hook before the model asked
+        return []
+    return [reply.message.model_dump_json()]
 
 
 def json_list(raw: str) -> list[Any]:

@@ -1,8 +1,9 @@
--- ARGV: task_id status messages todos extra ended_event retention now write_back
+-- ARGV: task_id status messages todos extra ended_event ttl now write_back
 -- The thread's active run ended: its transcript, todos and middleware state become the
 -- thread's (unless it was rolled back), its end goes on the thread's log, and the next
 -- queued run, if any, becomes the active one (the caller starts it). Once no run waits,
--- the thread's keys expire after the retention time, as a task's do. Any other run's
+-- the thread's keys expire after ``ttl`` seconds where the operator set one (threads
+-- last until deleted by default; a new run PERSISTs them again in thread_claim.lua). Any other run's
 -- end (a redelivery, a run that never was active) changes nothing; a run that never
 -- started from the thread (its submission was refused) writes nothing back.
 if redis.call('HGET', KEYS[1], 'active') ~= arg.task_id then
@@ -37,6 +38,6 @@ if nxt then
   if submitted then redis.call('XADD', KEYS[5], '*', '__DATA__', submitted) end
   return {'outcome', 'ended', 'status', status, 'next', nxt}
 end
-local ttl = tonumber(arg.retention) or 0
+local ttl = tonumber(arg.ttl) or 0
 if ttl > 0 then for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end end
 return {'outcome', 'ended', 'status', status, 'next', ''}
