@@ -14,11 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 import langchain.agents.middleware as langchain_middleware
-from langchain.agents import create_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.tools import BaseTool, StructuredTool
 
 from contracts.agent import AgentSpec, MiddlewareSpec
+from loopline.graph import GraphArguments, reference_graph
 
 
 class NotDrawable(ValueError):
@@ -29,8 +28,7 @@ def graph_json(spec: AgentSpec, xray: bool | int = False) -> dict[str, Any]:
     """The JSON of ``get_graph(xray=...)`` of LangChain's agent of this shape, without
     the nodes' class paths (LangGraph's server leaves them out too)."""
     middleware = [_langchain_middleware(m) for m in spec.middleware]
-    model = GenericFakeChatModel(messages=iter(()))  # never called: only drawn
-    agent = create_agent(model, tools=_tools(spec), middleware=middleware)
+    agent = reference_graph(GraphArguments(tools=_tools(spec), middleware=middleware))
     drawn: dict[str, Any] = agent.get_graph(xray=xray).to_json()
     for node in drawn.get("nodes", []):
         data = node.get("data")
