@@ -1,9 +1,9 @@
 """What a step costs the Redis server, against what two raw stream hops cost it, in one run.
 
-``python -m benchmarks.redis_cost [--rounds N] [--tasks N] [--steps N] [--redis-url URL]``
-(also ``python -m benchmarks --only redis_cost``) starts a private server (the machine's
-``redis-server``, else the embedded Valkey) and the services as processes, and runs, in
-interleaved rounds:
+``python -m benchmarks.redis_cost [--rounds N] [--tasks N] [--steps N] [--redis-url URL]
+[--against REV ...]`` (also ``python -m benchmarks --only redis_cost``) starts a private
+server (the machine's ``redis-server``, else the embedded Valkey) and the services as
+processes, and runs, in interleaved rounds:
 
 - **two raw hops**: entries bounce between two streams read by two consumer groups, as a
   step bounces between the model and tools streams: each side reads ``XREADGROUP COUNT
@@ -17,16 +17,19 @@ For each: the server's own CPU (``INFO cpu``: user + system, all its threads) ov
 run, divided by the steps. For loopline also the commands per step, from ``INFO
 commandstats`` (calls, µs per call; commands a Lua script runs count there too, beside
 the script's ``EVALSHA``, whose µs include theirs), and from one more run with the slow
-log recording every command (``slowlog-log-slower-than 0``, which logs what clients sent,
-not what scripts run) the calls and µs of each script by name. The benchmark's own
-status polls are left out of the loopline figures. The table is printed and written to
-``benchmarks/results/redis_cost.md``.
+log recording every command (``slowlog-log-slower-than 0``) what the services sent, each
+script by name with the commands it ran (the slow log lists those just before it). The
+benchmark's own status polls are left out of the loopline figures. ``--against REV`` also
+runs the services of another git revision (exported as ``benchmarks.ab`` does) in the
+same rounds: before and after, each against the same hops. The table is printed and
+written to ``benchmarks/results/redis_cost.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import statistics
 import sys
@@ -40,8 +43,10 @@ import redis.asyncio as aioredis
 
 from benchmarks import loopline_side as ll
 from benchmarks import rawhop
+from benchmarks.ab import export
 from benchmarks.stack import RedisServer, Services, drop_prefix, fake_agent, new_prefix
 from contracts.streams import Names
+from loopline import lifetime
 
 RESULTS_FILE = Path(__file__).parent / "results" / "redis_cost.md"
 HOPS_PER_STEP = 2
@@ -277,18 +282,38 @@ async def top_level(url: str, prefix: str, tasks: int, steps: int) -> dict[str, 
 # -- the run --------------------------------------------------------------------------------
 
 
-async def measure(url: str, rounds: int, tasks: int, steps: int, in_flight: int) -> dict[str, Any]:
+async def measure(
+    url: str,
+    rounds: int,
+    tasks: int,
+    steps: int,
+    in_flight: int,
+    against: dict[str, Path] | None = None,
+) -> dict[str, Any]:
+    """``against``: other source trees (``--against REV``) whose services run the same
+    workload in the same rounds, for their figure beside this tree's."""
     prefix = new_prefix()
     hops: list[Sample] = []
     ours: list[Sample] = []
-    with Services(url, prefix):
+    theirs: dict[str, list[Sample]] = {name: [] for name in against or {}}
+    with contextlib.ExitStack() as stacks:
+        stacks.enter_context(Services(url, prefix))
+        others = {name: (root, new_prefix()) for name, root in (against or {}).items()}
+        for root, other in others.values():
+            stacks.enter_context(Services(url, other, root=root))
+        for _, other in others.values():
+            await loopline_steps(url, other, 20, 3)
         await loopline_steps(url, prefix, 20, 3)  # warm-up: imports, caches, scripts
         for r in range(rounds):
             hops.append(await raw_hops(url, f"{prefix}:raw{r}", tasks * steps, in_flight))
             ours.append(await loopline_steps(url, prefix, tasks, steps))
+            for name, (_, other) in others.items():
+                theirs[name].append(await loopline_steps(url, other, tasks, steps))
             print(f"round {r + 1} of {rounds} done", file=sys.stderr)
         sent = await top_level(url, prefix, max(20, tasks // 4), steps)
     drop_prefix(url, prefix)
+    for _, other in others.values():
+        drop_prefix(url, other)
     return {
         "rounds": rounds,
         "tasks": tasks,
@@ -298,6 +323,13 @@ async def measure(url: str, rounds: int, tasks: int, steps: int, in_flight: int)
         "loopline_us_per_step": [o.cpu_us_per_step for o in ours],
         "hop_commands": _per_step(hops),
         "loopline_commands": _per_step(ours),
+        "against": {
+            name: {
+                "us_per_step": [o.cpu_us_per_step for o in samples],
+                "commands": _per_step(samples),
+            }
+            for name, samples in theirs.items()
+        },
         "sent": {
             name: {
                 "calls_per_step": x.calls / (max(20, tasks // 4) * steps),
@@ -325,6 +357,19 @@ def _each(values: list[float]) -> str:
     return ", ".join(f"{x:.1f}" for x in values)
 
 
+def _against_rows(fig: dict[str, Any], hop: float) -> list[str]:
+    """A row per other tree of the run (``--against``), with its commands per step."""
+    rows = []
+    for name, other in fig.get("against", {}).items():
+        cost = statistics.median(other["us_per_step"])
+        commands = sum(c for c, _ in other["commands"].values())
+        rows.append(
+            f"| loopline step, `{name}` ({commands:.1f} commands / step) | {cost:.1f} "
+            f"({_each(other['us_per_step'])}) | {cost / hop:.2f}x |"
+        )
+    return rows
+
+
 def to_markdown(fig: dict[str, Any], environment: str) -> str:
     hop = statistics.median(fig["hops_us_per_step"])
     ours = statistics.median(fig["loopline_us_per_step"])
@@ -340,8 +385,10 @@ def to_markdown(fig: dict[str, Any], environment: str) -> str:
         "",
         "| | Redis CPU µs / step | ratio |",
         "|---|---:|---:|",
-        f"| loopline step | {ours:.1f} ({_each(fig['loopline_us_per_step'])}) "
+        f"| loopline step, this tree ({sum(c for c, _ in fig['loopline_commands'].values()):.1f}"
+        f" commands / step) | {ours:.1f} ({_each(fig['loopline_us_per_step'])}) "
         f"| **{ours / hop:.2f}x** |",
+        *_against_rows(fig, hop),
         f"| two raw hops | {hop:.1f} ({_each(fig['hops_us_per_step'])}) | 1.00x |",
         "",
         "## Commands per step (`INFO commandstats`, all rounds)",
@@ -388,12 +435,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--in-flight", type=int, default=200)
     parser.add_argument("--redis-url", help="an existing server (default: a private one)")
+    parser.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        help="a git revision (or source tree) measured in the same rounds (repeatable)",
+    )
     args = parser.parse_args(argv)
     server = RedisServer(args.redis_url).start()
+    tmp = lifetime.temporary_directory("loopline-redis-cost-")
     try:
-        fig = asyncio.run(measure(server.url, args.rounds, args.tasks, args.steps, args.in_flight))
+        against = {rev: export(rev, tmp) for rev in args.against}
+        fig = asyncio.run(
+            measure(server.url, args.rounds, args.tasks, args.steps, args.in_flight, against)
+        )
     finally:
         server.stop()
+        lifetime.remove_now(tmp)
     environment = (
         f"{datetime.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} cores, load average "
         f"{os.getloadavg()[0]:.1f} at the end, {server.kind}"
