@@ -7,6 +7,9 @@
 -- computes it: the reducers are Python, services.spec.channels). A result that would
 -- join a step with updates and comes without it changes nothing and replies applied
 -- = -2: the caller reads the updates (all in now), computes `joined` and sends again.
+-- `failed_event` (the step limit's TaskFailed) likewise: a result that would join the
+-- step at the limit and comes without it changes nothing and replies applied = -3 (most
+-- results never need it, so it is not sent with them).
 local s = redis.call('HMGET', KEYS[1], 'status', 'step', 'phase', 'expected', 'updates',
                     'end_after', 'max_steps', 'stop')
 if s[1] ~= 'running' or s[2] ~= arg.step or s[3] ~= 'tools' then return snapshot(0) end
@@ -21,6 +24,10 @@ if #expected > 1 then
 end
 local updates = s[5] or arg.update ~= ''
 if joins and updates and arg.joined == '' then return snapshot(-2) end
+if joins and arg.failed_event == '' and not s[6] and not s[8]
+   and tonumber(arg.step) + 1 > tonumber(s[7]) then
+  return snapshot(-3)
+end
 log(arg.tool_event)
 if not joins then
   redis.call('HSET', KEYS[4], arg.call_id, arg.tool_message)
