@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import statistics
 import sys
@@ -44,7 +43,7 @@ import redis.asyncio as aioredis
 from benchmarks import loopline_side as ll
 from benchmarks import rawhop
 from benchmarks.ab import export
-from benchmarks.stack import RedisServer, Services, drop_prefix, fake_agent, new_prefix
+from benchmarks.stack import REPO_ROOT, RedisServer, Services, drop_prefix, fake_agent, new_prefix
 from contracts.streams import Names
 from loopline import lifetime
 
@@ -291,29 +290,28 @@ async def measure(
     against: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
     """``against``: other source trees (``--against REV``) whose services run the same
-    workload in the same rounds, for their figure beside this tree's."""
-    prefix = new_prefix()
+    workload in the same rounds, for their figure beside this tree's. Each side runs
+    alone on the server (the services of one tree at a time, started for it), and each
+    round starts with another tree."""
     hops: list[Sample] = []
-    ours: list[Sample] = []
-    theirs: dict[str, list[Sample]] = {name: [] for name in against or {}}
-    with contextlib.ExitStack() as stacks:
-        stacks.enter_context(Services(url, prefix))
-        others = {name: (root, new_prefix()) for name, root in (against or {}).items()}
-        for root, other in others.values():
-            stacks.enter_context(Services(url, other, root=root))
-        for _, other in others.values():
-            await loopline_steps(url, other, 20, 3)
-        await loopline_steps(url, prefix, 20, 3)  # warm-up: imports, caches, scripts
-        for r in range(rounds):
-            hops.append(await raw_hops(url, f"{prefix}:raw{r}", tasks * steps, in_flight))
-            ours.append(await loopline_steps(url, prefix, tasks, steps))
-            for name, (_, other) in others.items():
-                theirs[name].append(await loopline_steps(url, other, tasks, steps))
-            print(f"round {r + 1} of {rounds} done", file=sys.stderr)
-        sent = await top_level(url, prefix, max(20, tasks // 4), steps)
-    drop_prefix(url, prefix)
-    for _, other in others.values():
-        drop_prefix(url, other)
+    trees = {"this tree": REPO_ROOT, **(against or {})}
+    samples: dict[str, list[Sample]] = {name: [] for name in trees}
+    sent: dict[str, Sent] = {}
+    for r in range(rounds):
+        # nothing else runs on the server while a side is measured: its CPU is that side's
+        prefix = new_prefix()
+        hops.append(await raw_hops(url, f"{prefix}:raw", tasks * steps, in_flight))
+        order = list(trees.items())
+        for name, root in order[r % len(order) :] + order[: r % len(order)]:
+            with Services(url, prefix, root=root):
+                await loopline_steps(url, prefix, 20, 3)  # warm-up: imports, caches, scripts
+                samples[name].append(await loopline_steps(url, prefix, tasks, steps))
+                if name == "this tree" and r == rounds - 1:
+                    sent = await top_level(url, prefix, max(20, tasks // 4), steps)
+            drop_prefix(url, prefix)
+        print(f"round {r + 1} of {rounds} done", file=sys.stderr)
+    ours = samples.pop("this tree")
+    theirs = samples
     return {
         "rounds": rounds,
         "tasks": tasks,
