@@ -375,7 +375,9 @@ def to_markdown(fig: dict[str, Any], environment: str) -> str:
         "# What a step costs Redis",
         "",
         f"`python -m benchmarks.redis_cost --rounds {fig['rounds']} --tasks {fig['tasks']} "
-        f"--steps {fig['steps']}` ({environment}). Server CPU from `INFO cpu` (user + "
+        f"--steps {fig['steps']}"
+        + "".join(f" --against {name}" for name in fig.get("against", {}))
+        + f"` ({environment}). Server CPU from `INFO cpu` (user + "
         "system) over each run, divided by its steps; median of the rounds, every round "
         "in brackets. A step: one model call and one no-op tool call; two raw hops: "
         f"{fig['in_flight']} entries bouncing between two streams and two groups "
