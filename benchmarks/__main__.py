@@ -2,8 +2,9 @@
 
 Writes ``benchmarks/results/README.md`` (the table, also printed), ``figures.json`` (every
 figure) and ``benchmarks.png`` (when matplotlib is installed). Options: ``--quick`` (small
-sizes, for a smoke run), ``--only step,throughput,flat,concurrency,context,recovery,streaming``
-(``--only streaming`` writes ``streaming.md`` and ``streaming.json`` alone),
+sizes, for a smoke run), ``--only step,throughput,flat,concurrency,context,recovery,
+streaming,redis_cost`` (``--only streaming`` writes ``streaming.md`` and ``streaming.json``
+alone, ``--only redis_cost`` ``redis_cost.md``: Redis CPU per step against two raw hops),
 ``--redis-url URL`` (default: a private redis-server), ``--replicas N`` (the
 concurrency measurement again with N replicas of each service), ``--concurrency N`` (default
 2,000) and ``--no-10k`` (skip the 10,000-task attempt).
@@ -24,13 +25,22 @@ import sys
 import time
 from typing import Any
 
-from benchmarks import report, streaming, suite
+from benchmarks import redis_cost, report, streaming, suite
 from benchmarks.stack import REPO_ROOT, RedisServer
 from loopline import lifetime
 from services.app import tune_gc
 from services.settings import Settings
 
-ALL = ("step", "throughput", "flat", "concurrency", "context", "recovery", "streaming")
+ALL = (
+    "step",
+    "throughput",
+    "flat",
+    "concurrency",
+    "context",
+    "recovery",
+    "streaming",
+    "redis_cost",
+)
 
 
 def _log(message: str) -> None:
@@ -154,6 +164,13 @@ async def measure_files(only: set[str], url: str, plan: suite.Plan, fig: dict[st
         _log("streaming: first token and token rate (benchmarks/streaming.py)")
         fig["streaming"] = await streaming.streaming(url, plan.stream_rounds)
         write_streaming(fig)
+    if "redis_cost" in only:
+        _log("Redis CPU per step against two raw hops (benchmarks/redis_cost.py)")
+        rounds, tasks = (1, 50) if fig["environment"]["quick"] else (3, 200)
+        cost = await redis_cost.measure(url, rounds, tasks, 10, 200)
+        text = redis_cost.to_markdown(cost, fig["environment"]["machine"])
+        redis_cost.RESULTS_FILE.write_text(text)
+        print(text)
 
 
 def write_streaming(fig: dict[str, Any]) -> None:
@@ -197,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     if set(fig) <= {"environment", "streaming"}:
-        return 0  # streaming alone: its own files are written
+        return 0  # streaming or the Redis cost alone: their own files are written
     report.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     png = report.RESULTS_DIR / "benchmarks.png"
     if report.chart(fig, png):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -124,3 +126,70 @@ async def stream_events(redis: aioredis.Redis, stream: str) -> list[dict[str, An
             event["_bytes"] = len(raw)
             out.append(event)
             last = entry_id.decode()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the tasks of one measurement ended: a time is only worth reporting when every
+    one of them completed (tasks refused at once finish fast, and would flatter it)."""
+
+    total: int
+    completed: int
+    failed: int
+    first_failure: str
+    """The reason of the first failed task's ``TaskFailed`` ("" when none failed)."""
+
+    @property
+    def all_completed(self) -> bool:
+        return self.completed == self.total
+
+    def describe(self) -> str:
+        text = f"{self.completed} of {self.total} tasks completed, {self.failed} failed"
+        return text + (f" (first: {self.first_failure})" if self.first_failure else "")
+
+
+async def outcome(redis: aioredis.Redis, names: Names, status: dict[str, str]) -> Outcome:
+    """Count the tasks' ends (``wait_done``'s statuses) and read why the first failed one
+    failed, from its log's last event."""
+    failed = [tid for tid, s in status.items() if s != "completed"]
+    reason = ""
+    if failed:
+        last: Any = await redis.xrevrange(names.task_log(failed[0]), count=1)
+        if last:
+            event = json.loads(last[0][1][DATA_FIELD.encode()])
+            reason = str(event.get("reason") or event.get("type", ""))
+        else:
+            reason = "its log is empty"
+    return Outcome(len(status), len(status) - len(failed), len(failed), reason)
+
+
+async def run_timed(
+    redis: aioredis.Redis,
+    names: Names,
+    spec: AgentSpec,
+    n: int,
+    *,
+    max_steps: int,
+    prompt: str = "task",
+    timeout: float,
+    interval: float = 0.2,
+) -> dict[str, Any]:
+    """Submit ``n`` tasks at once and wait for them. Every task completed: the counts,
+    ``loopline_s`` (last end - submission) and ``loopline_p50_task_s``. Otherwise the
+    counts and an ``error`` (how many failed, the first reason, or what still ran at the
+    timeout), and no time at all."""
+    ids, started = await submit_many(redis, names, spec, n, max_steps=max_steps, prompt=prompt)
+    try:
+        status = await wait_done(redis, names, ids, timeout=timeout, interval=interval)
+    except TimeoutError as exc:
+        return {"completed": None, "failed": None, "error": f"did not finish: {exc}"}
+    ended = await outcome(redis, names, status)
+    out: dict[str, Any] = {"completed": ended.completed, "failed": ended.failed}
+    if not ended.all_completed:
+        out["error"] = ended.describe()
+        out["first_failure"] = ended.first_failure
+        return out
+    ends = await finish_times(redis, names, ids)
+    out["loopline_s"] = max(ends) - started
+    out["loopline_p50_task_s"] = statistics.median(e - started for e in ends)
+    return out

@@ -180,10 +180,10 @@ def _flat_own_latency_row(first: dict[str, Any], last: dict[str, Any], k: int) -
 
 def _concurrency_row(conc: dict[str, Any]) -> list[str]:
     """One size of the concurrency run; a run that did not finish fails its target."""
-    if "loopline_s" not in conc:
+    if "loopline_s" not in conc:  # not every task completed: no time to show
         return [
             f"{conc['n']:,} concurrent tasks × {conc['steps']} steps, 1 s model",
-            "did not finish",
+            _not_timed(conc),
             f"ideal {conc['ideal_s']:.1f} s",
             "—",
             "≤ 1.3×",
@@ -203,6 +203,13 @@ def _concurrency_row(conc: dict[str, Any]) -> list[str]:
         "≤ 1.3×",
         _met(ratio <= 1.3),
     ]
+
+
+def _not_timed(conc: dict[str, Any]) -> str:
+    """What a measurement whose tasks did not all complete shows in place of its time."""
+    if conc.get("completed") is None:
+        return "did not finish"
+    return f"no time: {conc['completed']:,} of {conc['n']:,} completed, {conc['failed']:,} failed"
 
 
 def _context_editing_rows(ce: dict[str, Any]) -> list[list[str]]:
@@ -472,7 +479,7 @@ def _concurrency_line(c: dict[str, Any]) -> str:
             f"{rss} | {cpu} |"
         )
     return (
-        f"| {n} | not finished: {c.get('error', '')} | "
+        f"| {n} | {_not_timed(c)}: {c.get('error', '')} | "
         f"{c['ideal_s']:.1f} | — | — | — | {_f(c.get('model_call_floor_s'), 1)} | "
         f"{rss} | {cpu} |"
     )

@@ -22,6 +22,7 @@ from contracts.messages import AIMessage, ToolCall, ToolMessage
 from contracts.streams import DATA_FIELD
 from services.fastredis import FastRedis, FastScript, stream_entries
 from services.runtime import Runtime
+from services.tasks.issued import call_seal
 from services.tasks.loop import LAST_RESULT_MAX_BYTES, Loop
 from services.tools.handlers import handlers as tools_handlers
 from tests.support import (
@@ -29,6 +30,7 @@ from tests.support import (
     completed,
     events_on,
     issue_calls,
+    pending_on,
     replied,
     reply_with_calls,
     result,
@@ -280,3 +282,29 @@ async def test_an_idempotent_tool_runs_without_a_lease_and_another_with_one(
     await run("slow_effect")
     assert seen["slow_idempotent"] is None  # no round trip for a lease
     assert state_of(seen["slow_effect"]) == "running"
+
+
+async def test_a_sealed_idempotent_call_leaves_no_record(rt: Runtime, tmp_path: Any) -> None:
+    """A transition's request (sealed) of an idempotent tool runs with no lease and leaves
+    no record of its outcome: every delivery of it is sealed and runs it again without
+    reading one. The same request unsealed is checked against the task's state, and its
+    outcome recorded, so a late copy is told from a forged one."""
+    (on_tool,) = tools_handlers(rt).values()
+    agent_id = await rt.save_agent(IDEMPOTENT_SPEC)
+    marks = tmp_path / "marks.jsonl"
+    args = {"tag": "sealed", "seconds": 0, "record": str(marks)}
+    for task_id, sealed in (("sealed", True), ("unsealed", False)):
+        call = ToolCall(id="c1", name="slow_idempotent", args=args)
+        await issue_calls(rt.redis, rt.names, task_id, agent_id, [call.id])
+        seal = call_seal(await rt.sealer(), task_id, 1, agent_id, call) if sealed else None
+        event = ToolRequested(task_id=task_id, step=1, agent_id=agent_id, call=call, seal=seal)
+        await run_entry(rt, "tools", event, on_tool)
+        assert await pending_on(rt.redis, rt.names.tools, "tools") == 0
+        recorded = await rt.redis.hget(rt.names.task_calls(task_id), call.id)
+        assert (recorded is None) is sealed
+    assert [json.loads(line)["what"] for line in marks.read_text().splitlines()] == [
+        "start",
+        "end",
+        "start",
+        "end",
+    ]

@@ -287,6 +287,31 @@ async def test_the_step_limit_fails_the_task_at_the_join(store: TaskStore, rt: R
     assert len(task.transcript) == 3  # the result joined before the task stopped
 
 
+async def test_a_result_at_the_step_limit_asks_for_its_failure(
+    store: TaskStore, rt: Runtime
+) -> None:
+    """The step limit's TaskFailed is not sent with every result: the one result that
+    needs it, sent without it, changes nothing and says so; sent again with it, the task
+    fails. A result that does not reach the limit needs none."""
+    await store.apply(TASK, start(max_steps=2))
+    await store.apply(TASK, reply(ai_with_calls("c0")))
+    state = await store.apply(TASK, replace(tool_result("c0"), failed_event=b""))
+    assert state.applied and (state.step, state.phase) == (2, Phase.MODEL)
+    await store.apply(TASK, reply(ai_with_calls("c1", "c2", step=2), step=2))
+    first = await store.apply(TASK, replace(tool_result("c1", step=2), failed_event=b""))
+    assert first.applied and first.phase == Phase.TOOLS  # not joining: nothing asked
+    asked = await store.apply(TASK, replace(tool_result("c2", step=2), failed_event=b""))
+    assert not asked.applied and asked.limit_event_needed
+    assert (asked.status, asked.phase, asked.done) == (Status.RUNNING, Phase.TOOLS, {"c1"})
+    task = await seen(rt.redis, rt.names)
+    assert task.log[-1] == "ToolCompleted" and len(task.transcript) == 4
+    state = await store.apply(TASK, tool_result("c2", step=2))
+    assert state.applied and state.status == Status.FAILED and not state.limit_event_needed
+    task = await seen(rt.redis, rt.names)
+    assert task.log[-3:] == ["ToolCompleted", "ToolCompleted", "TaskFailed"]
+    assert [m["type"] for m in task.transcript] == ["human", "ai", "tool", "ai", "tool", "tool"]
+
+
 # -- hooks and approvals -------------------------------------------------------------------
 
 

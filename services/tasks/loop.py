@@ -415,23 +415,41 @@ class Loop:
             tool_message=tool_message,
             tool_event=self.rt.encode(event),  # with the size check of a publish
             step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
-            failed_event=await self._result_limit_failed(event),
+            failed_event=b"",  # asked for by the one result that needs it
             update=_update_pairs(event.update),
         )
-        state = await self.store.apply(tid, record, fusion)
-        if state.joining:  # this result joins a step with state updates: apply them
-            try:
-                joined = await self._joined(event, state.expected)
-            except Exception as exc:  # LangGraph's InvalidUpdateError, a reducer's error
-                await self._fail_with(tid, exc)
-                return
-            record = dataclasses.replace(record, joined=joined)
-            state = await self.store.apply(tid, record, fusion)
+        state = await self._record_result(event, record, fusion)
+        if state is None:
+            return
         state = self._known(state, tid)
         if state.committed:
             self._committed(tid, state)
         elif self._resumes(state, cause, event.step):
             await self._advance(tid, state)
+
+    async def _record_result(
+        self, event: ToolCompleted, record: RecordResult, fusion: Fusion | None
+    ) -> TaskState | None:
+        """Apply a tool result, with what the transition asks for when it needs more: the
+        joined state of a step whose calls updated it, the step limit's TaskFailed (each
+        computed only then). None: the task failed computing the joined state."""
+        tid = event.task_id
+        state = await self.store.apply(tid, record, fusion)
+        for _ in range(2):  # each is asked for once at most
+            if state.limit_event_needed and not record.failed_event:
+                failed = await self._result_limit_failed(event)
+                record = dataclasses.replace(record, failed_event=failed)
+            elif state.joining and not record.joined:
+                try:
+                    joined = await self._joined(event, state.expected)
+                except Exception as exc:  # LangGraph's InvalidUpdateError, a reducer's error
+                    await self._fail_with(tid, exc)
+                    return None
+                record = dataclasses.replace(record, joined=joined)
+            else:
+                break
+            state = await self.store.apply(tid, record, fusion)
+        return state
 
     async def _joined(self, event: ToolCompleted, expected: list[str]) -> str:
         """The task's state keys (JSON) once the step's updates are applied as one

@@ -167,6 +167,9 @@ class TaskState:
     joining: bool = False
     """``RecordResult`` would join a step whose calls updated the state, and needs the
     joined state computed (applied = -2): nothing changed."""
+    limit_event_needed: bool = False
+    """``RecordResult`` would end the task at its step limit, and needs the TaskFailed to
+    log (applied = -3): nothing changed."""
 
     @property
     def exists(self) -> bool:
@@ -195,4 +198,5 @@ class TaskState:
             committed=int(found.get("committed", 0)) == 1,
             duplicate=int(found["applied"]) == -1,
             joining=int(found["applied"]) == -2,
+            limit_event_needed=int(found["applied"]) == -3,
         )

@@ -6,7 +6,8 @@ live worker, renewed while the tool runs), ``waiting`` (parked for a human decis
 ``done`` (its message, recorded with the entry's ack and the result's publication, so a
 redelivery re-publishes it instead of running the tool again). A tool declared idempotent
 and run without ``wrap_tool_call`` middleware takes no lease: running it again is
-harmless by its declaration.
+harmless by its declaration; requested with a valid seal, its outcome is not recorded
+either (no delivery of a sealed request reads it).
 
 A call whose tool or ``wrap_tool_call`` chain calls ``interrupt()`` (a user's own, or
 ``HumanInTheLoopMiddleware`` with ``interrupt_mode="per_call"``) is parked: its record
@@ -190,13 +191,17 @@ class ToolCalls:
             # issued by a transition; any other is checked against its task's state (a
             # round trip). With wrap_tool_call middleware the record also parks calls
             # for humans.
-            if not await self.issued.sealed(event) and (
-                await self.issued.admit(event) is Admission.LATE
-            ):
+            sealed = await self.issued.sealed(event)
+            if not sealed and await self.issued.admit(event) is Admission.LATE:
                 return None
             outcome = await self._run_chain(job, (), None)
             if isinstance(outcome, Parked):
                 return await self._park(calls_key, call.id, outcome)
+            if sealed and isinstance(outcome, Answered):
+                # No record: this call's deliveries are all sealed and run it again
+                # without reading one (only an unsealed request asks the record whether
+                # it comes too late), so its one write a step would be read by no one.
+                return outcome
             return await self._record_done(calls_key, call.id, outcome)
         # The check and the lease in one script: the round trip the lease took anyway.
         admission = await self.issued.admit(event, lease=self._first_marker(job))

@@ -47,26 +47,43 @@ local function finish(status)
 end
 
 -- Append the step's tool results in call order, then start the next step or stop at
--- the step limit.
-local function advance(step, expected, step_event, failed_event)
-  for _, id in ipairs(expected) do
-    redis.call('RPUSH', KEYS[2], redis.call('HGET', KEYS[4], id))
+-- the step limit. `known`: results the caller holds by call id (the joining one, never
+-- stored in the results hash); `cause`: the state's new cause, written with the rest;
+-- `flags`: the state's end_after, max_steps and stop when the caller read them already.
+local function advance(step, expected, step_event, failed_event, known, cause, flags)
+  known = known or {}
+  local messages, fetched = {}, false
+  for i, id in ipairs(expected) do
+    messages[i] = known[id]
+    if messages[i] == nil then
+      messages[i] = redis.call('HGET', KEYS[4], id)
+      fetched = true
+    end
   end
-  redis.call('DEL', KEYS[4])
+  for i = 1, #messages, 1000 do  -- one RPUSH for the usual step (unpack's stack is bounded)
+    redis.call('RPUSH', KEYS[2], unpack(messages, i, math.min(i + 999, #messages)))
+  end
+  if fetched then redis.call('DEL', KEYS[4]) end
+  flags = flags or redis.call('HMGET', KEYS[1], 'end_after', 'max_steps', 'stop')
+  local ending, max_steps, stop = flags[1], tonumber(flags[2]), flags[3]
+  if cause and (ending or stop or step + 1 > max_steps) then
+    redis.call('HSET', KEYS[1], 'cause', cause)
+  end
   -- a reply that gave a structured response ends the task once its other calls ran
-  local ending = redis.call('HGET', KEYS[1], 'end_after')
   if ending then
     redis.call('HDEL', KEYS[1], 'end_after')
     finish('completed')
     log(ending)
     return
   end
-  local max_steps = tonumber(redis.call('HGET', KEYS[1], 'max_steps'))
   -- a newer run of the task's thread asked it to stop at this boundary (stop_run.lua)
-  local stop = redis.call('HGET', KEYS[1], 'stop')
   if stop or step + 1 > max_steps then
     finish('failed')
     log(stop or failed_event)
+  elseif cause then
+    redis.call('HSET', KEYS[1], 'step', step + 1, 'phase', 'model', 'expected', '[]',
+               'cause', cause)
+    log(step_event)
   else
     redis.call('HSET', KEYS[1], 'step', step + 1, 'phase', 'model', 'expected', '[]')
     log(step_event)

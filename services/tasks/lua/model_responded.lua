@@ -10,9 +10,15 @@ if s[1] ~= 'running' or s[2] ~= arg.step then return snapshot(0) end
 -- call, no reply of this step can be there yet)
 if s[3] ~= 'model' and not (s[3] == 'approval' and s[4] ~= 'before') then return snapshot(0) end
 local step = tonumber(arg.step)
-redis.call('HDEL', KEYS[1], 'pending', 'wait_node', 'wait_id', 'wait_at', 'resume', 'done_nodes')
+-- an interrupt's fields are written together (interrupt.lua): wait_at says they are there
+if s[4] then
+  redis.call('HDEL', KEYS[1], 'pending', 'wait_node', 'wait_id', 'wait_at', 'resume',
+             'done_nodes')
+end
 redis.call('RPUSH', KEYS[2], arg.ai_message)
-for _, msg in ipairs(cjson.decode(arg.after_ai)) do redis.call('RPUSH', KEYS[2], msg) end
+if arg.after_ai ~= '[]' then
+  for _, msg in ipairs(cjson.decode(arg.after_ai)) do redis.call('RPUSH', KEYS[2], msg) end
+end
 if arg.extra ~= '' then redis.call('HSET', KEYS[1], 'extra', arg.extra) end
 log(arg.responded_event)
 if arg.nodes_event ~= '' then log(arg.nodes_event) end
@@ -41,9 +47,11 @@ redis.call('HSET', KEYS[1], 'phase', 'tools', 'expected', arg.expected, 'cause',
 -- the completion to log when this step's results are in (instead of the next step)
 if arg.end_after ~= '' then redis.call('HSET', KEYS[1], 'end_after', arg.end_after) end
 local n = 0
-for id, msg in pairs(cjson.decode(arg.pre_results)) do
-  redis.call('HSET', KEYS[4], id, msg)
-  n = n + 1
+if arg.pre_results ~= '{}' then
+  for id, msg in pairs(cjson.decode(arg.pre_results)) do
+    redis.call('HSET', KEYS[4], id, msg)
+    n = n + 1
+  end
 end
 if n >= #expected then advance(step, expected, arg.step_event, arg.failed_event) end
 return snapshot(1)
