@@ -92,7 +92,8 @@ def test_a_graph_without_a_name_is_named_as_langgraph_names_it(
 def test_with_config_binds_a_config_under_every_call_as_langgraph_does(
     embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> None:
-    lc, ours = both(servers, system_prompt="Bound.", checkpointer=InMemorySaver())
+    lc, _ = both(servers, system_prompt="Bound.", checkpointer=InMemorySaver())
+    _, ours = both(servers, system_prompt="Bound.", checkpointer=InMemorySaver())  # its own
     bound_lc = lc.with_config({"configurable": {"thread_id": "bound"}, "recursion_limit": 50})
     bound = ours.with_config({"configurable": {"thread_id": "bound"}, "recursion_limit": 50})
     assert isinstance(bound, Agent) and bound is not ours
