@@ -146,11 +146,21 @@ def exit_now(code: int) -> NoReturn:
 
 
 def ensure_services(url: str, settings: Settings) -> ServiceThread:
-    """Start (once per process) every service in-process against ``url``."""
+    """Start (once per process) every service in-process against ``url``. An agent of
+    another Redis or prefix than the running services' is refused: its tasks would wait
+    for consumers that never come."""
     global _stack
     with _lock:
         if _stack is None:
             _stack = ServiceThread(url, embedded_settings(settings)).start()
+        running = _stack.runtime
+        if (running.url, running.settings.prefix) != (url, settings.prefix):
+            raise ConfigurationError(
+                f"this process's embedded services run on {running.url} with prefix "
+                f"{running.settings.prefix!r}; an embedded agent on {url} with prefix "
+                f"{settings.prefix!r} would wait for consumers that never come: give every "
+                "embedded agent of a process the same redis_url and LOOPLINE_PREFIX"
+            )
         return _stack
 
 

@@ -17,6 +17,7 @@ from services.runtime import Runtime
 from services.settings import Settings
 from tests.docker_engine import require_compose
 from tests.support import (
+    EMBEDDED_PREFIX,
     REPO_ROOT,
     MakeRuntime,
     RedisProvider,
@@ -111,6 +112,8 @@ def embedded(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.delenv("REDIS_URL", raising=False)
     monkeypatch.setattr(loopline.embedded, "embedded_url", lambda: redis_url)
+    # an agent made with the default settings takes the prefix the services run on
+    monkeypatch.setenv("LOOPLINE_PREFIX", EMBEDDED_PREFIX)
 
 
 @pytest.fixture
