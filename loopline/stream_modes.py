@@ -493,7 +493,7 @@ class ModeTranslator:
             response = structured.response if structured is not None and given else None
             self.keys["structured_response"] = self.view.structured(response) if given else None
         if event.update:  # wrap_model_call's commands (folded where they ran)
-            self.keys.update(event.update)
+            self.keys.update(self.view.channels.codec.decode(event.update))
         out: list[Item] = []
         if "messages" in self.modes and step not in self.streamed:
             # not streamed (the chunk stream expired, or no client asked in time): the
@@ -574,7 +574,8 @@ class ModeTranslator:
     def _update_of(self, update: dict[str, Any]) -> dict[str, Any]:
         """A node's update as it returned it: messages as LangChain's, those it returned
         unchanged taken from the state (``contracts.events.NodeUpdate``)."""
-        out = dict(update)
+        codec = self.view.channels.codec
+        out = {k: v if k == "messages" else codec.decode_value(v) for k, v in update.items()}
         if "messages" in out:
             by_id = {m.id: m for m in with_stand_in_ids(self.state)}
             messages: list[BaseMessage] = []
@@ -619,15 +620,16 @@ class ModeTranslator:
         call_id = message.tool_call_id
         tools.results[call_id] = message
         tools.waiting.pop(call_id, None)
-        if event.update:
-            tools.updates[call_id] = dict(event.update)
+        update = self.view.channels.codec.decode(event.update or {})
+        if update:
+            tools.updates[call_id] = update
         out: list[Item] = []
         if "messages" in self.modes:
             index = tools.index(call_id)
             meta = tool_metadata(self.task_id, tools.superstep, index, self.thread_id)
             out.append(("messages", (message, meta)))
         if "updates" in self.modes:
-            shown = {k: v for k, v in (event.update or {}).items() if self.view.shown(k)}
+            shown = {k: v for k, v in update.items() if self.view.shown(k)}
             out.append(("updates", {TOOLS_NODE: {"messages": [message], **shown}}))
         if tools.complete:  # the step's results join: its updates too, in call order
             self.state.extend(tools.in_order())

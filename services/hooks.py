@@ -24,8 +24,9 @@ from contracts.messages import Message
 from services import interrupts
 from services.interrupts import Answers
 from services.spec import schemas
-from services.spec.channels import StateChannels, channels_of
+from services.spec.channels import NO_CHANNELS, StateChannels, channels_of
 from services.spec.middleware import NATIVE, build
+from services.spec.statecodec import StateValueError
 
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
 
@@ -247,7 +248,7 @@ async def run_state_hooks(
     for _, instance in chain:
         state = {"messages": state_messages, **state_extra}
         update = await _node_update(
-            instance, hook, state, hooks.context, answers, hooks.mode, given
+            instance, hook, state, hooks.context, answers, hooks.mode, given, hooks.channels
         )
         if not update:
             continue
@@ -258,7 +259,7 @@ async def run_state_hooks(
         if update:  # a node of its own: its update is one superstep's writes
             state_extra = hooks.channels.apply(state_extra, update.items())
             for key in update:
-                _check_storable(instance, hook, key, state_extra[key])
+                _check_storable(instance, hook, key, state_extra[key], hooks.channels)
             changed = True
         if jump and can_jump(instance, hook, jump):
             return StateResult(without_stand_in_ids(state_messages), state_extra, jump, True)
@@ -273,27 +274,31 @@ async def _node_update(
     answers: Answers | None,
     mode: str | None = None,
     given: Mapping[str, Message] | None = None,
+    channels: StateChannels = NO_CHANNELS,
 ) -> dict[str, Any]:
     """A hook's update: called, or (resuming a step where it ran to its end before a
     later node waited) the update it gave then, as LangGraph keeps a finished node's
-    writes. A new update is recorded in ``answers.done`` when it can be kept as JSON,
+    writes. A new update is recorded in ``answers.done`` when it can be kept,
     and noted with the nodes that ran (``answers.ran``)."""
     node = node_name(instance, hook)
     if answers is not None and node in answers.done:
-        return _replayed(answers.done[node])
+        return _replayed(answers.done[node], channels)
     update = await call_state_hook(instance, hook, state, context, answers, mode)
     if answers is not None:
-        recorded = _recorded(update)
+        recorded = _recorded(update, channels)
         if recorded is not None:
             answers.done[node] = recorded
-        answers.ran.append((node, shown(update, given or {})))
+        answers.ran.append((node, shown(update, given or {}, channels)))
     return update
 
 
-def shown(update: dict[str, Any], given: Mapping[str, Message]) -> dict[str, Any] | None:
+def shown(
+    update: dict[str, Any], given: Mapping[str, Message], channels: StateChannels = NO_CHANNELS
+) -> dict[str, Any] | None:
     """A node's update as the task's log shows it (``contracts.events.NodeUpdate``):
     JSON, None for no update; a message it returned unchanged from ``given`` (the state's
-    messages it was given, by id) only by reference, a ``RemoveMessage`` by its id."""
+    messages it was given, by id) only by reference, a ``RemoveMessage`` by its id; other
+    keys as the state's codec encodes them (a value it cannot, as its text)."""
     from langchain_core.messages import RemoveMessage
     from langchain_core.messages.utils import convert_to_messages
 
@@ -315,7 +320,15 @@ def shown(update: dict[str, Any], given: Mapping[str, Message]) -> dict[str, Any
             else:
                 messages.append(mine.model_dump(mode="json"))
         out["messages"] = messages
+    out = {k: v if k == "messages" else _encoded_or_text(v, channels) for k, v in out.items()}
     return dict(json.loads(json.dumps(out, default=str)))
+
+
+def _encoded_or_text(value: Any, channels: StateChannels) -> Any:
+    try:
+        return channels.codec.encode_value(value)
+    except StateValueError:
+        return str(value)
 
 
 def _same(message: Message, stored: Message) -> bool:
@@ -325,9 +338,9 @@ def _same(message: Message, stored: Message) -> bool:
     return message == stored
 
 
-def _recorded(update: dict[str, Any]) -> dict[str, Any] | None:
-    """A node's update as JSON (messages as loopline's), or None when it cannot be
-    (the node then runs again on resume)."""
+def _recorded(update: dict[str, Any], channels: StateChannels) -> dict[str, Any] | None:
+    """A node's update as JSON (messages as loopline's, other keys as the state's codec
+    encodes them), or None when it cannot be (the node then runs again on resume)."""
     from langchain_core.messages.utils import convert_to_messages
 
     from contracts.messages import from_langchain
@@ -337,15 +350,16 @@ def _recorded(update: dict[str, Any]) -> dict[str, Any] | None:
         if "messages" in out:
             messages = convert_to_messages(list(out["messages"]))
             out["messages"] = [from_langchain(m).model_dump(mode="json") for m in messages]
+        out = {k: v if k == "messages" else channels.codec.encode_value(v) for k, v in out.items()}
         return dict(json.loads(json.dumps(out)))
-    except Exception:  # a RemoveMessage, a value JSON cannot hold
+    except Exception:  # a RemoveMessage, a value the serializer cannot carry
         return None
 
 
-def _replayed(recorded: dict[str, Any]) -> dict[str, Any]:
+def _replayed(recorded: dict[str, Any], channels: StateChannels) -> dict[str, Any]:
     from contracts.messages import MESSAGE_ADAPTER, to_langchain
 
-    out = dict(recorded)
+    out = {k: v if k == "messages" else channels.codec.decode_value(v) for k, v in recorded.items()}
     if "messages" in out:
         out["messages"] = [
             to_langchain(MESSAGE_ADAPTER.validate_python(m)) for m in out["messages"]
@@ -353,16 +367,18 @@ def _replayed(recorded: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _check_storable(instance: Any, hook: str, key: str, value: Any) -> None:
-    """A state key is stored with the task as JSON, for the hooks of any process: a value
-    that is not JSON (a live shell session, say) fails the task with this reason rather
-    than leaving it undeliverable."""
+def _check_storable(
+    instance: Any, hook: str, key: str, value: Any, channels: StateChannels
+) -> None:
+    """A state key is stored with the task, for the hooks of any process, as LangGraph's
+    checkpoint serializer carries it: a value it cannot carry (a live shell session, say)
+    fails the task with this reason rather than leaving it undeliverable."""
     try:
-        json.dumps(value)
-    except (TypeError, ValueError) as exc:
+        channels.codec.encode_value(value)
+    except StateValueError as exc:
         raise TypeError(
-            f"{type(instance).__name__}.{hook} returned state {key!r} that is not JSON "
-            f"({type(value).__name__}): loopline stores a task's state as JSON"
+            f"{type(instance).__name__}.{hook} returned state {key!r} that cannot be "
+            f"stored ({type(value).__name__}): {exc}"
         ) from exc
 
 

@@ -6,7 +6,6 @@ transcript unedited, and those after it the edited view, as in LangChain."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -225,8 +224,8 @@ class StateCommands:
             writes.extend(given.items())
         if not writes:
             return None
-        folded: dict[str, Any] = json.loads(json.dumps(channels.updated(state, writes)))
-        return folded
+        # as the event carries it: JSON, other values in the codec's envelopes
+        return channels.codec.encode(channels.updated(state, writes))
 
 
 def _tool_names(spec: AgentSpec) -> list[str]:

@@ -351,12 +351,12 @@ class Loop:
             return
         turn = found
         if event.structured is not None:
-            turn = await self._with_structured(tid, turn, event.structured)
+            turn = await self._with_structured(tid, turn, event.structured, hooks)
         fusion = None
         digests = {} if turn.end else call_digests(turn.ai, turn.decided)
         if answers is None and event.transcript_len is not None and not hooks.has_state_hooks:
             fusion = await self._tool_calls_fusion(event, turn, digests)
-        state = self._known(await self._record_reply(event, turn, fusion, digests), tid)
+        state = self._known(await self._record_reply(event, turn, fusion, digests, hooks), tid)
         if state.committed:
             # The reply stands at transcript_len now (the script checked the length):
             # this process's cached transcript takes it without reading it back.
@@ -383,7 +383,9 @@ class Loop:
         spec = await self.rt.agent(event.agent_id)
         turn = ModelTurn(ai, decided=after_model_results(spec, ai), end=not ai.tool_calls)
         if event.update:  # applied before after_model runs, as LangChain's model node does
-            turn.extra = {**await self.store.extra(event.task_id), **event.update}
+            codec = hooks.channels.codec
+            stored = await self.store.extra(event.task_id, codec)
+            turn.extra = {**stored, **codec.decode(event.update)}
         if hooks.with_hook("after_model") or (turn.end and hooks.with_hook("after_agent")):
             answers = answers or Answers(scope=_scope(event.task_id, event.step))
             hooked = await self._after_model(event, hooks, turn, answers)
@@ -435,12 +437,13 @@ class Loop:
         Read when every other result of the step is in, so nothing changes them."""
         own = event.message.tool_call_id
         others = [c for c in expected if c != own]
-        state, updates = await self.store.step_updates(event.task_id, others)
-        if event.update:
-            updates[own] = list(event.update.items())
         hooks = await self._hooks_or_none(event.agent_id)
+        codec = hooks.channels.codec
+        state, updates = await self.store.step_updates(event.task_id, others, codec)
+        if event.update:
+            updates[own] = codec.decode_pairs(event.update.items())
         writes = [w for call_id in expected for w in updates.get(call_id, [])]
-        return json.dumps(hooks.channels.apply(state, writes))
+        return codec.dumps(hooks.channels.apply(state, writes))
 
     async def model_failed(self, event: ModelFailed) -> None:
         reason = f"model call failed at step {event.step}: {event.error}"
@@ -677,7 +680,12 @@ class Loop:
         )
 
     async def _record_reply(
-        self, event: ModelResponded, turn: ModelTurn, fusion: Fusion | None, digests: dict[str, str]
+        self,
+        event: ModelResponded,
+        turn: ModelTurn,
+        fusion: Fusion | None,
+        digests: dict[str, str],
+        hooks: HookSet,
     ) -> TaskState:
         """``digests``: of the reply's calls to run (``call_digests``). The events the
         script may log are built only where it can: the completion when nothing is to
@@ -706,7 +714,7 @@ class Loop:
                 failed_event=limit_failed if advances else b"",
                 limit_event=limit_failed if over else b"",
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
-                extra=json.dumps(turn.extra) if turn.extra is not None else "",
+                extra=hooks.channels.codec.dumps(turn.extra) if turn.extra is not None else "",
                 issued=digests,
                 end_after=completed if turn.end_after_tools else b"",
                 nodes_event=_nodes_event(tid, event.step, turn.ran),
@@ -730,7 +738,7 @@ class Loop:
         return dump_event(completed)
 
     async def _with_structured(
-        self, task_id: str, turn: ModelTurn, outcome: StructuredOutcome
+        self, task_id: str, turn: ModelTurn, outcome: StructuredOutcome, hooks: HookSet
     ) -> ModelTurn:
         """The model service's structured outcome joined to the turn (LangChain's model
         node adds it before after_model runs): its tool messages answer the structured
@@ -739,7 +747,8 @@ class Loop:
         answers = {m.tool_call_id: m for m in outcome.tool_messages}
         extra = turn.extra
         if outcome.given:
-            base = extra if extra is not None else await self.store.extra(task_id)
+            codec = hooks.channels.codec
+            base = extra if extra is not None else await self.store.extra(task_id, codec)
             extra = {**base, "structured_response": outcome.response}
         decided = {**turn.decided, **answers}
         pending = [c for c in turn.ai.tool_calls if c.id not in decided]
@@ -794,7 +803,9 @@ class Loop:
         writer = CustomWriter(self.rt, tid, event.step, "after_model")
         try:
             with writing(writer, hooks.context):
-                extra = turn.extra if turn.extra is not None else await self.store.extra(tid)
+                extra = turn.extra
+                if extra is None:
+                    extra = await self.store.extra(tid, hooks.channels.codec)
                 hooked = await model_turn(hooks, transcript, turn.ai, extra, answers)
             await writer.flush()  # before the reply is recorded: a client sees them first
         except NodeInterrupted as asked:
@@ -871,7 +882,7 @@ class Loop:
         if not _hooks_before_model(hooks, state.step):
             return state
         transcript = await self.rt.transcript(task_id, state.transcript_len, state.rev)
-        extra = await self.store.extra(task_id)
+        extra = await self.store.extra(task_id, hooks.channels.codec)
         answers = answers or Answers(scope=_scope(task_id, state.step))
         writer = CustomWriter(self.rt, task_id, state.step, "before_model")
         try:
@@ -899,7 +910,9 @@ class Loop:
                 rewrite=None
                 if outcome.rewrite is None
                 else [m.model_dump_json() for m in outcome.rewrite],
-                extra=json.dumps(outcome.extra) if outcome.extra is not None else "",
+                extra=hooks.channels.codec.dumps(outcome.extra)
+                if outcome.extra is not None
+                else "",
                 end_now=outcome.end,
                 completed_event=dump_event(completed),
                 nodes_event=_nodes_event(task_id, state.step, answers.ran),
@@ -1023,10 +1036,11 @@ def _inline(start: StartTask | StartRun) -> bool:
 
 
 def _started_state(hooks: HookSet, carried: str, event: TaskSubmitted) -> str:
-    """The state keys a run starts with, as JSON ("" for none): ``HookSet.start_state``
-    of the thread's (``carried``, JSON) and the input's."""
-    state = hooks.start_state(json.loads(carried) if carried else {}, event.state)
-    return json.dumps(state) if state else ""
+    """The state keys a run starts with, as stored ("" for none): ``HookSet.start_state``
+    of the thread's (``carried``, as stored) and the input's (as the client encoded it)."""
+    codec = hooks.channels.codec
+    state = hooks.start_state(codec.loads(carried), codec.decode(event.state))
+    return codec.dumps(state) if state else ""
 
 
 def _nodes_event(task_id: str, step: int, ran: list[tuple[str, dict[str, Any] | None]]) -> bytes:

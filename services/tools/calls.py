@@ -38,6 +38,8 @@ from services.hooks import lg_runtime
 from services.interrupts import NodeInterrupted, ResumeRefused, is_waiting
 from services.runtime import Runtime
 from services.spec import toolbox
+from services.spec.channels import NO_CHANNELS, StateChannels
+from services.spec.statecodec import StateCodec
 from services.tasks.issued import Admission, IssuedCalls
 from services.tools.logic import (
     Answered,
@@ -107,6 +109,8 @@ class Job:
     """The agent's tool names, for the answer to an unknown tool."""
     mode: str | None = None
     """The run's ``AgentSpec.run_mode``: which variant of ``wrap_tool_call`` runs."""
+    channels: StateChannels = NO_CHANNELS
+    """The agent's state keys: how their stored values decode, how writes join them."""
 
     @property
     def scope(self) -> str:
@@ -356,7 +360,7 @@ class ToolCalls:
                 lease.started = True
                 await self.rt.redis.hset(lease.calls_key, call.id, self._marker(True))
 
-        state = await self._agent_state(job.task_id)
+        state = await self._agent_state(job.task_id, job.channels.codec)
         return await run_wrapped(
             job.wrappers,
             job.tool,
@@ -370,7 +374,7 @@ class ToolCalls:
             mode=job.mode,
         )
 
-    async def _agent_state(self, task_id: str) -> AgentState:
+    async def _agent_state(self, task_id: str, codec: StateCodec) -> AgentState:
         """The middleware fields and the transcript at tool time (up to the AI message
         with the calls: the loop appends a step's results only once all are in). Only for
         agents with wrap_tool_call middleware and tools that read the state, whose state
@@ -379,7 +383,7 @@ class ToolCalls:
         rt = self.rt
         state_key, messages_key = rt.names.task_state(task_id), rt.names.task_messages(task_id)
         raw, rev, length, thread = await self._read_agent_state(keys=[state_key, messages_key])
-        extra = json.loads(raw) if raw else {}
+        extra = codec.loads(raw)
         messages = await rt.transcript(task_id, int(length), int(rev))
         thread_id = thread.decode() if isinstance(thread, bytes) else str(thread)
         return AgentState(extra, messages, thread_id or None)
@@ -392,7 +396,7 @@ class ToolCalls:
             return None  # the tool takes nothing injected: no runtime to build
         if not reads_state(job.tool):
             return self._runtime_of(job, None)
-        return self._runtime_of(job, await self._agent_state(job.task_id))
+        return self._runtime_of(job, await self._agent_state(job.task_id, job.channels.codec))
 
     @staticmethod
     def _runtime_of(job: Job, state: AgentState | None) -> Any:

@@ -141,6 +141,7 @@ class ToolsService:
             writer=writer,
             available=tuple(tools),
             mode=hooks.mode,
+            channels=hooks.channels,
         )
         with writing(writer, hooks.context):
             if isinstance(event, ToolResumed):

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -20,6 +19,7 @@ from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from pydantic import ValidationError
 
 from contracts.messages import Message, ToolCall, ToolMessage, from_langchain
+from services.spec.statecodec import CORE_CODEC, StateValueError
 from services.tool_errors import (
     INVALID_TOOL_NAME_ERROR_TEMPLATE,
     TOOL_INVOCATION_ERROR_TEMPLATE,
@@ -31,18 +31,22 @@ from services.tools.threads import ToolAborted
 class Answered:
     """A call's outcome: the tool message answering it and, for a tool that returned
     ``Command(update=...)``, the state keys the update sets besides its messages (as
-    JSON), applied to the task's state when the step's results join."""
+    JSON, other values in LangGraph's serializer's envelopes), applied to the task's
+    state when the step's results join."""
 
     message: ToolMessage
     update: dict[str, Any] | None = None
+    values: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """``update`` as the tool gave it (Python values, where ``update`` has them encoded
+    by ``services.spec.statecodec``), for the wrappers of the same run to see."""
 
 
 COMMAND_MESSAGES_ONLY_THE_ANSWER = (
     "Error: tool '{tool_name}' returned a Command whose update adds messages besides its "
     "ToolMessage; loopline applies only the call's own ToolMessage and state keys."
 )
-COMMAND_NOT_JSON = (
-    "Error: tool '{tool_name}' returned a Command whose update cannot be stored as JSON: {error}"
+COMMAND_NOT_STORABLE = (
+    "Error: tool '{tool_name}' returned a Command whose update cannot be stored: {error}"
 )
 COMMAND_GOTO = (
     "Error: tool '{tool_name}' returned a Command with goto/graph/resume; loopline applies "
@@ -207,21 +211,11 @@ def _command_answer(tool: BaseTool | None, call: ToolCall, command: Any) -> Answ
         return error(COMMAND_MESSAGES_ONLY_THE_ANSWER.format(tool_name=call.name))
     message = from_langchain(own[0])
     assert isinstance(message, ToolMessage)
-    try:
-        update = json.loads(json.dumps(update, default=_overwrite_as_json))
-    except (TypeError, ValueError) as exc:
-        return error(COMMAND_NOT_JSON.format(tool_name=call.name, error=exc))
-    return Answered(message, update or None)
-
-
-def _overwrite_as_json(value: Any) -> Any:
-    """LangGraph's ``Overwrite(value)`` (a reducer key replaced, not folded) in the JSON
-    form its channels read as the same (``{"__overwrite__": value}``)."""
-    from langgraph.types import Overwrite
-
-    if isinstance(value, Overwrite):
-        return {"__overwrite__": value.value}
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    try:  # encoding needs no allow-list: the agent's codec decodes it where it is read
+        encoded = CORE_CODEC.encode(update)
+    except StateValueError as exc:
+        return error(COMMAND_NOT_STORABLE.format(tool_name=call.name, error=exc))
+    return Answered(message, encoded or None, update or None)
 
 
 def _command_checker(tool: BaseTool | None) -> Any:
@@ -370,7 +364,8 @@ async def run_wrapped(
         from langgraph.types import Command
 
         # the wrappers see the Command the tool returned, as in LangChain
-        return Command(update={**answer.update, "messages": [to_langchain(answer.message)]})
+        values = answer.values if answer.values is not None else answer.update
+        return Command(update={**values, "messages": [to_langchain(answer.message)]})
 
     # What no wrapper handled propagates: the task fails with it, as in LangChain (an
     # interrupt passes through the same way: the node running the chain parks the call).
