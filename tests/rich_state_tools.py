@@ -1,13 +1,15 @@
 """State keys that hold what LangGraph's state holds besides JSON (a LangChain message, a
-pydantic model, a dataclass, a reducer's list of dataclasses), written by a hook and by a
-tool's ``Command`` and read back by the next hook and the tool: module-level, named by
-import path (``tests.rich_state_tools:NAME``) so the service processes import them as a
-user's deployment would. What each reader saw is kept as text in the state (``seen``) and
-in the tool's answer, so a parity test compares the types the readers got."""
+pydantic model, a dataclass, a reducer's list of dataclasses, a delta channel), written
+by a hook and by a tool's ``Command`` and read back by the next hook and the tool:
+module-level, named by import path (``tests.rich_state_tools:NAME``) so the service
+processes import them as a user's deployment would. What each reader saw is kept as text
+in the state (``seen``) and in the tool's answer, so a parity test compares the types the
+readers got."""
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, NotRequired
 
@@ -15,6 +17,7 @@ from langchain.agents import AgentState
 from langchain.agents.middleware import AgentMiddleware
 from langchain.tools import ToolRuntime
 from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel
@@ -31,6 +34,11 @@ class Mark:
     count: int
 
 
+def extend(state: list[str], writes: Sequence[list[str]]) -> list[str]:
+    """A delta channel's reducer: the writes of a superstep in one call."""
+    return [*state, *(item for write in writes for item in write)]
+
+
 class RichState(AgentState[Any]):
     """The agent's own state keys (``state_schema``)."""
 
@@ -38,6 +46,7 @@ class RichState(AgentState[Any]):
     note: NotRequired[Note]
     mark: NotRequired[Mark]
     marks: Annotated[list[Mark], operator.add]
+    log: Annotated[list[str], DeltaChannel(extend)]
     seen: NotRequired[list[str]]
 
 
@@ -61,6 +70,7 @@ def describe(state: Any) -> str:
         f"note={type(note).__name__}:{getattr(note, 'text', note)}",
         f"mark={type(mark).__name__}:{getattr(mark, 'label', mark)}",
         "marks=" + ",".join(f"{type(m).__name__}:{getattr(m, 'label', m)}" for m in state["marks"]),
+        "log=" + ",".join(state.get("log", [])),
     ]
     return " ".join(parts)
 
@@ -80,6 +90,7 @@ class RichHooks(AgentMiddleware[RichState]):
             "note": Note(text="hook", n=1),
             "mark": Mark("hook", 1),
             "marks": [Mark("hook", 1)],
+            "log": ["hook"],
             "seen": seen,
         }
 
@@ -97,6 +108,7 @@ def stamp(label: str, runtime: ToolRuntime[Any, RichState]) -> Command[Any]:
             "note": Note(text=label, n=2),
             "mark": Mark(label, 2),
             "marks": [Mark(label, 2)],
+            "log": [f"tool:{label}"],
             "messages": [answer],
         }
     )

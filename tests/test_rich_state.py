@@ -1,10 +1,10 @@
 """State keys hold what LangGraph's state holds, not only JSON: a LangChain message, a
-pydantic model, a dataclass and a reducer's list of dataclasses, written by a hook
-(``before_model``) and by a tool's ``Command``, read back by the next hook and the tool as
-the same Python objects, and in the result, as LangChain's ``create_agent`` gives them
-(twin scripted servers; deployed: every service its own process; embedded: every service
-in this process). On the wire they travel as LangGraph's checkpoint serializer's bytes;
-an envelope naming a class no schema names is not built."""
+pydantic model, a dataclass, a reducer's list of dataclasses and a delta channel's list,
+written by a hook (``before_model``) and by a tool's ``Command``, read back by the next
+hook and the tool as the same Python objects, and in the result, as LangChain's
+``create_agent`` gives them (twin scripted servers; deployed: every service its own
+process; embedded: every service in this process). On the wire they travel as LangGraph's
+checkpoint serializer's bytes; an envelope naming a class no schema names is not built."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def check_same(
     lc_requests = requests_for(servers[0], prompt)
     assert len(lc_requests) == 2 and requests_for(servers[1], prompt) == lc_requests
     assert shape(ours["messages"]) == shape(lc["messages"])
-    keys = ("greeting", "note", "mark", "marks", "seen")
+    keys = ("greeting", "note", "mark", "marks", "log", "seen")
     assert {k: ours[k] for k in keys} == {k: lc[k] for k in keys}
     # the objects themselves, and what the second hook and the tool read back
     assert isinstance(ours["greeting"], HumanMessage) and ours["greeting"].id == "greeting-1"
@@ -84,10 +84,12 @@ def check_same(
     assert ours["marks"] == [Mark("hook", 1), Mark("tool", 2)]
     assert ours["seen"][1] == (
         "greeting=HumanMessage:hello from a hook note=Note:tool mark=Mark:tool "
-        "marks=Mark:hook,Mark:tool"
+        "marks=Mark:hook,Mark:tool log=hook,tool:tool"
     )
+    assert ours["log"] == ["hook", "tool:tool"]
     assert ours["messages"][2].content == (
-        "greeting=HumanMessage:hello from a hook note=Note:hook mark=Mark:hook marks=Mark:hook"
+        "greeting=HumanMessage:hello from a hook note=Note:hook mark=Mark:hook marks=Mark:hook "
+        "log=hook"
     )
 
 
