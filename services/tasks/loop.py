@@ -14,9 +14,11 @@ service then only starts, cancels and times out tasks and runs hooks and approva
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from contracts.agent import AgentSpec
@@ -52,7 +54,7 @@ from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
 from services.errors import AnswerRefused, BadEvent, Refused, UnknownAgent, UnknownTask
 from services.failures import exception_info, failure_text, own_exception_info
-from services.hooks import HOOK_SETS_CACHED, HookSet, hooks_for
+from services.hooks import HOOK_SETS_CACHED, HookSet, current_thread, hooks_for
 from services.interrupts import Answers, Asked, NodeInterrupted, ResumeRefused, interrupt_id
 from services.runtime import Runtime
 from services.secrets import scrub
@@ -255,6 +257,9 @@ class Loop:
             spec = spec.model_copy(update={"run_mode": event.run_mode})
         if event.recursion_limit is not None:  # the run's config: the step limit from it
             spec = spec.model_copy(update={"recursion_limit": event.recursion_limit})
+        if event.tags or event.metadata:  # what hooks and tools find in their config
+            run_config = {"tags": list(event.tags), "metadata": dict(event.metadata)}
+            spec = spec.model_copy(update={"run_config": run_config})
         try:
             check_agent(spec)  # once per distinct middleware spec: cached
         except InvalidSpec as exc:
@@ -801,8 +806,11 @@ class Loop:
         tid = event.task_id
         transcript = await self._transcript(tid)
         writer = CustomWriter(self.rt, tid, event.step, "after_model")
+        thread: Any = None
+        if hooks.wants_config:  # the thread is in the config a hook is given
+            thread = await self.rt.redis.hget(self.names.task_state(tid), "thread")
         try:
-            with writing(writer, hooks.context):
+            with writing(writer, hooks.context), in_thread(thread):
                 extra = turn.extra
                 if extra is None:
                     extra = await self.store.extra(tid, hooks.channels.codec)
@@ -886,7 +894,7 @@ class Loop:
         answers = answers or Answers(scope=_scope(task_id, state.step))
         writer = CustomWriter(self.rt, task_id, state.step, "before_model")
         try:
-            with writing(writer, hooks.context):
+            with writing(writer, hooks.context), in_thread(state.thread):
                 outcome = await start_step(hooks, state.step, transcript, extra, answers)
             await writer.flush()
         except NodeInterrupted as asked:
@@ -1033,6 +1041,17 @@ def _refusal(exc: BaseException) -> BaseException:
 def _inline(start: StartTask | StartRun) -> bool:
     """Whether a start's transcript is small enough to ride on its model request."""
     return isinstance(start, StartTask) and sum(map(len, start.messages)) <= LAST_RESULT_MAX_BYTES
+
+
+@contextlib.contextmanager
+def in_thread(thread: str | bytes | None) -> Iterator[None]:
+    """The task's thread, for the ``config`` its hooks are given (``current_thread``)."""
+    found = thread.decode() if isinstance(thread, bytes) else thread
+    token = current_thread.set(found or None)
+    try:
+        yield
+    finally:
+        current_thread.reset(token)
 
 
 def _started_state(hooks: HookSet, carried: str, event: TaskSubmitted) -> str:
