@@ -329,6 +329,10 @@ class ToolCompleted(Event):
     message (JSON; other values as ``{"__lg__": [type, base64]}``, LangGraph's
     checkpoint serializer's bytes), applied to the task's state when the step's results
     join, in call order, as LangGraph applies a step's writes."""
+    writes: list[tuple[str, Any]] | None = None
+    """The writes ``[key, value]`` the tool sent through LangGraph's config
+    (``CONFIG_KEY_SEND``, as deepagents' ``StateBackend`` does), in order, values as in
+    ``update``: applied before ``update``, through the keys' reducers."""
 
 
 class ToolFailed(Event):

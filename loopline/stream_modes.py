@@ -264,8 +264,9 @@ class ToolsStep:
     sent: list[str]
     results: dict[str, ToolMessage] = field(default_factory=dict)
     """Call id -> its tool message, in the order they ended."""
-    updates: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Call id -> the state keys its ``Command(update=...)`` set."""
+    updates: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
+    """Call id -> its state writes: those it sent (``CONFIG_KEY_SEND``), then its
+    ``Command(update=...)``'s, in order."""
     waiting: dict[str, Interrupt] = field(default_factory=dict)
     """Call id -> the interrupt it waits on."""
 
@@ -620,9 +621,11 @@ class ModeTranslator:
         call_id = message.tool_call_id
         tools.results[call_id] = message
         tools.waiting.pop(call_id, None)
-        update = self.view.channels.codec.decode(event.update or {})
-        if update:
-            tools.updates[call_id] = update
+        codec = self.view.channels.codec
+        writes = codec.decode_pairs([*(event.writes or []), *(event.update or {}).items()])
+        update = dict(writes)
+        if writes:
+            tools.updates[call_id] = writes
         out: list[Item] = []
         if "messages" in self.modes:
             index = tools.index(call_id)
@@ -680,7 +683,7 @@ class ModeTranslator:
         LangGraph applies its tasks' writes, though they came as each call ended), the
         todo list accepted in the step."""
         order = [*tools.sent, *(c for c in tools.updates if c not in tools.sent)]
-        writes = [w for c in order for w in tools.updates.get(c, {}).items()]
+        writes = [w for c in order for w in tools.updates.get(c, [])]
         keys = self._joined(writes)
         if self.todos is not None:
             keys["todos"] = self.todos

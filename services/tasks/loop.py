@@ -418,7 +418,7 @@ class Loop:
             tool_event=self.rt.encode(event),  # with the size check of a publish
             step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
             failed_event=await self._result_limit_failed(event),
-            update=_update_pairs(event.update),
+            update=_update_pairs(_writes_of(event)),
         )
         state = await self.store.apply(tid, record, fusion)
         if state.joining:  # this result joins a step with state updates: apply them
@@ -445,8 +445,9 @@ class Loop:
         hooks = await self._hooks_or_none(event.agent_id)
         codec = hooks.channels.codec
         state, updates = await self.store.step_updates(event.task_id, others, codec)
-        if event.update:
-            updates[own] = codec.decode_pairs(event.update.items())
+        own_writes = _writes_of(event)
+        if own_writes:
+            updates[own] = codec.decode_pairs(own_writes)
         writes = [w for call_id in expected for w in updates.get(call_id, [])]
         return codec.dumps(hooks.channels.apply(state, writes))
 
@@ -1071,12 +1072,18 @@ def _nodes_event(task_id: str, step: int, ran: list[tuple[str, dict[str, Any] | 
     return dump_event(NodesUpdated(task_id=task_id, step=step, nodes=nodes))
 
 
-def _update_pairs(update: dict[str, Any] | None) -> str:
-    """A tool's state update as ``RecordResult`` takes it: each key with its value's JSON
-    text, so the script splices values in without decoding them."""
-    if not update:
+def _writes_of(event: ToolCompleted) -> list[tuple[str, Any]]:
+    """A call's writes in LangGraph's order: those it sent while it ran, then its
+    ``Command``'s update."""
+    return [*(event.writes or []), *(event.update or {}).items()]
+
+
+def _update_pairs(writes: list[tuple[str, Any]]) -> str:
+    """A tool's state writes as ``RecordResult`` takes them: each key with its value's
+    JSON text, so the script splices values in without decoding them."""
+    if not writes:
         return ""
-    return json.dumps([part for key, value in update.items() for part in (key, json.dumps(value))])
+    return json.dumps([part for key, value in writes for part in (key, json.dumps(value))])
 
 
 def _structured_response(event: ModelResponded, turn: ModelTurn) -> Any:

@@ -24,6 +24,7 @@ from services.tool_errors import (
     INVALID_TOOL_NAME_ERROR_TEMPLATE,
     TOOL_INVOCATION_ERROR_TEMPLATE,
 )
+from services.tools.state_access import access_of
 from services.tools.threads import ToolAborted
 
 
@@ -39,6 +40,33 @@ class Answered:
     values: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     """``update`` as the tool gave it (Python values, where ``update`` has them encoded
     by ``services.spec.statecodec``), for the wrappers of the same run to see."""
+    writes: list[tuple[str, Any]] | None = None
+    """The writes the call sent through LangGraph's ``CONFIG_KEY_SEND``
+    (``services.tools.state_access``), in order, encoded: they join the state before
+    ``update``."""
+
+
+SENT_MESSAGES = (
+    "Error: tool '{tool_name}' sent messages to the state through LangGraph's config; "
+    "loopline applies only the call's own ToolMessage and state keys."
+)
+
+
+def with_sends(answer: Answered, runtime: Any) -> Answered:
+    """The answer with the writes the call sent (``CONFIG_KEY_SEND``), if any."""
+    access = access_of(runtime)
+    if access is None or not access.writes:
+        return answer
+    call_id, name = answer.message.tool_call_id, answer.message.name or ""
+    if any(key == "messages" for key, _ in access.writes):
+        text = SENT_MESSAGES.format(tool_name=name)
+        return Answered(ToolMessage(content=text, name=name, tool_call_id=call_id, status="error"))
+    try:
+        writes = CORE_CODEC.encode_pairs(access.writes)
+    except StateValueError as exc:
+        text = COMMAND_NOT_STORABLE.format(tool_name=name, error=exc)
+        return Answered(ToolMessage(content=text, name=name, tool_call_id=call_id, status="error"))
+    return Answered(answer.message, answer.update, answer.values, writes)
 
 
 COMMAND_MESSAGES_ONLY_THE_ANSWER = (
@@ -157,9 +185,12 @@ async def run_tool(
         "type": "tool_call",
     }
     payload = with_injected(tool, payload, runtime)
+    # LangGraph's tool node invokes the tool with its config: what ``get_config()``
+    # gives inside the tool (the state's read and send among it)
+    config = getattr(runtime, "config", None) or None
     try:
         async with limit():
-            result = await tool.ainvoke(payload)
+            result = await tool.ainvoke(payload, config)
     except GraphBubbleUp:
         raise  # the tool's interrupt(): the call waits for an answer (services.interrupts)
     except ValidationError as exc:
@@ -384,4 +415,4 @@ async def run_wrapped(
                 status="error",
             )
         )
-    return answered(tool, call, result)
+    return with_sends(answered(tool, call, result), runtime)
