@@ -610,7 +610,7 @@ class Agent:
             if "messages" in modes or "custom" in modes:
                 await client.stream_replies(task_id, self.settings.stream_ttl_s)
             checkpoint = [to_langchain(m) for m in state.messages]
-            keys = state.keys
+            keys = state_codec(self.spec).decode(state.keys)
             resumption = await prepare_resume(
                 client,
                 task_id,

@@ -793,7 +793,7 @@ async def _thread_start(
     and the state keys its earlier runs left."""
     state = await client.threads().of_run(thread_id, translator.task_id)
     translator.state = [to_langchain(m) for m in state.through(inputs[-1].id if inputs else None)]
-    translator.keys = {**translator.keys, **state.keys}
+    translator.keys = {**translator.keys, **translator.view.channels.codec.decode(state.keys)}
     if "messages" in translator.modes:  # its metadata counts LangGraph's steps
         translator.superstep = await thread_steps(client, thread_id, translator)
     return translator.begin()

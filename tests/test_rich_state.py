@@ -18,6 +18,7 @@ import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_KW_ARGS
 
 from contracts.replies import Reply, ScriptedToolCall
@@ -28,7 +29,7 @@ from services.spec.channels import channels_of
 from services.spec.statecodec import ENVELOPE, StateValueError
 from tests.rich_state_tools import Mark, Note, RichHooks, RichState, Unlisted, stamp
 from tests.structured_cases import shape
-from tests.support import EMBEDDED_PREFIX, ServiceProcesses
+from tests.support import EMBEDDED_PREFIX, ServiceProcesses, unique_prefix
 
 PROMPT = "rich state"
 SCRIPTS = {
@@ -121,6 +122,42 @@ async def test_embedded_state_holds_objects_as_langchain(
     )
     ours = await agent.ainvoke(the_input("embedded"))
     check_same("embedded", servers, lc, ours)
+
+
+async def test_a_threads_state_keeps_the_objects_across_runs_as_langgraph(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """Two runs on one thread: the second's hooks and tool read the first's objects, and
+    ``get_state`` gives them back, as with LangGraph's checkpointer."""
+    config: Any = {"configurable": {"thread_id": f"t-{unique_prefix()}"}}
+    lc_agent = lc_create_agent(
+        chat_model(servers[0]),
+        tools=[stamp],
+        state_schema=RichState,
+        middleware=[RichHooks()],
+        checkpointer=InMemorySaver(),
+    )
+    agent = create_agent(
+        "gpt-4o-mini",
+        ["tests.rich_state_tools:stamp"],
+        state_schema=RichState,
+        middleware=[RichHooks()],
+        settings=Settings(redis_url=stack.redis_url, prefix=stack.prefix),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            await asyncio.to_thread(lc_agent.invoke, the_input("thread"), config)
+            ours = await agent.ainvoke(the_input("thread"), config)
+        lc_values = lc_agent.get_state(config).values
+    values = (await agent.aget_state(config)).values
+    keys = ("greeting", "note", "mark", "marks", "log", "seen")
+    assert {k: values[k] for k in keys} == {k: lc_values[k] for k in keys}
+    assert {k: ours[k] for k in keys} == {k: lc_values[k] for k in keys}
+    # the second run's first hook read the first run's objects
+    assert values["seen"][2].startswith("greeting=HumanMessage:hello from a hook note=Note:")
+    assert isinstance(values["greeting"], HumanMessage)
+    assert all(type(m) is Mark for m in values["marks"])
 
 
 # -- the wire form ----------------------------------------------------------------------
