@@ -130,7 +130,7 @@ async def test_a_threads_state_keeps_the_objects_across_runs_as_langgraph(
     """Two runs on one thread: the second's hooks and tool read the first's objects, and
     ``get_state`` gives them back, as with LangGraph's checkpointer."""
     config: Any = {"configurable": {"thread_id": f"t-{unique_prefix()}"}}
-    lc_agent = lc_create_agent(
+    lc_agent: Any = lc_create_agent(
         chat_model(servers[0]),
         tools=[stamp],
         state_schema=RichState,
