@@ -13,13 +13,17 @@ import asyncio
 import warnings
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langchain_openai import ChatOpenAI
+from langgraph._internal._constants import CONFIG_KEY_READ, CONFIG_KEY_SEND
 
 from contracts.replies import Reply, ScriptedToolCall
 from loopline import create_agent
 from loopline.testing.scripted import ScriptedOpenAIServer
 from services.settings import Settings
+from services.spec.channels import channels_of
+from services.tools.state_access import StateAccess
 from tests.config_tools import FilesState, read_notes, remove_note, write_note
 from tests.structured_cases import shape
 from tests.support import EMBEDDED_PREFIX, ServiceProcesses
@@ -121,3 +125,20 @@ async def test_embedded_tools_read_and_send_state_as_langchain(
     )
     ours = await asyncio.to_thread(agent.invoke, the_input("embedded"))
     check_same("embedded", servers, lc, ours)
+
+
+@pytest.mark.fast
+def test_read_and_send_as_langgraphs_local_read() -> None:
+    """A read gives the state at tool time; ``fresh=True`` folds the call's own writes
+    in through the key's reducer; a list gives the non-empty keys; without the state
+    read (a tool that does not read it) only the send is given."""
+    channels = channels_of(FilesState, [])
+    seed = {"seed.txt": {"content": "seed"}}
+    access = StateAccess(channels, {"messages": [], "files": seed})
+    access.send([("files", {"a.txt": {"content": "one"}}), ("files", {"seed.txt": None})])
+    assert access.read("files") == seed
+    assert access.read("files", True) == {"a.txt": {"content": "one"}}
+    assert access.read(["files", "todos"], True) == {"files": {"a.txt": {"content": "one"}}}
+    assert access.read("todos") is None
+    assert set(access.configurable()) == {CONFIG_KEY_READ, CONFIG_KEY_SEND}
+    assert set(StateAccess(channels).configurable()) == {CONFIG_KEY_SEND}
