@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import os
+import warnings
 import weakref
 from collections.abc import (
     AsyncGenerator,
@@ -22,6 +24,9 @@ from collections.abc import (
 )
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
+
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import merge_configs
 
 from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec, RunMode
 from contracts.events import (
@@ -51,6 +56,7 @@ from loopline.conversation import (
     with_pending,
 )
 from loopline.errors import TaskFailedError, failure_of, refusal_of
+from loopline.graph import GRAPH_ATTRIBUTES, GraphArguments, reference_graph, refuse_unimplemented
 from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from services.errors import ConfigurationError
@@ -224,10 +230,12 @@ def _system_fields(system_prompt: Any) -> dict[str, Any]:
     return {"system_prompt": message.text() or None, "system_message": message}
 
 
-class Agent:
-    """A loopline agent: ``invoke``/``ainvoke``/``stream``/``astream`` like a LangChain
-    agent, ``config={"configurable": {"thread_id": ...}}`` continuing a thread, and
-    ``get_state`` / ``get_state_history`` reading it back."""
+class Agent(Runnable[Any, dict[str, Any]]):
+    """A loopline agent: to every caller the compiled graph LangChain's ``create_agent``
+    returns (a ``Runnable``: ``invoke``/``ainvoke``/``batch``/``stream``/``astream``,
+    ``with_config``, ``get_graph``, ``nodes``, schemas), executed on the bus;
+    ``config={"configurable": {"thread_id": ...}}`` continues a thread, and
+    ``get_state`` / ``get_state_history`` read it back."""
 
     def __init__(
         self,
@@ -237,8 +245,20 @@ class Agent:
         embedded: bool,
         settings: Settings,
         checkpointer: Any = None,
+        graph_arguments: GraphArguments | None = None,
     ):
         self.spec = spec
+        self.name = spec.message_name or "LangGraph"
+        """The graph's name, as LangGraph names a compiled graph (``name`` or
+        ``"LangGraph"``)."""
+        self.config: RunnableConfig = {}
+        """The config bound by ``with_config``, under every call's own (as LangGraph's
+        ``Pregel.with_config`` binds it)."""
+        self.graph_arguments = graph_arguments or GraphArguments(
+            tools=spec.tools, middleware=spec.middleware, name=spec.message_name
+        )
+        """What LangChain's graph for this agent is built from (``reference``)."""
+        self._reference: Any = None
         self.url = url
         self.embedded = embedded
         self.settings = settings
@@ -317,7 +337,73 @@ class Agent:
             await self._release_client()
 
     def _run_config(self, config: Mapping[str, Any] | None) -> RunConfig:
-        return RunConfig.of(config, checkpointer=self.checkpointer)
+        merged = merge_configs(self.config, dict(config or {}))  # type: ignore[arg-type]
+        return RunConfig.of(merged, checkpointer=self.checkpointer)
+
+    # -- the compiled graph's interface ------------------------------------------------
+
+    def with_config(
+        self, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Agent:
+        """This agent with ``config`` bound under every call's own: a copy, as LangGraph's
+        compiled graph returns one (not a ``RunnableBinding``)."""
+        bound = copy.copy(self)
+        bound.config = merge_configs(self.config, config, kwargs)  # type: ignore[arg-type]
+        return bound
+
+    @property
+    def reference(self) -> Any:
+        """LangChain's compiled graph for this agent's arguments, built on first use; it
+        answers introspection (``get_graph``, ``nodes``, schemas) and never runs."""
+        if self._reference is None:
+            self._reference = reference_graph(self.graph_arguments)
+        return self._reference
+
+    def __getattr__(self, name: str) -> Any:
+        if name in GRAPH_ATTRIBUTES:
+            return getattr(self.reference, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def get_graph(self, config: RunnableConfig | None = None, *, xray: int | bool = False) -> Any:
+        return self.reference.get_graph(config, xray=xray)
+
+    @property
+    def InputType(self) -> Any:
+        return self.reference.InputType
+
+    @property
+    def OutputType(self) -> Any:
+        return self.reference.OutputType
+
+    @property
+    def input_schema(self) -> Any:
+        return self.reference.input_schema
+
+    @property
+    def output_schema(self) -> Any:
+        return self.reference.output_schema
+
+    @property
+    def config_specs(self) -> Any:
+        return self.reference.config_specs
+
+    def get_input_schema(self, config: RunnableConfig | None = None) -> Any:
+        return self.reference.get_input_schema(config)
+
+    def get_output_schema(self, config: RunnableConfig | None = None) -> Any:
+        return self.reference.get_output_schema(config)
+
+    def get_input_jsonschema(self, config: RunnableConfig | None = None) -> dict[str, Any]:
+        return dict(self.reference.get_input_jsonschema(config))
+
+    def get_output_jsonschema(self, config: RunnableConfig | None = None) -> dict[str, Any]:
+        return dict(self.reference.get_output_jsonschema(config))
+
+    def config_schema(self, *, include: Sequence[str] | None = None) -> Any:
+        return self.reference.config_schema(include=include)
+
+    def get_config_jsonschema(self, *, include: Sequence[str] | None = None) -> dict[str, Any]:
+        return dict(self.reference.get_config_jsonschema(include=include))
 
     async def asubmit(
         self,
@@ -500,6 +586,7 @@ class Agent:
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         context = kwargs.pop("context", None)
         kwargs.pop("version", None)  # LangGraph's output version: one shape here
+        check_durability(kwargs.pop("durability", None), self.checkpointer)
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
@@ -520,7 +607,7 @@ class Agent:
         (``before_model``, ``wrap_model_call``, ...)."""
         return run_sync(self._on_private_loop(self._ainvoke(input, config, "sync", **kwargs)))
 
-    async def astream(
+    async def astream(  # type: ignore[override]  # LangGraph's own signature
         self,
         input: Any,
         config: Mapping[str, Any] | None = None,
@@ -551,9 +638,14 @@ class Agent:
     ) -> AsyncGenerator[Any, None]:
         from loopline.stream_modes import modes_of
 
+        subgraphs = bool(kwargs.pop("subgraphs", False))
         modes, tagged = modes_of(stream_mode)
         async for mode, data in self._stream_items(input, config, modes, kwargs, run_mode):
-            yield (mode, data) if tagged else data
+            item = (mode, data) if tagged else (data,)
+            if subgraphs:  # LangGraph's (namespace, ...) items: the agent's own are at ()
+                yield ((), *item)
+            else:
+                yield item if tagged else data
 
     async def _stream_items(
         self,
@@ -570,6 +662,7 @@ class Agent:
 
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         context = kwargs.pop("context", None)
+        check_durability(kwargs.pop("durability", None), self.checkpointer)
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
@@ -636,7 +729,7 @@ class Agent:
         except Exception:  # middleware or schemas this process cannot import: messages
             return MESSAGES_ONLY
 
-    async def astream_events(
+    async def astream_events(  # type: ignore[override]  # LangGraph's own signature
         self,
         input: Any,
         config: Mapping[str, Any] | None = None,
@@ -659,7 +752,7 @@ class Agent:
         async for event in events_of(items, translator):
             yield event
 
-    def stream(
+    def stream(  # type: ignore[override]  # LangGraph's own signature
         self,
         input: Any,
         config: Mapping[str, Any] | None = None,
@@ -770,6 +863,22 @@ class Agent:
         return {**result, "__interrupt__": list(snap.interrupts)}
 
 
+DURABILITY = ("sync", "async", "exit")
+
+
+def check_durability(durability: Any, checkpointer: Any) -> None:
+    """LangGraph's ``durability``: when a run's state is persisted. The bus commits
+    every step before the next starts, whichever is asked: what ``"sync"`` promises, and
+    more than ``"async"`` and ``"exit"`` do. Warns as LangGraph does when no checkpointer
+    keeps the state."""
+    if durability is None:
+        return
+    if durability not in DURABILITY:
+        raise ValueError(f"durability must be one of {DURABILITY}, not {durability!r}")
+    if checkpointer is None:
+        warnings.warn("`durability` has no effect when no checkpointer is present.", stacklevel=3)
+
+
 def _input_state(input: dict[str, Any]) -> dict[str, Any]:
     """The input's state keys besides ``messages`` (those the agent's input schema takes
     start the task's state; the loop drops the others, as LangGraph does)."""
@@ -806,6 +915,11 @@ def create_agent(
     store: Any = None,
     state_schema: Any = None,
     context_schema: Any = None,
+    interrupt_before: list[str] | None = None,
+    interrupt_after: list[str] | None = None,
+    debug: bool = False,
+    cache: Any = None,
+    transformers: Sequence[Any] | None = None,
 ) -> Agent:
     """Build an agent. ``model``: a name (``"openai:gpt-4o-mini"``) or a chat model;
     ``tools``: LangChain tools, typed functions with docstrings, or import paths;
@@ -824,7 +938,18 @@ def create_agent(
     TypedDict whose keys the task takes from its input, keeps and returns;
     ``context_schema``: the class of ``invoke(..., context=...)``, which hooks get as
     ``runtime.context`` and tools as ``ToolRuntime.context`` (both travel by import
-    path with REDIS_URL set)."""
+    path with REDIS_URL set); ``cache``: LangGraph's node cache, kept on the graph as
+    LangChain keeps it (its agent's nodes declare no cache policy, so nothing is cached
+    there either); ``interrupt_before``, ``interrupt_after``, ``transformers`` and
+    ``debug=True`` are refused with the reason (``loopline.graph.REFUSED_KEYWORDS``)."""
+    refuse_unimplemented(
+        {
+            "interrupt_before": interrupt_before,
+            "interrupt_after": interrupt_after,
+            "transformers": transformers,
+            "debug": debug,
+        }
+    )
     settings = settings or Settings()
     url, embedded = resolve_url(redis_url or settings.redis_url)
     refs, schemas = _tool_refs(list(tools or ()), embedded)
@@ -843,7 +968,26 @@ def create_agent(
         state_schema=_class_ref(state_schema, embedded, "state_schema"),
     )
     check_agent(spec)  # a parameter of the wrong type fails here, before any task runs
-    agent = Agent(spec, url=url, embedded=embedded, settings=settings, checkpointer=checkpointer)
+    arguments = GraphArguments(
+        tools=list(tools or ()),
+        system_prompt=system_prompt,
+        middleware=list(middleware),
+        response_format=response_format,
+        state_schema=state_schema,
+        context_schema=context_schema,
+        name=name,
+        cache=cache,
+        store=store,
+        checkpointer=checkpointer,
+    )
+    agent = Agent(
+        spec,
+        url=url,
+        embedded=embedded,
+        settings=settings,
+        checkpointer=checkpointer,
+        graph_arguments=arguments,
+    )
     agent.given_store = store
     agent.max_steps = max_steps
     if agent.spec.response_format is not None:

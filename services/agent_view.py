@@ -21,7 +21,7 @@ def system_message(spec: AgentSpec, *, before: int | None = None) -> SystemMessa
     """The system message as the ``wrap_model_call`` chain has shaped it by middleware
     number ``before`` (all middleware when None): the outer ones run first."""
     message = spec.system_message or (
-        SystemMessage(content=spec.system_prompt) if spec.system_prompt else None
+        None if spec.system_prompt is None else SystemMessage(content=spec.system_prompt)
     )
     chain = spec.middleware if before is None else spec.middleware[:before]
     for mw in chain:

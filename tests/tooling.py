@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from langchain_core.tools import tool
+from langchain_core.tools import StructuredTool, tool
 
 from services.spec.toolbox import idempotent
 
@@ -128,3 +128,19 @@ def explode(x: int) -> str:
 def spend(amount: int) -> str:
     """A tool that raises the user's own exception class."""
     raise QuotaExceeded(amount, 10)
+
+
+def _variant_sync(text: str) -> str:
+    return f"the sync variant got {text}"
+
+
+async def _variant_async(text: str) -> str:
+    return f"the async variant got {text}"
+
+
+both_variants = StructuredTool.from_function(
+    func=_variant_sync,
+    coroutine=_variant_async,
+    name="both_variants",
+    description="A tool with a sync and an async variant: its answer says which ran.",
+)

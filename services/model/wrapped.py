@@ -251,7 +251,7 @@ def refuse_unknown_tools(tools: Sequence[Any], known: Sequence[str]) -> None:
 def _system_message(spec: AgentSpec) -> Any:
     if spec.system_message is not None:
         return to_langchain(spec.system_message)
-    return LcSystemMessage(content=spec.system_prompt) if spec.system_prompt else None
+    return None if spec.system_prompt is None else LcSystemMessage(content=spec.system_prompt)
 
 
 async def call_with_middleware(

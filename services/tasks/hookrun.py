@@ -90,6 +90,9 @@ class ModelTurn:
     """The task ends once the reply's calls ran (a structured response was given)."""
     ran: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
     """The hook nodes that ran on the reply, with their updates (``Answers.ran``)."""
+    again: bool = False
+    """An ``after_agent`` hook jumped back to the model: the task does not end, the next
+    step calls the model (LangChain's edge from after_agent to the loop's entry)."""
 
 
 async def model_turn(
@@ -124,12 +127,15 @@ async def model_turn(
     # LangChain ends the loop on a jump to end or a reply without tool calls; when hooks
     # answered every call, the model is called again.
     finishing = end or not new_ai.tool_calls
+    again = False
     if finishing and hooks.with_hook("after_agent"):
         final = await run_state_hooks(hooks, "after_agent", messages, state, answers)
         state = final.extra
         added.extend(from_langchain(m) for m in final.messages[len(messages) :])
+        again = final.jump_to == "model"
     after_ai = [m for m in added if not (isinstance(m, ToolMessage) and m.tool_call_id in decided)]
     if finishing:
         after_ai = added  # nothing will be joined: keep every message in order
         decided = {}
-    return ModelTurn(new_ai, after_ai, decided, state if state != extra else None, finishing)
+    changed = state if state != extra else None
+    return ModelTurn(new_ai, after_ai, decided, changed, finishing and not again, again=again)

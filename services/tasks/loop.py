@@ -699,10 +699,10 @@ class Loop:
         tid = event.task_id
         spec = await self.rt.agent(event.agent_id)
         over = self._step_limit(spec).reply_over(event.step, turn.end)
-        expected = [] if turn.end else join_order(turn.ai, turn.decided)
-        ends = not expected or turn.end_after_tools
+        expected = [] if turn.end or turn.again else join_order(turn.ai, turn.decided)
+        ends = (not expected and not turn.again) or turn.end_after_tools
         completed = self._completed(event, turn) if ends else b""
-        advances = bool(expected) and len(turn.decided) >= len(expected)
+        advances = turn.again or (bool(expected) and len(turn.decided) >= len(expected))
         limit_failed = self._limit_failed(spec, tid, event.step) if advances or over else b""
         return await self.store.apply(
             tid,
@@ -724,6 +724,7 @@ class Loop:
                 issued=digests,
                 end_after=completed if turn.end_after_tools else b"",
                 nodes_event=_nodes_event(tid, event.step, turn.ran),
+                again=turn.again,
             ),
             fusion,
         )

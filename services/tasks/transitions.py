@@ -136,6 +136,9 @@ class RecordReply(Args):
     nodes_event: bytes = b""
     """The ``NodesUpdated`` of the hooks that ran on the reply (logged after it), or
     empty."""
+    again: bool = False
+    """A reply with no calls to wait for that does not end the task: an ``after_agent``
+    hook jumped back to the model, so the next step starts (``step_event``)."""
 
 
 @dataclass(frozen=True, slots=True)

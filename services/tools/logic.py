@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -171,8 +172,10 @@ async def run_tool(
     *,
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
     runtime: Any = None,
+    mode: str | None = None,
 ) -> Answered:
-    """Invoke the tool with the call. Invalid arguments are answered with ToolNode's
+    """Invoke the tool with the call (``mode``: the run's ``AgentSpec.run_mode``, see
+    ``invoke_tool``). Invalid arguments are answered with ToolNode's
     text (``ToolInvocationError``'s message); the tool's own exception propagates, as
     ToolNode's default error handler in ``create_agent`` re-raises it. ``limit``: the
     call's time limit (``services.tools.limits``); a call past it raises
@@ -190,7 +193,7 @@ async def run_tool(
     config = getattr(runtime, "config", None) or None
     try:
         async with limit():
-            result = await tool.ainvoke(payload, config)
+            result = await invoke_tool(tool, payload, mode, config)
     except GraphBubbleUp:
         raise  # the tool's interrupt(): the call waits for an answer (services.interrupts)
     except ValidationError as exc:
@@ -203,6 +206,20 @@ async def run_tool(
             ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
         )
     return answered(tool, call, result)
+
+
+async def invoke_tool(
+    tool: BaseTool, payload: dict[str, Any], mode: str | None, config: Any = None
+) -> Any:
+    """The tool's sync variant in a sync run (``invoke``, ``stream``), as LangGraph's
+    tool node calls ``tool.invoke`` there, on a worker thread with this context; its
+    async variant otherwise. A tool given only as a coroutine runs it in either run
+    (LangChain's sync run raises for it: a refusal loopline has no reason to copy)."""
+    if mode == "sync" and getattr(tool, "func", True) is not None:
+        context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, context.run, tool.invoke, payload, config)
+    return await tool.ainvoke(payload, config)
 
 
 def answered(tool: BaseTool | None, call: ToolCall, result: Any) -> Answered:
@@ -389,6 +406,7 @@ async def run_wrapped(
             ToolCall(id=wanted["id"], name=wanted["name"], args=wanted.get("args", {})),
             limit=limit,
             runtime=req.runtime,
+            mode=mode,
         )
         if answer.update is None:
             return to_langchain(answer.message)

@@ -1,4 +1,4 @@
--- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra issued end_after limit_event nodes_event
+-- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra issued end_after limit_event nodes_event again
 -- The model answered step `step` (model phase, or approval when a human decided): the
 -- reply joins the transcript; without calls to wait for the task completes, else it
 -- moves to the tools phase (results decided by after_model hooks are in already, and
@@ -24,6 +24,12 @@ if arg.limit_event ~= '' then
   return snapshot(1)
 end
 local expected = cjson.decode(arg.expected)
+if #expected == 0 and arg.again == '1' then
+  -- an after_agent hook sent the agent back to the model: the next step starts
+  redis.call('HSET', KEYS[1], 'cause', arg.cause)
+  advance(step, expected, arg.step_event, arg.failed_event)
+  return snapshot(1)
+end
 if #expected == 0 then
   redis.call('HSET', KEYS[1], 'cause', arg.cause)
   finish('completed')
