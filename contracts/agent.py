@@ -163,6 +163,10 @@ class AgentSpec(BaseModel):
     """The run's ``config["recursion_limit"]`` (LangGraph's supersteps), set per task
     from ``TaskSubmitted.recursion_limit``: the loop derives the task's step limit from
     it (``services.tasks.recursion``). None: the task's ``max_steps``."""
+    run_config: dict[str, Any] | None = None
+    """The run's LangChain config besides its thread and limit (``{"tags": [...],
+    "metadata": {...}}``), set per task from ``TaskSubmitted``: what a hook or a tool
+    that takes LangGraph's ``RunnableConfig`` finds in it. None: none given."""
 
     @property
     def agent_id(self) -> str:
@@ -178,6 +182,7 @@ class AgentSpec(BaseModel):
             "state_schema",
             "run_mode",
             "recursion_limit",
+            "run_config",
         )
         exclude = {k for k in optional if getattr(self, k) is None}
         canonical = json.dumps(

@@ -53,7 +53,8 @@ class TaskSubmitted(Event):
     (``DeployedAgent.overridable``: ``system_prompt``, ``max_steps``, ``context``)."""
     messages: list[Message]
     state: dict[str, Any] = Field(default_factory=dict)
-    """The input's other state keys (``invoke({"messages": ..., "user_name": ...})``):
+    """The input's other state keys (``invoke({"messages": ..., "user_name": ...})``; a
+    value JSON cannot hold as ``{"__lg__": [type, base64]}``, LangGraph's serializer's):
     those of the agent's ``state_schema`` and its middleware's that LangChain takes as
     input start the task's state; others are dropped, as LangGraph drops them."""
     max_steps: int | None = Field(default=None, ge=1)
@@ -239,7 +240,9 @@ class ModelResponded(Event):
     """For agents with a ``response_format``: the reply's structured outcome."""
     update: dict[str, Any] | None = None
     """The state keys that ``wrap_model_call`` middleware set with the reply
-    (``ExtendedModelResponse(command=Command(update=...))``), as JSON: applied with it,
+    (``ExtendedModelResponse(command=Command(update=...))``), as JSON (a value JSON
+    cannot hold as LangGraph's serializer's envelope, ``{"__lg__": [type, base64]}``):
+    applied with it,
     before ``after_model`` hooks run, as LangChain's model node applies them."""
     writes: list[CommandWrite] = Field(default_factory=list)
     """The writes of those commands, in LangChain's order (the commands inner layer
@@ -347,8 +350,13 @@ class ToolCompleted(Event):
     message: ToolMessage
     update: dict[str, Any] | None = None
     """A tool that returned ``Command(update=...)``: the state keys it sets besides its
-    message (JSON), applied to the task's state when the step's results join, in call
-    order, as LangGraph applies a step's writes."""
+    message (JSON; other values as ``{"__lg__": [type, base64]}``, LangGraph's
+    checkpoint serializer's bytes), applied to the task's state when the step's results
+    join, in call order, as LangGraph applies a step's writes."""
+    writes: list[tuple[str, Any]] | None = None
+    """The writes ``[key, value]`` the tool sent through LangGraph's config
+    (``CONFIG_KEY_SEND``, as deepagents' ``StateBackend`` does), in order, values as in
+    ``update``: applied before ``update``, through the keys' reducers."""
 
 
 class ToolFailed(Event):

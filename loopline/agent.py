@@ -53,6 +53,7 @@ from loopline.conversation import (
     answers_of,
     is_command,
     snapshot,
+    state_codec,
     waiting_interrupts,
     with_pending,
 )
@@ -67,6 +68,7 @@ from services.lending import waiting_on_runs
 from services.settings import Settings
 from services.spec import imports, local, schemas, structured, toolbox
 from services.spec.middleware import to_spec
+from services.spec.statecodec import CORE_CODEC
 from services.spec.validation import check_agent
 
 T = TypeVar("T")
@@ -465,7 +467,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
             return await client.submit(
                 agent,
                 messages,
-                state=_input_state(input),
+                # encoded as a task's state travels (services.spec.statecodec)
+                state=CORE_CODEC.encode(_input_state(input)),
                 overrides=overrides,
                 task_id=task_id,
                 max_steps=max_steps,
@@ -515,11 +518,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 open_calls = await client.waiting_calls(task_id)
             messages = await client.messages(task_id)
             todos = await client.todos(task_id)
-            state = await client.state(task_id)
+            codec = state_codec(self.spec)
+            state = codec.decode(await client.state(task_id))
             if per_call:  # what the step's ended calls gave: LangGraph's state at the
                 written = await client.step_written(task_id)  # interrupt holds them
                 messages += written.messages
-                state = with_pending(self.spec, state, written.writes)
+                state = with_pending(self.spec, state, codec.decode_pairs(written.writes))
         given, structured_json = "structured_response" in state, state.get("structured_response")
         result: dict[str, Any] = {
             "messages": [to_langchain(m) for m in messages],
@@ -733,7 +737,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             if "messages" in modes or "custom" in modes:
                 await client.stream_replies(task_id, self.settings.stream_ttl_s)
             checkpoint = [to_langchain(m) for m in state.messages]
-            keys = state.keys
+            keys = state_codec(self.spec).decode(state.keys)
             resumption = await prepare_resume(
                 client,
                 task_id,

@@ -23,6 +23,7 @@ from contracts.messages import AIMessage, Message, ToolCall, ToolMessage, to_lan
 from loopline.threads import ThreadValues
 from services.agent_view import has_todos
 from services.hooks import HookSet, hooks_for
+from services.spec.statecodec import CORE_CODEC, StateCodec
 from services.tasks.store import call_of_interrupt
 from services.tasks.thread_runs import untracked_keys
 
@@ -87,6 +88,15 @@ def _hooks(spec: AgentSpec) -> HookSet:
     return hooks_for(spec.agent_id, spec)
 
 
+def state_codec(spec: AgentSpec) -> StateCodec:
+    """How the agent's state values are stored (``services.spec.statecodec``); where its
+    schemas cannot be loaded here, the serializer's safe types only."""
+    try:
+        return _hooks(spec).channels.codec
+    except Exception:  # middleware or schemas this process cannot import
+        return CORE_CODEC
+
+
 def snapshot_values(spec: AgentSpec, state: ThreadValues) -> dict[str, Any]:
     """``StateSnapshot.values``: the messages, the todo list once written, and the
     middleware's state fields LangGraph checkpoints (not its ``UntrackedValue`` ones)."""
@@ -95,7 +105,9 @@ def snapshot_values(spec: AgentSpec, state: ThreadValues) -> dict[str, Any]:
     if state.todos is not None:
         values["todos"] = state.todos
     dropped = untracked_keys(_hooks(spec))
-    extra = with_pending(spec, state.extra, state.written.writes)
+    codec = state_codec(spec)
+    writes = codec.decode_pairs(state.written.writes)
+    extra = with_pending(spec, codec.decode(state.extra), writes)
     values.update({k: v for k, v in extra.items() if k not in dropped})
     return values
 

@@ -280,8 +280,9 @@ class ToolsStep:
     sent: list[str]
     results: dict[str, ToolMessage] = field(default_factory=dict)
     """Call id -> its tool message, in the order they ended."""
-    updates: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Call id -> the state keys its ``Command(update=...)`` set."""
+    updates: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
+    """Call id -> its state writes: those it sent (``CONFIG_KEY_SEND``), then its
+    ``Command(update=...)``'s, in order."""
     waiting: dict[str, Interrupt] = field(default_factory=dict)
     """Call id -> the interrupt it waits on."""
 
@@ -518,7 +519,7 @@ class ModeTranslator:
             response = structured.response if structured is not None and given else None
             self.keys["structured_response"] = self.view.structured(response) if given else None
         if event.update:  # wrap_model_call's commands (folded where they ran)
-            self.keys.update(event.update)
+            self.keys.update(self.view.channels.codec.decode(event.update))
         added = [to_langchain(m) for m in event.added]  # their messages, after the node's own
         self.state.extend(added)
         out: list[Item] = []
@@ -561,7 +562,7 @@ class ModeTranslator:
             if write.key == "messages":
                 writes.append(("messages", [to_langchain(m) for m in write.messages]))
             else:
-                writes.append((write.key, write.value))
+                writes.append((write.key, self.view.channels.codec.decode_value(write.value)))
         writes = [(k, v) for k, v in writes if k == "messages" or self.view.shown(k)]
         keys = [k for k, _ in writes]
         if len(set(keys)) < len(keys):
@@ -635,7 +636,8 @@ class ModeTranslator:
     def _update_of(self, update: dict[str, Any]) -> dict[str, Any]:
         """A node's update as it returned it: messages as LangChain's, those it returned
         unchanged taken from the state (``contracts.events.NodeUpdate``)."""
-        out = dict(update)
+        codec = self.view.channels.codec
+        out = {k: v if k == "messages" else codec.decode_value(v) for k, v in update.items()}
         if "messages" in out:
             by_id = {m.id: m for m in with_stand_in_ids(self.state)}
             messages: list[BaseMessage] = []
@@ -680,8 +682,11 @@ class ModeTranslator:
         call_id = message.tool_call_id
         tools.results[call_id] = message
         tools.waiting.pop(call_id, None)
-        if event.update:
-            tools.updates[call_id] = dict(event.update)
+        codec = self.view.channels.codec
+        writes = codec.decode_pairs([*(event.writes or []), *(event.update or {}).items()])
+        update = dict(writes)
+        if writes:
+            tools.updates[call_id] = writes
         out: list[Item] = []
         if "messages" in self.modes:
             index = tools.index(call_id)
@@ -690,7 +695,7 @@ class ModeTranslator:
             )
             out.append(("messages", (message, meta)))
         if "updates" in self.modes:
-            shown = {k: v for k, v in (event.update or {}).items() if self.view.shown(k)}
+            shown = {k: v for k, v in update.items() if self.view.shown(k)}
             out.append(("updates", {TOOLS_NODE: {"messages": [message], **shown}}))
         if tools.complete:  # the step's results join: its updates too, in call order
             self.state.extend(tools.in_order())
@@ -741,7 +746,7 @@ class ModeTranslator:
         LangGraph applies its tasks' writes, though they came as each call ended), the
         todo list accepted in the step."""
         order = [*tools.sent, *(c for c in tools.updates if c not in tools.sent)]
-        writes = [w for c in order for w in tools.updates.get(c, {}).items()]
+        writes = [w for c in order for w in tools.updates.get(c, [])]
         keys = self._joined(writes)
         if self.todos is not None:
             keys["todos"] = self.todos
@@ -862,7 +867,7 @@ async def _thread_start(
     and the state keys its earlier runs left."""
     state = await client.threads().of_run(thread_id, translator.task_id)
     translator.state = [to_langchain(m) for m in state.through(inputs[-1].id if inputs else None)]
-    translator.keys = {**translator.keys, **state.keys}
+    translator.keys = {**translator.keys, **translator.view.channels.codec.decode(state.keys)}
     if "messages" in translator.modes:  # its metadata counts LangGraph's steps
         translator.superstep = await thread_steps(client, thread_id, translator)
     return translator.begin()

@@ -13,6 +13,8 @@ context editing, which the services implement natively, are not run as hooks).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -24,8 +26,9 @@ from contracts.messages import Message
 from services import interrupts
 from services.interrupts import Answers
 from services.spec import schemas
-from services.spec.channels import StateChannels, channels_of
+from services.spec.channels import NO_CHANNELS, StateChannels, channels_of
 from services.spec.middleware import NATIVE, build
+from services.spec.statecodec import StateValueError
 
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
 
@@ -68,6 +71,9 @@ class HookSet:
     """The agent's ``state_schema`` class (None: LangChain's ``AgentState``)."""
     mode: str | None = None
     """``AgentSpec.run_mode``: which variant of each hook runs."""
+    run_config: Mapping[str, Any] = field(default_factory=dict)
+    """``AgentSpec.run_config`` (tags, metadata) and its ``recursion_limit``: what a node's
+    ``RunnableConfig`` carries besides the thread."""
     _channels: StateChannels | None = field(default=None, repr=False)
 
     def with_hook(self, hook: str) -> list[tuple[int, Any]]:
@@ -76,6 +82,18 @@ class HookSet:
     @property
     def has_state_hooks(self) -> bool:
         return any(self.with_hook(h) for h in STATE_HOOKS)
+
+    @functools.cached_property
+    def wants_config(self) -> bool:
+        """Whether a before/after hook takes LangGraph's ``config`` (its thread is then
+        read for it)."""
+        return any(
+            "config" in _accepted(getattr(m, name))
+            for _, m in self.instances
+            for hook in STATE_HOOKS
+            for name in (hook, f"a{hook}")
+            if implements(m, name)
+        )
 
     def input_keys(self) -> frozenset[str]:
         """The state keys besides ``messages`` an input may set (LangChain's input schema)."""
@@ -119,6 +137,10 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
             context=schemas.run_context(spec),
             state_schema=schemas.state_schema(spec),
             mode=spec.run_mode,
+            run_config={
+                **(spec.run_config or {}),
+                "recursion_limit": spec.recursion_limit or AGENT_RECURSION_LIMIT,
+            },
         )
         if len(_cache) >= HOOK_SETS_CACHED:
             _cache.clear()
@@ -141,6 +163,83 @@ def lg_runtime(context: Any = None) -> Any:
     return Runtime(context=context, store=store.shared(), stream_writer=writer)
 
 
+AGENT_RECURSION_LIMIT = 9_999
+"""The recursion limit of a run that gives none: what LangChain's ``create_agent`` sets
+on its graph (``factory.py``: ``with_config({"recursion_limit": 9_999, ...})``)."""
+
+LS_INTEGRATION = {"ls_integration": "langchain_create_agent"}
+"""The metadata LangChain's ``create_agent`` sets on its graph."""
+
+current_thread: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "loopline_hook_thread", default=None
+)
+"""The thread of the task whose hooks run (set by the loop around them): a node's
+``config["configurable"]["thread_id"]``."""
+
+
+def node_config(run_config: Mapping[str, Any], node: str, thread_id: str | None) -> Any:
+    """The ``RunnableConfig`` LangGraph gives a node of a ``create_agent`` graph: the run's
+    tags, metadata and recursion limit, the thread in ``configurable``, LangGraph's
+    ``langgraph_*`` metadata of the node (``langgraph_step`` aside: loopline's steps
+    are not LangGraph's supersteps)."""
+    ns = f"{node}:{uuid.uuid4()}"
+    thread = {"thread_id": thread_id} if thread_id else {}
+    metadata = {
+        **LS_INTEGRATION,
+        **dict(run_config.get("metadata") or {}),
+        **thread,
+        "langgraph_node": node,
+        "langgraph_triggers": (f"branch:to:{node}",),
+        "langgraph_path": ("__pregel_pull", node),
+        "langgraph_checkpoint_ns": ns,
+    }
+    config: dict[str, Any] = {
+        "tags": list(run_config.get("tags") or []),
+        "metadata": metadata,
+        "recursion_limit": run_config.get("recursion_limit", AGENT_RECURSION_LIMIT),
+        "configurable": {**thread, "checkpoint_id": None, "checkpoint_ns": ns},
+    }
+    return config
+
+
+def _accepted(func: Any) -> Mapping[str, tuple[str, Any]]:
+    """The keyword arguments LangGraph's node passes ``func`` besides the state, by its
+    signature (``RunnableCallable.func_accepts``: ``runtime``, ``config``, ``writer``,
+    ``store``...), with the ``Runtime`` attribute and default of each."""
+    from langgraph._internal._runnable import RunnableCallable
+
+    key = getattr(func, "__func__", func)
+    found = _ACCEPTS.get(key)
+    if found is None:
+        found = _ACCEPTS[key] = dict(RunnableCallable(func, trace=False).func_accepts)
+    return found
+
+
+_ACCEPTS: dict[Any, Mapping[str, tuple[str, Any]]] = {}
+
+
+def node_kwargs(func: Any, runtime: Any, config: Any) -> dict[str, Any]:
+    """What LangGraph's node passes ``func`` by keyword (``RunnableCallable.invoke``)."""
+    import inspect
+
+    kwargs: dict[str, Any] = {}
+    for kw, (runtime_key, default) in _accepted(func).items():
+        if kw == "config":
+            kwargs[kw] = config
+        elif kw == "runtime":
+            kwargs[kw] = runtime
+        elif kw == "error":
+            kwargs[kw] = default
+        else:
+            value = getattr(runtime, runtime_key, inspect.Parameter.empty)
+            if value is inspect.Parameter.empty:
+                if default is inspect.Parameter.empty:
+                    raise ValueError(f"Missing required config key '{runtime_key}'")
+                value = default
+            kwargs[kw] = value
+    return kwargs
+
+
 def node_name(instance: Any, hook: str) -> str:
     """The hook's node as LangChain's ``create_agent`` names it: ``<middleware>.<hook>``."""
     return f"{getattr(instance, 'name', None) or type(instance).__name__}.{hook}"
@@ -153,8 +252,11 @@ async def call_state_hook(
     context: Any = None,
     answers: Answers | None = None,
     mode: str | None = None,
+    run_config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One before/after hook, the variant LangGraph's node runs: a sync run (``mode``
+    """One before/after hook, the variant LangGraph's node runs, given what LangGraph's
+    node gives it by its signature (``runtime``, ``config``: ``node_config``, ...): a
+    sync run (``mode``
     ``"sync"``) the sync one (an async-only hook fails as LangGraph's node does);
     otherwise the async one when implemented, else the sync one in a thread (LangGraph
     runs sync hooks of async runs the same way). It runs as a LangGraph node
@@ -165,11 +267,15 @@ async def call_state_hook(
     answers = answers or Answers(scope="")
     if mode == "sync" and not implements(instance, hook):
         raise TypeError(NO_SYNC_NODE.format(name=f"a{hook}"))
+    config = node_config(run_config or {}, node, current_thread.get())
     with interrupts.node(node, answers.scope, answers.of(node), runtime):
         if mode != "sync" and implements(instance, f"a{hook}"):
-            result = await getattr(instance, f"a{hook}")(state, runtime)
+            func = getattr(instance, f"a{hook}")
+            result = await func(state, **node_kwargs(func, runtime, config))
         else:
-            result = await asyncio.to_thread(getattr(instance, hook), state, runtime)
+            func = getattr(instance, hook)
+            kwargs = node_kwargs(func, runtime, config)
+            result = await asyncio.to_thread(functools.partial(func, state, **kwargs))
     if result is None:
         return {}
     if not isinstance(result, dict):
@@ -247,7 +353,15 @@ async def run_state_hooks(
     for _, instance in chain:
         state = {"messages": state_messages, **state_extra}
         update = await _node_update(
-            instance, hook, state, hooks.context, answers, hooks.mode, given
+            instance,
+            hook,
+            state,
+            hooks.context,
+            answers,
+            hooks.mode,
+            given,
+            hooks.channels,
+            hooks.run_config,
         )
         if not update:
             continue
@@ -258,7 +372,7 @@ async def run_state_hooks(
         if update:  # a node of its own: its update is one superstep's writes
             state_extra = hooks.channels.apply(state_extra, update.items())
             for key in update:
-                _check_storable(instance, hook, key, state_extra[key])
+                _check_storable(instance, hook, key, state_extra[key], hooks.channels)
             changed = True
         if jump and can_jump(instance, hook, jump):
             return StateResult(without_stand_in_ids(state_messages), state_extra, jump, True)
@@ -273,27 +387,32 @@ async def _node_update(
     answers: Answers | None,
     mode: str | None = None,
     given: Mapping[str, Message] | None = None,
+    channels: StateChannels = NO_CHANNELS,
+    run_config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A hook's update: called, or (resuming a step where it ran to its end before a
     later node waited) the update it gave then, as LangGraph keeps a finished node's
-    writes. A new update is recorded in ``answers.done`` when it can be kept as JSON,
+    writes. A new update is recorded in ``answers.done`` when it can be kept,
     and noted with the nodes that ran (``answers.ran``)."""
     node = node_name(instance, hook)
     if answers is not None and node in answers.done:
-        return _replayed(answers.done[node])
-    update = await call_state_hook(instance, hook, state, context, answers, mode)
+        return _replayed(answers.done[node], channels)
+    update = await call_state_hook(instance, hook, state, context, answers, mode, run_config)
     if answers is not None:
-        recorded = _recorded(update)
+        recorded = _recorded(update, channels)
         if recorded is not None:
             answers.done[node] = recorded
-        answers.ran.append((node, shown(update, given or {})))
+        answers.ran.append((node, shown(update, given or {}, channels)))
     return update
 
 
-def shown(update: dict[str, Any], given: Mapping[str, Message]) -> dict[str, Any] | None:
+def shown(
+    update: dict[str, Any], given: Mapping[str, Message], channels: StateChannels = NO_CHANNELS
+) -> dict[str, Any] | None:
     """A node's update as the task's log shows it (``contracts.events.NodeUpdate``):
     JSON, None for no update; a message it returned unchanged from ``given`` (the state's
-    messages it was given, by id) only by reference, a ``RemoveMessage`` by its id."""
+    messages it was given, by id) only by reference, a ``RemoveMessage`` by its id; other
+    keys as the state's codec encodes them (a value it cannot, as its text)."""
     from langchain_core.messages import RemoveMessage
     from langchain_core.messages.utils import convert_to_messages
 
@@ -315,7 +434,15 @@ def shown(update: dict[str, Any], given: Mapping[str, Message]) -> dict[str, Any
             else:
                 messages.append(mine.model_dump(mode="json"))
         out["messages"] = messages
+    out = {k: v if k == "messages" else _encoded_or_text(v, channels) for k, v in out.items()}
     return dict(json.loads(json.dumps(out, default=str)))
+
+
+def _encoded_or_text(value: Any, channels: StateChannels) -> Any:
+    try:
+        return channels.codec.encode_value(value)
+    except StateValueError:
+        return str(value)
 
 
 def _same(message: Message, stored: Message) -> bool:
@@ -325,9 +452,9 @@ def _same(message: Message, stored: Message) -> bool:
     return message == stored
 
 
-def _recorded(update: dict[str, Any]) -> dict[str, Any] | None:
-    """A node's update as JSON (messages as loopline's), or None when it cannot be
-    (the node then runs again on resume)."""
+def _recorded(update: dict[str, Any], channels: StateChannels) -> dict[str, Any] | None:
+    """A node's update as JSON (messages as loopline's, other keys as the state's codec
+    encodes them), or None when it cannot be (the node then runs again on resume)."""
     from langchain_core.messages.utils import convert_to_messages
 
     from contracts.messages import from_langchain
@@ -337,15 +464,16 @@ def _recorded(update: dict[str, Any]) -> dict[str, Any] | None:
         if "messages" in out:
             messages = convert_to_messages(list(out["messages"]))
             out["messages"] = [from_langchain(m).model_dump(mode="json") for m in messages]
+        out = {k: v if k == "messages" else channels.codec.encode_value(v) for k, v in out.items()}
         return dict(json.loads(json.dumps(out)))
-    except Exception:  # a RemoveMessage, a value JSON cannot hold
+    except Exception:  # a RemoveMessage, a value the serializer cannot carry
         return None
 
 
-def _replayed(recorded: dict[str, Any]) -> dict[str, Any]:
+def _replayed(recorded: dict[str, Any], channels: StateChannels) -> dict[str, Any]:
     from contracts.messages import MESSAGE_ADAPTER, to_langchain
 
-    out = dict(recorded)
+    out = {k: v if k == "messages" else channels.codec.decode_value(v) for k, v in recorded.items()}
     if "messages" in out:
         out["messages"] = [
             to_langchain(MESSAGE_ADAPTER.validate_python(m)) for m in out["messages"]
@@ -353,16 +481,18 @@ def _replayed(recorded: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _check_storable(instance: Any, hook: str, key: str, value: Any) -> None:
-    """A state key is stored with the task as JSON, for the hooks of any process: a value
-    that is not JSON (a live shell session, say) fails the task with this reason rather
-    than leaving it undeliverable."""
+def _check_storable(
+    instance: Any, hook: str, key: str, value: Any, channels: StateChannels
+) -> None:
+    """A state key is stored with the task, for the hooks of any process, as LangGraph's
+    checkpoint serializer carries it: a value it cannot carry (a live shell session, say)
+    fails the task with this reason rather than leaving it undeliverable."""
     try:
-        json.dumps(value)
-    except (TypeError, ValueError) as exc:
+        channels.codec.encode_value(value)
+    except StateValueError as exc:
         raise TypeError(
-            f"{type(instance).__name__}.{hook} returned state {key!r} that is not JSON "
-            f"({type(value).__name__}): loopline stores a task's state as JSON"
+            f"{type(instance).__name__}.{hook} returned state {key!r} that cannot be "
+            f"stored ({type(value).__name__}): {exc}"
         ) from exc
 
 

@@ -322,10 +322,11 @@ def test_middleware_built_in_code_give_specs_that_pass(monkeypatch: pytest.Monke
 
 
 @pytest.mark.fast
-def test_shell_tool_middleware_is_refused_for_its_state_that_json_cannot_hold() -> None:
+def test_shell_tool_middleware_is_refused_for_its_state_the_serializer_cannot_carry() -> None:
     expected = (
-        "ShellToolMiddleware: state field shell_session_resources is not JSON-serializable "
-        "(_SessionResources): a task's state is stored as JSON between its stages"
+        "ShellToolMiddleware: state field shell_session_resources cannot be stored "
+        "(_SessionResources): a task's state is stored between its stages as LangGraph's "
+        "checkpoint serializer carries it"
     )
     shell = ShellToolMiddleware(execution_policy=HostExecutionPolicy())
     with pytest.raises(InvalidSpec) as caught:  # embedded: LangChain's instance, checked

@@ -30,6 +30,7 @@ from contracts.messages import AIMessage, HumanMessage, SystemMessage, ToolCall,
 from contracts.streams import Names
 from contracts.todos import Todo
 from services.runtime import Runtime
+from services.spec.statecodec import CORE_CODEC
 from services.tasks.issued import call_digests
 from services.tasks.state import Cause, Phase, Status
 from services.tasks.store import TaskStore, waiting_calls
@@ -229,7 +230,7 @@ async def test_tool_state_updates_wait_for_the_join_which_takes_the_state_its_ca
     await store.apply(TASK, tool_result("c1", update=pairs({"visits": 2, "who": {"x": []}})))
     before = await seen(rt.redis, rt.names)
     assert json.loads(before.state["extra"]) == kept  # not applied before the join
-    updates, _ = await store.step_updates(TASK, ["c0", "c1"])
+    updates, _ = await store.step_updates(TASK, ["c0", "c1"], CORE_CODEC)
     assert _ == {"c1": [("visits", 2), ("who", {"x": []})]} and updates == kept
     asked = await store.apply(TASK, tool_result("c0"))
     assert asked.joining and not asked.applied and asked.expected == ["c0", "c1"]
@@ -240,7 +241,7 @@ async def test_tool_state_updates_wait_for_the_join_which_takes_the_state_its_ca
     task = await seen(rt.redis, rt.names)
     assert task.state["extra"] == joined
     assert "updates" not in task.state
-    assert await store.step_updates(TASK, ["c1"]) == (json.loads(joined), {})
+    assert await store.step_updates(TASK, ["c1"], CORE_CODEC) == (json.loads(joined), {})
 
 
 async def test_a_reply_without_calls_completes_the_task_and_its_keys_expire(

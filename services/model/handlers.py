@@ -77,7 +77,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             caller = streaming_caller(event) if streamed else None
             hooks = hooks_for(event.agent_id, spec)
             if hooks.with_hook("wrap_model_call"):
-                extra = await hand_over.loop.store.extra(event.task_id)
+                extra = await hand_over.loop.store.extra(event.task_id, hooks.channels.codec)
                 # unedited: the chain edits at ContextEditingMiddleware's place, so the
                 # middleware outside it see what LangChain's would; it runs as LangGraph's
                 # model node, where an interrupt() waits for its answer

@@ -6,7 +6,6 @@ transcript unedited, and those after it the edited view, as in LangChain."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ from services.model.lcview import with_invalid_calls_answered
 from services.spec import structured
 from services.spec.channels import StateChannels
 from services.spec.models import bind_tools
+from services.spec.statecodec import StateCodec
 
 ModelCaller = Callable[[Any, Any], Awaitable[Any]]
 """How one model call is made, given the bound model and its input: ``ainvoke``, or
@@ -214,13 +214,16 @@ class StateCommands:
             writes.extend(given.items())
         if not writes:
             return None
-        folded: dict[str, Any] = json.loads(json.dumps(channels.updated(state, writes)))
-        return folded
+        # as the event carries it: JSON, other values in the codec's envelopes
+        return channels.codec.encode(channels.updated(state, writes))
 
-    def writes(self, reply: Any, transcript: Sequence[Message]) -> list[CommandWrite]:
+    def writes(
+        self, reply: Any, transcript: Sequence[Message], codec: StateCodec
+    ) -> list[CommandWrite]:
         """The commands' writes in order (as LangGraph writes a node's list of commands):
-        state keys' values as JSON, and the messages added beside ``reply`` (LangGraph
-        folds them into ``messages`` after the model's own, with ``add_messages``).
+        state keys' values as the event carries them (``codec``), and the messages added
+        beside ``reply`` (LangGraph folds them into ``messages`` after the model's own,
+        with ``add_messages``).
         Appending is what loopline applies: a message replacing or removing one the
         state has (by id, or ``RemoveMessage``) and an AI message (LangChain would route
         on it, not on the reply) are refused with the reason."""
@@ -232,7 +235,7 @@ class StateCommands:
                     added = _added(value, taken)
                     out.append(CommandWrite(key=key, messages=added))
                 else:
-                    out.append(CommandWrite(key=key, value=json.loads(json.dumps(value))))
+                    out.append(CommandWrite(key=key, value=codec.encode_value(value)))
         return out
 
 
@@ -372,5 +375,5 @@ async def call_with_middleware(
     if not isinstance(last, AIMessage):
         raise TypeError("the wrap_model_call chain returned no AI message")
     update = commands.update(hooks.channels, extra)
-    writes = commands.writes(replies[-1], transcript)
+    writes = commands.writes(replies[-1], transcript, hooks.channels.codec)
     return last, outcomes.get(id(replies[-1])), update, writes

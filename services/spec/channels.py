@@ -7,10 +7,10 @@ folds every update into the value it has (and starts from the empty value of its
 ``[]`` for a list, so the key is in the state before anything wrote it); any other key
 is a ``LastValue``, which one update replaces and two updates in one superstep (two
 parallel tool calls, two ``wrap_model_call`` commands) refuse with LangGraph's
-``InvalidUpdateError``. loopline keeps a task's state keys as JSON (its ``extra``) and
-applies every update through these same channel objects, wherever it lands: the input,
-the hooks of the loop, the model service's ``wrap_model_call`` commands, the join of a
-step's tool calls.
+``InvalidUpdateError``. loopline keeps a task's state keys (its ``extra``, stored as
+``services.spec.statecodec`` encodes them) and applies every update through these same
+channel objects, wherever it lands: the input, the hooks of the loop, the model
+service's ``wrap_model_call`` commands, the join of a step's tool calls.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 from services.spec.schemas import MESSAGES
+from services.spec.statecodec import CORE_CODEC, StateCodec, allowed_classes
 
 Writes = Iterable[tuple[str, Any]]
 """One superstep's updates, key and value, in the order LangGraph applies them (the
@@ -32,6 +33,9 @@ class StateChannels:
     ``BaseChannel`` objects, used as prototypes: each update works on a copy)."""
 
     channels: Mapping[str, Any] = field(default_factory=dict)
+    codec: StateCodec = CORE_CODEC
+    """How the keys' values travel and are stored (``services.spec.statecodec``), with
+    the classes the agent's schemas name allowed."""
 
     @property
     def reducers(self) -> frozenset[str]:
@@ -101,4 +105,4 @@ def channels_of(state_schema: Any, instances: Iterable[Any]) -> StateChannels:
         channel = _get_channel(key, hint)
         if isinstance(channel, BaseChannel):
             channels[key] = channel
-    return StateChannels(channels)
+    return StateChannels(channels, StateCodec(allowed_classes([resolved, *schemas], channels)))

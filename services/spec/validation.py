@@ -288,6 +288,6 @@ def _check_state(name: str, target: Any) -> None:
     if unstorable is not None:
         field, type_name = unstorable
         raise InvalidSpec(
-            f"{name}: state field {field} is not JSON-serializable ({type_name}): a task's "
-            "state is stored as JSON between its stages"
+            f"{name}: state field {field} cannot be stored ({type_name}): a task's state "
+            "is stored between its stages as LangGraph's checkpoint serializer carries it"
         )

@@ -14,9 +14,11 @@ service then only starts, cancels and times out tasks and runs hooks and approva
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from contracts.agent import AgentSpec
@@ -52,7 +54,7 @@ from services.custom_stream import CustomWriter, writing
 from services.entry import CURRENT, current_entry_id
 from services.errors import AnswerRefused, BadEvent, Refused, UnknownAgent, UnknownTask
 from services.failures import exception_info, failure_text, own_exception_info
-from services.hooks import HOOK_SETS_CACHED, HookSet, hooks_for
+from services.hooks import HOOK_SETS_CACHED, HookSet, current_thread, hooks_for
 from services.interrupts import Answers, Asked, NodeInterrupted, ResumeRefused, interrupt_id
 from services.runtime import Runtime
 from services.secrets import scrub
@@ -255,6 +257,9 @@ class Loop:
             spec = spec.model_copy(update={"run_mode": event.run_mode})
         if event.recursion_limit is not None:  # the run's config: the step limit from it
             spec = spec.model_copy(update={"recursion_limit": event.recursion_limit})
+        if event.tags or event.metadata:  # what hooks and tools find in their config
+            run_config = {"tags": list(event.tags), "metadata": dict(event.metadata)}
+            spec = spec.model_copy(update={"run_config": run_config})
         try:
             check_agent(spec)  # once per distinct middleware spec: cached
         except InvalidSpec as exc:
@@ -351,7 +356,7 @@ class Loop:
             return
         turn = found
         if event.structured is not None:
-            turn = await self._with_structured(tid, turn, event.structured)
+            turn = await self._with_structured(tid, turn, event.structured, hooks)
         fusion = None
         digests = {} if turn.end else call_digests(turn.ai, turn.decided)
         if (
@@ -361,7 +366,7 @@ class Loop:
             and not turn.after_ai  # the fused join length counts the reply alone
         ):
             fusion = await self._tool_calls_fusion(event, turn, digests)
-        state = self._known(await self._record_reply(event, turn, fusion, digests), tid)
+        state = self._known(await self._record_reply(event, turn, fusion, digests, hooks), tid)
         if state.committed:
             # The reply stands at transcript_len now (the script checked the length):
             # this process's cached transcript takes it without reading it back.
@@ -388,7 +393,9 @@ class Loop:
         spec = await self.rt.agent(event.agent_id)
         turn = ModelTurn(ai, decided=after_model_results(spec, ai), end=not ai.tool_calls)
         if event.update:  # applied before after_model runs, as LangChain's model node does
-            turn.extra = {**await self.store.extra(event.task_id), **event.update}
+            codec = hooks.channels.codec
+            stored = await self.store.extra(event.task_id, codec)
+            turn.extra = {**stored, **codec.decode(event.update)}
         if hooks.with_hook("after_model") or (turn.end and hooks.with_hook("after_agent")):
             answers = answers or Answers(scope=_scope(event.task_id, event.step))
             hooked = await self._after_model(event, hooks, turn, answers)
@@ -416,7 +423,7 @@ class Loop:
             tool_event=self.rt.encode(event),  # with the size check of a publish
             step_event=dump_event(StepStarted(task_id=tid, step=event.step + 1)),
             failed_event=b"",  # asked for by the one result that needs it
-            update=_update_pairs(event.update),
+            update=_update_pairs(_writes_of(event)),
         )
         state = await self._record_result(event, record, fusion)
         if state is None:
@@ -458,12 +465,14 @@ class Loop:
         Read when every other result of the step is in, so nothing changes them."""
         own = event.message.tool_call_id
         others = [c for c in expected if c != own]
-        state, updates = await self.store.step_updates(event.task_id, others)
-        if event.update:
-            updates[own] = list(event.update.items())
         hooks = await self._hooks_or_none(event.agent_id)
+        codec = hooks.channels.codec
+        state, updates = await self.store.step_updates(event.task_id, others, codec)
+        own_writes = _writes_of(event)
+        if own_writes:
+            updates[own] = codec.decode_pairs(own_writes)
         writes = [w for call_id in expected for w in updates.get(call_id, [])]
-        return json.dumps(hooks.channels.apply(state, writes))
+        return codec.dumps(hooks.channels.apply(state, writes))
 
     async def model_failed(self, event: ModelFailed) -> None:
         reason = f"model call failed at step {event.step}: {event.error}"
@@ -700,7 +709,12 @@ class Loop:
         )
 
     async def _record_reply(
-        self, event: ModelResponded, turn: ModelTurn, fusion: Fusion | None, digests: dict[str, str]
+        self,
+        event: ModelResponded,
+        turn: ModelTurn,
+        fusion: Fusion | None,
+        digests: dict[str, str],
+        hooks: HookSet,
     ) -> TaskState:
         """``digests``: of the reply's calls to run (``call_digests``). The events the
         script may log are built only where it can: the completion when nothing is to
@@ -729,7 +743,7 @@ class Loop:
                 failed_event=limit_failed if advances else b"",
                 limit_event=limit_failed if over else b"",
                 after_ai=[m.model_dump_json() for m in turn.after_ai],
-                extra=json.dumps(turn.extra) if turn.extra is not None else "",
+                extra=hooks.channels.codec.dumps(turn.extra) if turn.extra is not None else "",
                 issued=digests,
                 end_after=completed if turn.end_after_tools else b"",
                 nodes_event=_nodes_event(tid, event.step, turn.ran),
@@ -754,7 +768,7 @@ class Loop:
         return dump_event(completed)
 
     async def _with_structured(
-        self, task_id: str, turn: ModelTurn, outcome: StructuredOutcome
+        self, task_id: str, turn: ModelTurn, outcome: StructuredOutcome, hooks: HookSet
     ) -> ModelTurn:
         """The model service's structured outcome joined to the turn (LangChain's model
         node adds it before after_model runs): its tool messages answer the structured
@@ -763,7 +777,8 @@ class Loop:
         answers = {m.tool_call_id: m for m in outcome.tool_messages}
         extra = turn.extra
         if outcome.given:
-            base = extra if extra is not None else await self.store.extra(task_id)
+            codec = hooks.channels.codec
+            base = extra if extra is not None else await self.store.extra(task_id, codec)
             extra = {**base, "structured_response": outcome.response}
         decided = {**turn.decided, **answers}
         pending = [c for c in turn.ai.tool_calls if c.id not in decided]
@@ -816,9 +831,14 @@ class Loop:
         tid = event.task_id
         transcript = await self._transcript(tid)
         writer = CustomWriter(self.rt, tid, event.step, "after_model")
+        thread: Any = None
+        if hooks.wants_config:  # the thread is in the config a hook is given
+            thread = await self.rt.redis.hget(self.names.task_state(tid), "thread")
         try:
-            with writing(writer, hooks.context):
-                extra = turn.extra if turn.extra is not None else await self.store.extra(tid)
+            with writing(writer, hooks.context), in_thread(thread):
+                extra = turn.extra
+                if extra is None:
+                    extra = await self.store.extra(tid, hooks.channels.codec)
                 hooked = await model_turn(
                     hooks, transcript, turn.ai, extra, answers, beside=event.added
                 )
@@ -897,11 +917,11 @@ class Loop:
         if not _hooks_before_model(hooks, state.step):
             return state
         transcript = await self.rt.transcript(task_id, state.transcript_len, state.rev)
-        extra = await self.store.extra(task_id)
+        extra = await self.store.extra(task_id, hooks.channels.codec)
         answers = answers or Answers(scope=_scope(task_id, state.step))
         writer = CustomWriter(self.rt, task_id, state.step, "before_model")
         try:
-            with writing(writer, hooks.context):
+            with writing(writer, hooks.context), in_thread(state.thread):
                 outcome = await start_step(hooks, state.step, transcript, extra, answers)
             await writer.flush()
         except NodeInterrupted as asked:
@@ -925,7 +945,9 @@ class Loop:
                 rewrite=None
                 if outcome.rewrite is None
                 else [m.model_dump_json() for m in outcome.rewrite],
-                extra=json.dumps(outcome.extra) if outcome.extra is not None else "",
+                extra=hooks.channels.codec.dumps(outcome.extra)
+                if outcome.extra is not None
+                else "",
                 end_now=outcome.end,
                 completed_event=dump_event(completed),
                 nodes_event=_nodes_event(task_id, state.step, answers.ran),
@@ -1048,11 +1070,23 @@ def _inline(start: StartTask | StartRun) -> bool:
     return isinstance(start, StartTask) and sum(map(len, start.messages)) <= LAST_RESULT_MAX_BYTES
 
 
+@contextlib.contextmanager
+def in_thread(thread: str | bytes | None) -> Iterator[None]:
+    """The task's thread, for the ``config`` its hooks are given (``current_thread``)."""
+    found = thread.decode() if isinstance(thread, bytes) else thread
+    token = current_thread.set(found or None)
+    try:
+        yield
+    finally:
+        current_thread.reset(token)
+
+
 def _started_state(hooks: HookSet, carried: str, event: TaskSubmitted) -> str:
-    """The state keys a run starts with, as JSON ("" for none): ``HookSet.start_state``
-    of the thread's (``carried``, JSON) and the input's."""
-    state = hooks.start_state(json.loads(carried) if carried else {}, event.state)
-    return json.dumps(state) if state else ""
+    """The state keys a run starts with, as stored ("" for none): ``HookSet.start_state``
+    of the thread's (``carried``, as stored) and the input's (as the client encoded it)."""
+    codec = hooks.channels.codec
+    state = hooks.start_state(codec.loads(carried), codec.decode(event.state))
+    return codec.dumps(state) if state else ""
 
 
 def _nodes_event(task_id: str, step: int, ran: list[tuple[str, dict[str, Any] | None]]) -> bytes:
@@ -1064,12 +1098,18 @@ def _nodes_event(task_id: str, step: int, ran: list[tuple[str, dict[str, Any] | 
     return dump_event(NodesUpdated(task_id=task_id, step=step, nodes=nodes))
 
 
-def _update_pairs(update: dict[str, Any] | None) -> str:
-    """A tool's state update as ``RecordResult`` takes it: each key with its value's JSON
-    text, so the script splices values in without decoding them."""
-    if not update:
+def _writes_of(event: ToolCompleted) -> list[tuple[str, Any]]:
+    """A call's writes in LangGraph's order: those it sent while it ran, then its
+    ``Command``'s update."""
+    return [*(event.writes or []), *(event.update or {}).items()]
+
+
+def _update_pairs(writes: list[tuple[str, Any]]) -> str:
+    """A tool's state writes as ``RecordResult`` takes them: each key with its value's
+    JSON text, so the script splices values in without decoding them."""
+    if not writes:
         return ""
-    return json.dumps([part for key, value in update.items() for part in (key, json.dumps(value))])
+    return json.dumps([part for key, value in writes for part in (key, json.dumps(value))])
 
 
 def _structured_response(event: ModelResponded, turn: ModelTurn) -> Any:

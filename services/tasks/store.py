@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import Names
+from services.spec.statecodec import StateCodec
 from services.tasks.state import TaskState, pairs, text
 from services.tasks.transition import Args, Fusion, Register, Transition
 from services.tasks.transitions import ALL, FUSABLE, DecideCall, LogOnce
@@ -124,16 +125,16 @@ class TaskStore:
             thread=text(thread or ""),
         )
 
-    async def extra(self, task_id: str) -> dict[str, Any]:
-        """The middleware's state fields."""
+    async def extra(self, task_id: str, codec: StateCodec) -> dict[str, Any]:
+        """The middleware's state fields, decoded by the agent's ``codec``."""
         raw: Any = await self.redis.hget(self.names.task_state(task_id), "extra")
-        return dict(json.loads(raw)) if raw else {}
+        return codec.loads(raw)
 
     async def step_updates(
-        self, task_id: str, call_ids: list[str]
+        self, task_id: str, call_ids: list[str], codec: StateCodec
     ) -> tuple[dict[str, Any], dict[str, list[tuple[str, Any]]]]:
         """The task's state keys and the state updates these calls of the current step
-        left for its join (``RecordResult.update``), by call id."""
+        left for its join (``RecordResult.update``), by call id, decoded by ``codec``."""
         raw: Any = await self.redis.hget(self.names.task_state(task_id), "extra")
         updates: list[Any] = []
         if call_ids:
@@ -142,8 +143,8 @@ class TaskStore:
         found: dict[str, list[tuple[str, Any]]] = {}
         for call_id, update in zip(call_ids, updates, strict=True):
             if update:
-                found[call_id] = update_pairs(update)
-        return (dict(json.loads(raw)) if raw else {}), found
+                found[call_id] = codec.decode_pairs(update_pairs(update))
+        return codec.loads(raw), found
 
     async def current_step(self, task_id: str) -> int:
         found: Any = await self.redis.hget(self.names.task_state(task_id), "step")
@@ -223,7 +224,8 @@ async def waiting_calls(
 
 
 def update_pairs(stored: Any) -> list[tuple[str, Any]]:
-    """A tool's state update as stored (``RecordResult.update``: ``[key, value JSON, ...]``)."""
+    """A tool's state update as stored (``RecordResult.update``: ``[key, value JSON, ...]``),
+    its values as ``services.spec.statecodec`` encodes them."""
     flat = json.loads(text(stored))
     return [(flat[i], json.loads(flat[i + 1])) for i in range(0, len(flat), 2)]
 

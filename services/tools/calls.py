@@ -23,9 +23,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -35,10 +35,12 @@ from contracts.events import ExceptionInfo, ToolRequested, ToolResumed
 from contracts.messages import Message, ToolCall, ToolMessage
 from services import interrupts
 from services.failures import exception_info, failure_text
-from services.hooks import lg_runtime
+from services.hooks import lg_runtime, node_config
 from services.interrupts import NodeInterrupted, ResumeRefused, is_waiting
 from services.runtime import Runtime
 from services.spec import toolbox
+from services.spec.channels import NO_CHANNELS, StateChannels
+from services.spec.statecodec import StateCodec
 from services.tasks.issued import Admission, IssuedCalls
 from services.tools.logic import (
     Answered,
@@ -48,7 +50,9 @@ from services.tools.logic import (
     run_wrapped,
     tool_runtime,
     unknown_outcome,
+    with_sends,
 )
+from services.tools.state_access import StateAccess
 
 log = logging.getLogger("loopline.tools")
 
@@ -108,6 +112,10 @@ class Job:
     """The agent's tool names, for the answer to an unknown tool."""
     mode: str | None = None
     """The run's ``AgentSpec.run_mode``: which variant of ``wrap_tool_call`` runs."""
+    channels: StateChannels = NO_CHANNELS
+    """The agent's state keys: how their stored values decode, how writes join them."""
+    run_config: Mapping[str, Any] = field(default_factory=dict)
+    """``HookSet.run_config``: the run's tags, metadata and recursion limit."""
 
     @property
     def scope(self) -> str:
@@ -295,7 +303,13 @@ class ToolCalls:
         calls_key = self.rt.names.task_calls(job.task_id)
         call = job.call
         if record.get("state") == "done":
-            return Answered(ToolMessage.model_validate(record["message"]), record.get("update"))
+            message = ToolMessage.model_validate(record["message"])
+            writes = record.get("writes")
+            return Answered(
+                message,
+                record.get("update"),
+                writes=[(k, v) for k, v in writes] if writes else None,
+            )
         if record.get("state") == "failed":
             return Failed(record["error"], ExceptionInfo.model_validate(record["exception"]))
         if float(record.get("until", 0)) > time.time():
@@ -352,7 +366,10 @@ class ToolCalls:
         if not job.wrappers:
             assert job.tool is not None  # an unknown tool comes only with wrappers
             runtime = await self._runtime(job)
-            return await run_tool(job.tool, call, limit=job.limit, runtime=runtime, mode=job.mode)
+            answer = await run_tool(
+                job.tool, call, limit=job.limit, runtime=runtime, mode=job.mode
+            )
+            return with_sends(answer, runtime)
         assert lease is not None  # a wrapped call always runs under its lease
 
         async def tool_starts() -> None:
@@ -361,7 +378,7 @@ class ToolCalls:
                 lease.started = True
                 await self.rt.redis.hset(lease.calls_key, call.id, self._marker(True))
 
-        state = await self._agent_state(job.task_id)
+        state = await self._agent_state(job.task_id, job.channels.codec)
         return await run_wrapped(
             job.wrappers,
             job.tool,
@@ -375,7 +392,7 @@ class ToolCalls:
             mode=job.mode,
         )
 
-    async def _agent_state(self, task_id: str) -> AgentState:
+    async def _agent_state(self, task_id: str, codec: StateCodec) -> AgentState:
         """The middleware fields and the transcript at tool time (up to the AI message
         with the calls: the loop appends a step's results only once all are in). Only for
         agents with wrap_tool_call middleware and tools that read the state, whose state
@@ -384,7 +401,7 @@ class ToolCalls:
         rt = self.rt
         state_key, messages_key = rt.names.task_state(task_id), rt.names.task_messages(task_id)
         raw, rev, length, thread = await self._read_agent_state(keys=[state_key, messages_key])
-        extra = json.loads(raw) if raw else {}
+        extra = codec.loads(raw)
         messages = await rt.transcript(task_id, int(length), int(rev))
         thread_id = thread.decode() if isinstance(thread, bytes) else str(thread)
         return AgentState(extra, messages, thread_id or None)
@@ -397,25 +414,29 @@ class ToolCalls:
             return None  # the tool takes nothing injected: no runtime to build
         if not reads_state(job.tool):
             return self._runtime_of(job, None)
-        return self._runtime_of(job, await self._agent_state(job.task_id))
+        return self._runtime_of(job, await self._agent_state(job.task_id, job.channels.codec))
 
     @staticmethod
     def _runtime_of(job: Job, state: AgentState | None) -> Any:
         """LangGraph's ``ToolRuntime`` of the call: the state as its tool node reads it
-        (``messages`` and the keys set so far), the run's context, its config."""
+        (``messages`` and the keys set so far), the run's context, its config: the tools
+        node's (``services.hooks.node_config``), with the state's read and send
+        (``services.tools.state_access``; the read where the state was read)."""
         from contracts.messages import to_langchain
 
         values: dict[str, Any] = {}
-        configurable: dict[str, Any] = {}
+        thread_id = None
         if state is not None:
             values = {"messages": [to_langchain(m) for m in state.messages], **state.extra}
-            if state.thread_id is not None:
-                configurable["thread_id"] = state.thread_id
+            thread_id = state.thread_id
+        access = StateAccess(job.channels, values if state is not None else None)
+        config = node_config(job.run_config, "tools", thread_id)
+        config["configurable"].update(access.configurable())
         return tool_runtime(
             job.call.id,
             values,
             context=job.context,
-            config={"configurable": configurable},
+            config=config,
             stream_writer=job.writer,
         )
 
@@ -458,5 +479,7 @@ class ToolCalls:
             record = {"state": "done", "message": outcome.message.model_dump(mode="json")}
             if outcome.update is not None:
                 record["update"] = outcome.update
+            if outcome.writes:
+                record["writes"] = outcome.writes
         await self.rt.write(calls_key, call_id, json.dumps(record))
         return outcome

@@ -141,6 +141,8 @@ class ToolsService:
             writer=writer,
             available=tuple(tools),
             mode=hooks.mode,
+            channels=hooks.channels,
+            run_config=hooks.run_config,
         )
         with writing(writer, hooks.context):
             if isinstance(event, ToolResumed):
@@ -187,6 +189,7 @@ class ToolsService:
             agent_id=event.agent_id,
             message=answer.message,
             update=answer.update,
+            writes=answer.writes,
         )
         try:
             if isinstance(event, ToolRequested):
@@ -199,7 +202,8 @@ class ToolsService:
             size = len(completed.model_dump_json())
             small = too_large(event.call, size, self.rt.settings.max_event_bytes)
             await self.rt.publish(
-                self.rt.names.loop, completed.model_copy(update={"message": small, "update": None})
+                self.rt.names.loop,
+                completed.model_copy(update={"message": small, "update": None, "writes": None}),
             )
 
 

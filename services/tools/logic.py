@@ -10,10 +10,9 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -21,10 +20,12 @@ from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from pydantic import ValidationError
 
 from contracts.messages import Message, ToolCall, ToolMessage, from_langchain
+from services.spec.statecodec import CORE_CODEC, StateValueError
 from services.tool_errors import (
     INVALID_TOOL_NAME_ERROR_TEMPLATE,
     TOOL_INVOCATION_ERROR_TEMPLATE,
 )
+from services.tools.state_access import access_of
 from services.tools.threads import ToolAborted
 
 
@@ -32,18 +33,49 @@ from services.tools.threads import ToolAborted
 class Answered:
     """A call's outcome: the tool message answering it and, for a tool that returned
     ``Command(update=...)``, the state keys the update sets besides its messages (as
-    JSON), applied to the task's state when the step's results join."""
+    JSON, other values in LangGraph's serializer's envelopes), applied to the task's
+    state when the step's results join."""
 
     message: ToolMessage
     update: dict[str, Any] | None = None
+    values: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """``update`` as the tool gave it (Python values, where ``update`` has them encoded
+    by ``services.spec.statecodec``), for the wrappers of the same run to see."""
+    writes: list[tuple[str, Any]] | None = None
+    """The writes the call sent through LangGraph's ``CONFIG_KEY_SEND``
+    (``services.tools.state_access``), in order, encoded: they join the state before
+    ``update``."""
+
+
+SENT_MESSAGES = (
+    "Error: tool '{tool_name}' sent messages to the state through LangGraph's config; "
+    "loopline applies only the call's own ToolMessage and state keys."
+)
+
+
+def with_sends(answer: Answered, runtime: Any) -> Answered:
+    """The answer with the writes the call sent (``CONFIG_KEY_SEND``), if any."""
+    access = access_of(runtime)
+    if access is None or not access.writes:
+        return answer
+    call_id, name = answer.message.tool_call_id, answer.message.name or ""
+    if any(key == "messages" for key, _ in access.writes):
+        text = SENT_MESSAGES.format(tool_name=name)
+        return Answered(ToolMessage(content=text, name=name, tool_call_id=call_id, status="error"))
+    try:
+        writes = CORE_CODEC.encode_pairs(access.writes)
+    except StateValueError as exc:
+        text = COMMAND_NOT_STORABLE.format(tool_name=name, error=exc)
+        return Answered(ToolMessage(content=text, name=name, tool_call_id=call_id, status="error"))
+    return Answered(answer.message, answer.update, answer.values, writes)
 
 
 COMMAND_MESSAGES_ONLY_THE_ANSWER = (
     "Error: tool '{tool_name}' returned a Command whose update adds messages besides its "
     "ToolMessage; loopline applies only the call's own ToolMessage and state keys."
 )
-COMMAND_NOT_JSON = (
-    "Error: tool '{tool_name}' returned a Command whose update cannot be stored as JSON: {error}"
+COMMAND_NOT_STORABLE = (
+    "Error: tool '{tool_name}' returned a Command whose update cannot be stored: {error}"
 )
 COMMAND_GOTO = (
     "Error: tool '{tool_name}' returned a Command with goto/graph/resume; loopline applies "
@@ -156,9 +188,12 @@ async def run_tool(
         "type": "tool_call",
     }
     payload = with_injected(tool, payload, runtime)
+    # LangGraph's tool node invokes the tool with its config: what ``get_config()``
+    # gives inside the tool (the state's read and send among it)
+    config = getattr(runtime, "config", None) or None
     try:
         async with limit():
-            result = await invoke_tool(tool, payload, mode)
+            result = await invoke_tool(tool, payload, mode, config)
     except GraphBubbleUp:
         raise  # the tool's interrupt(): the call waits for an answer (services.interrupts)
     except ValidationError as exc:
@@ -173,7 +208,9 @@ async def run_tool(
     return answered(tool, call, result)
 
 
-async def invoke_tool(tool: BaseTool, payload: dict[str, Any], mode: str | None) -> Any:
+async def invoke_tool(
+    tool: BaseTool, payload: dict[str, Any], mode: str | None, config: Any = None
+) -> Any:
     """The tool's sync variant in a sync run (``invoke``, ``stream``), as LangGraph's
     tool node calls ``tool.invoke`` there, on a worker thread with this context; its
     async variant otherwise. A tool given only as a coroutine runs it in either run
@@ -181,8 +218,8 @@ async def invoke_tool(tool: BaseTool, payload: dict[str, Any], mode: str | None)
     if mode == "sync" and getattr(tool, "func", True) is not None:
         context = contextvars.copy_context()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, context.run, tool.invoke, payload)
-    return await tool.ainvoke(payload)
+        return await loop.run_in_executor(None, context.run, tool.invoke, payload, config)
+    return await tool.ainvoke(payload, config)
 
 
 def answered(tool: BaseTool | None, call: ToolCall, result: Any) -> Answered:
@@ -222,21 +259,11 @@ def _command_answer(tool: BaseTool | None, call: ToolCall, command: Any) -> Answ
         return error(COMMAND_MESSAGES_ONLY_THE_ANSWER.format(tool_name=call.name))
     message = from_langchain(own[0])
     assert isinstance(message, ToolMessage)
-    try:
-        update = json.loads(json.dumps(update, default=_overwrite_as_json))
-    except (TypeError, ValueError) as exc:
-        return error(COMMAND_NOT_JSON.format(tool_name=call.name, error=exc))
-    return Answered(message, update or None)
-
-
-def _overwrite_as_json(value: Any) -> Any:
-    """LangGraph's ``Overwrite(value)`` (a reducer key replaced, not folded) in the JSON
-    form its channels read as the same (``{"__overwrite__": value}``)."""
-    from langgraph.types import Overwrite
-
-    if isinstance(value, Overwrite):
-        return {"__overwrite__": value.value}
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    try:  # encoding needs no allow-list: the agent's codec decodes it where it is read
+        encoded = CORE_CODEC.encode(update)
+    except StateValueError as exc:
+        return error(COMMAND_NOT_STORABLE.format(tool_name=call.name, error=exc))
+    return Answered(message, encoded or None, update or None)
 
 
 def _command_checker(tool: BaseTool | None) -> Any:
@@ -386,7 +413,8 @@ async def run_wrapped(
         from langgraph.types import Command
 
         # the wrappers see the Command the tool returned, as in LangChain
-        return Command(update={**answer.update, "messages": [to_langchain(answer.message)]})
+        values = answer.values if answer.values is not None else answer.update
+        return Command(update={**values, "messages": [to_langchain(answer.message)]})
 
     # What no wrapper handled propagates: the task fails with it, as in LangChain (an
     # interrupt passes through the same way: the node running the chain parks the call).
@@ -405,4 +433,4 @@ async def run_wrapped(
                 status="error",
             )
         )
-    return answered(tool, call, result)
+    return with_sends(answered(tool, call, result), runtime)
