@@ -355,7 +355,11 @@ class Agent(Runnable[Any, dict[str, Any]]):
             await self._release_client()
 
     def _run_config(self, config: Mapping[str, Any] | None) -> RunConfig:
-        merged = merge_configs(self.config, dict(config or {}))  # type: ignore[arg-type]
+        merged = merge_configs(
+            inherited_config(),  # type: ignore[arg-type]
+            self.config,
+            dict(config or {}),  # type: ignore[arg-type]
+        )
         return RunConfig.of(merged, checkpointer=self.checkpointer)
 
     # -- the compiled graph's interface ------------------------------------------------
@@ -443,6 +447,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
         run = self._run_config(config)
         self._start_services()
         messages = _input_messages(input)
+        if context is None:  # a sub-agent's run takes its parent's, as LangGraph's
+            context = inherited_context()
         given_context = schemas.context_as_json(context)
         if given_context is not None and self.spec.context_schema is not None:
             # a context that does not fit its schema raises here, as LangGraph's coercion
@@ -930,6 +936,32 @@ class Agent(Runnable[Any, dict[str, Any]]):
             return result
         snap = await self.aget_state(config or {})
         return {**result, "__interrupt__": list(snap.interrupts)}
+
+
+INHERITED_KEYS = ("tags", "metadata", "recursion_limit")
+
+
+def inherited_config() -> dict[str, Any]:
+    """What a run started inside another run (a sub-agent called from a tool, an agent
+    inside a LangChain runnable) takes from the caller's config, as LangGraph's
+    ``ensure_config`` seeds a run from the ambient one: its tags, metadata and recursion
+    limit. Not its thread: the sub-agent runs as a task of its own (LangGraph gives it a
+    checkpoint namespace of its own inside the parent's thread)."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    parent = var_child_runnable_config.get() or {}
+    return {k: parent[k] for k in INHERITED_KEYS if k in parent}  # type: ignore[literal-required]
+
+
+def inherited_context() -> Any:
+    """The caller's run context (``Runtime.context``) for a run started inside it given
+    none, as LangGraph merges a subgraph's runtime into its parent's."""
+    from langchain_core.runnables.config import var_child_runnable_config
+    from langgraph._internal._constants import CONFIG_KEY_RUNTIME
+
+    parent = var_child_runnable_config.get() or {}
+    runtime = (parent.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+    return getattr(runtime, "context", None)
 
 
 def _waiting_while(items: Iterator[T]) -> Iterator[T]:

@@ -110,8 +110,12 @@ def _ignore_writes(_writes: Sequence[tuple[str, Any]]) -> None:
     are kept by the task's state, which gave them."""
 
 
-def node_config(ns: str, resume: Sequence[Any], runtime: Any) -> dict[str, Any]:
-    """The runnable config LangGraph's ``interrupt`` / ``get_runtime`` read in a node."""
+def node_config(
+    ns: str, resume: Sequence[Any], runtime: Any, run: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The runnable config LangGraph's ``interrupt`` / ``get_runtime`` read in a node;
+    ``run``: the run's tags, metadata and recursion limit, which LangGraph's node config
+    carries (what a tool reads with ``get_config()``, and a sub-agent it runs inherits)."""
     from langgraph._internal._constants import (
         CONFIG_KEY_CHECKPOINT_NS,
         CONFIG_KEY_RUNTIME,
@@ -130,6 +134,7 @@ def node_config(ns: str, resume: Sequence[Any], runtime: Any) -> dict[str, Any]:
         subgraph_counter=itertools.count(0).__next__,
     )
     return {
+        **(run or {}),
         "configurable": {
             CONFIG_KEY_SCRATCHPAD: scratchpad,
             CONFIG_KEY_SEND: _ignore_writes,
@@ -140,12 +145,19 @@ def node_config(ns: str, resume: Sequence[Any], runtime: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def node(name: str, scope: str, resume: Sequence[Any] = (), runtime: Any = None) -> Iterator[None]:
+def node(
+    name: str,
+    scope: str,
+    resume: Sequence[Any] = (),
+    runtime: Any = None,
+    run: Mapping[str, Any] | None = None,
+) -> Iterator[None]:
     """Run one node (``name``) with LangGraph's interrupt working in it: its interrupts
     get ``resume`` in order; one past them raises ``NodeInterrupted``."""
     from langchain_core.runnables.config import var_child_runnable_config
 
-    token = var_child_runnable_config.set(node_config(f"{name}:{scope}", resume, runtime))  # type: ignore[arg-type]
+    config = node_config(f"{name}:{scope}", resume, runtime, run)
+    token = var_child_runnable_config.set(config)  # type: ignore[arg-type]
     try:
         yield
     except GraphInterrupt as exc:

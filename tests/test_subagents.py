@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent as lc_create_agent
+from langchain.tools import ToolRuntime
 from langchain_core.tools import StructuredTool
 
 from contracts.replies import Reply, ScriptedToolCall
@@ -111,3 +112,52 @@ async def test_parents_holding_every_consumer_slot_still_finish(
     given = [{"messages": [{"role": "user", "content": f"slot {i}"}]} for i in range(runs)]
     results = await asyncio.wait_for(asyncio.gather(*(top.ainvoke(g) for g in given)), 200)
     assert all(str(r["messages"][-1].content).startswith("level 0 done") for r in results)
+
+
+def inheriting_respond(body: dict[str, Any]) -> Reply:
+    """The parent delegates; the child asks who it runs for, then says it."""
+    system = str(body["messages"][0]["content"])
+    tool_says = [str(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+    if tool_says:
+        return Reply(content=f"{system}: {tool_says[-1]}")
+    if system == "parent":
+        return Reply(tool_calls=(ScriptedToolCall("delegate", {"q": "who?"}),))
+    return Reply(tool_calls=(ScriptedToolCall("whoami", {}),))
+
+
+def whoami(runtime: ToolRuntime) -> str:
+    """Say whose run this is."""
+    metadata = (runtime.config or {}).get("metadata") or {}
+    return f"context={runtime.context} team={metadata.get('team')}"
+
+
+def inheriting(make: Any, server: ScriptedOpenAIServer) -> Any:
+    child = make(model_for(server), [whoami], system_prompt="child")
+
+    def delegate(q: str) -> str:
+        """Ask the child agent."""
+        result = child.invoke({"messages": [{"role": "user", "content": q}]})
+        return str(result["messages"][-1].content)
+
+    return make(model_for(server), [delegate], system_prompt="parent")
+
+
+def test_a_sub_agent_takes_its_parents_context_and_metadata_as_langgraphs(
+    embedded: None,
+) -> None:
+    given = {"messages": [{"role": "user", "content": "inherit"}]}
+    config: Any = {"metadata": {"team": "blue"}}
+    with (
+        ScriptedOpenAIServer(responder=inheriting_respond) as lc_server,
+        ScriptedOpenAIServer(responder=inheriting_respond) as ll_server,
+    ):
+        lc = inheriting(lc_create_agent, lc_server).invoke(
+            given, config, context={"user": "ada"}
+        )
+        ours = inheriting(create_agent, ll_server).invoke(
+            given, config, context={"user": "ada"}
+        )
+        assert "team=blue" in str(lc["messages"][-1].content)
+        assert "'user': 'ada'" in str(lc["messages"][-1].content)
+        assert ours["messages"][-1].content == lc["messages"][-1].content
+        assert ll_server.chat_requests() == lc_server.chat_requests()

@@ -341,7 +341,8 @@ class ToolCalls:
         (and that is no wait) is the call's ``Failed`` outcome: the task fails with it,
         as LangChain's agent lets a tool's exception propagate."""
         try:
-            with interrupts.node("tools", job.scope, answers, lg_runtime(job.context)):
+            runtime = lg_runtime(job.context)
+            with interrupts.node("tools", job.scope, answers, runtime, job.run_config):
                 return await self._run_tool(job, lease)
         except NodeInterrupted as waiting:
             asked = waiting.asked
