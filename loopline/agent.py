@@ -364,9 +364,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
 
     # -- the compiled graph's interface ------------------------------------------------
 
-    def with_config(
-        self, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Agent:
+    def with_config(self, config: RunnableConfig | None = None, **kwargs: Any) -> Agent:
         """This agent with ``config`` bound under every call's own: a copy, as LangGraph's
         compiled graph returns one (not a ``RunnableBinding``)."""
         bound = copy.copy(self)
@@ -880,6 +878,57 @@ class Agent(Runnable[Any, dict[str, Any]]):
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
         return run_sync(self._on_private_loop(self.aget_state(config, subgraphs=subgraphs)))
 
+    async def aupdate_state(
+        self,
+        config: Mapping[str, Any],
+        values: dict[str, Any] | Any | None,
+        as_node: str | None = None,
+        task_id: str | None = None,
+    ) -> RunnableConfig:
+        """LangGraph's ``update_state`` on a thread between runs: ``values`` go through
+        the state's reducers (``messages`` through ``add_messages``, the middleware's
+        keys through theirs), ``get_state`` shows them and the next run starts from them;
+        with a checkpointer that persists, they are saved to it. Returns the config of
+        the thread's new state. ``as_node`` and ``task_id`` (which node the update is
+        written as, which next nodes follow) are refused: the bus's next step is the
+        model's, whatever wrote the state."""
+        if as_node is not None or task_id is not None:
+            raise NotImplementedError(
+                "update_state(as_node=..., task_id=...) is not implemented: an update is "
+                "applied between runs and the next run starts at the model"
+            )
+        if not isinstance(values, dict):
+            raise TypeError(f"update_state takes a dict of state values, not {values!r}")
+        thread_id = self._thread_id(config)
+        channels = hooks_for(self.spec.agent_id, self.spec).channels
+        async with self.client() as client:
+            await self._take_in_saved(client, thread_id)
+            reader = client.threads()
+            state = await reader.current(thread_id)
+            messages, todos, extra = updated_values(state, values, channels)
+            await reader.replace(thread_id, messages, todos, channels.codec.dumps(extra))
+        if is_saver(self.checkpointer):
+            snap = await self.aget_state(config)
+            checkpoint_id = await write_final(self.checkpointer, thread_id, snap.values)
+            return {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": "",
+                    "checkpoint_id": checkpoint_id,
+                }
+            }
+        return {"configurable": {"thread_id": thread_id}}
+
+    def update_state(
+        self,
+        config: Mapping[str, Any],
+        values: dict[str, Any] | Any | None,
+        as_node: str | None = None,
+        task_id: str | None = None,
+    ) -> RunnableConfig:
+        update = self.aupdate_state(config, values, as_node, task_id)
+        return run_sync(self._on_private_loop(update))
+
     async def aget_state_history(
         self, config: Mapping[str, Any], **kwargs: Any
     ) -> AsyncIterator[Any]:
@@ -936,6 +985,25 @@ class Agent(Runnable[Any, dict[str, Any]]):
             return result
         snap = await self.aget_state(config or {})
         return {**result, "__interrupt__": list(snap.interrupts)}
+
+
+def updated_values(
+    state: Any, values: Mapping[str, Any], channels: Any
+) -> tuple[list[Message], list[dict[str, Any]] | None, dict[str, Any]]:
+    """A thread's messages, todo list and middleware keys with ``values`` applied as
+    LangGraph's ``update_state`` applies them: ``messages`` through ``add_messages`` (an
+    update by id replaces, ``RemoveMessage`` removes), the other keys through the
+    state's reducers."""
+    from langgraph.graph.message import add_messages
+
+    messages: list[Message] = list(state.messages)
+    if "messages" in values:
+        merged = add_messages([to_langchain(m) for m in messages], values["messages"])
+        messages = [from_langchain(m) for m in merged]
+    others = [(k, v) for k, v in values.items() if k != "messages"]
+    keys = channels.apply(state.keys, others) if others else dict(state.keys)
+    todos = keys.pop("todos", state.todos)
+    return messages, todos, keys
 
 
 INHERITED_KEYS = ("tags", "metadata", "recursion_limit")

@@ -1,6 +1,7 @@
 """Reading a thread from outside: its state as LangGraph's ``StateSnapshot`` shows it, its
-runs, its history by run; listing and removing threads. Plain reads of the documented
-keys (``contracts.streams.Names``: ``thread:{ID}:*``); the services write them.
+runs, its history by run; listing, removing threads and replacing an idle thread's values
+(``update_state``). Plain reads of the documented keys (``contracts.streams.Names``:
+``thread:{ID}:*``); the services write them while runs go on.
 
 A thread's state is the one its last run left, or, while a run is active, that run's own
 state as it stands (the run's task keys): what LangGraph's checkpoints show between
@@ -17,8 +18,10 @@ maps them to the bus's thread keys (``ThreadSpace.key``).
 from __future__ import annotations
 
 import json
+import time
 import uuid
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,6 +265,38 @@ class ThreadReader:
             if len(found) >= limit:
                 break
         return found
+
+    async def replace(
+        self,
+        thread_id: str,
+        messages: Sequence[Message],
+        todos: Sequence[Mapping[str, Any]] | None,
+        extra: str,
+    ) -> None:
+        """Set an idle thread's values (LangGraph's ``update_state``): the messages, the
+        todo list (None: none was written), the middleware's keys (``extra``, as the
+        services store them). A thread with a run going or waiting for a human is
+        refused: that run's state is the thread's, and it is the services'."""
+        info = await self.info(thread_id)
+        if info is not None and info.active:
+            raise ValueError(
+                f"thread {thread_id} has a run going or waiting ({info.active}): "
+                "update_state applies to a thread between runs"
+            )
+        names, key, now = self.names, self.space.key(thread_id), time.time()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(names.thread_messages(key))
+            if messages:
+                pipe.rpush(names.thread_messages(key), *(m.model_dump_json() for m in messages))
+            if todos is None:
+                pipe.delete(names.thread_todos(key))
+            else:
+                pipe.set(names.thread_todos(key), json.dumps([dict(t) for t in todos]))
+            pipe.hset(names.thread_state(key), mapping={"extra": extra, "updated": now})
+            pipe.hsetnx(names.thread_state(key), "active", "")
+            pipe.hsetnx(names.thread_state(key), "created", now)
+            pipe.zadd(names.threads, {key: now})
+            await pipe.execute()
 
     async def remove(self, thread_id: str) -> bool:
         """Delete a thread's keys (its runs' task keys expire on their own). A thread with
