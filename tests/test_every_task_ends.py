@@ -108,9 +108,9 @@ def bus_submission(middleware: list[dict[str, object]]) -> dict[str, object]:
         ),
         pytest.param(
             {"type": "langchain.agents.middleware.shell_tool:ShellToolMiddleware", "params": {}},
-            "BadEvent: ShellToolMiddleware: state field shell_session_resources is not "
-            "JSON-serializable (_SessionResources): a task's state is stored as JSON "
-            "between its stages",
+            "BadEvent: ShellToolMiddleware: state field shell_session_resources cannot be "
+            "stored (_SessionResources): a task's state is stored between its stages as "
+            "LangGraph's checkpoint serializer carries it",
             id="ShellToolMiddleware",
         ),
     ],
