@@ -63,7 +63,7 @@ from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from loopline.threads import space_of
 from services.errors import ConfigurationError
-from services.hooks import hooks_for
+from services.hooks import LS_INTEGRATION, hooks_for
 from services.lending import waiting_on_runs
 from services.settings import Settings
 from services.spec import imports, local, schemas, structured, toolbox
@@ -761,7 +761,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         """What LangGraph puts in every stream item's metadata from the run's config:
         the metadata LangChain's ``create_agent`` binds to its graph (``lc_agent_name``
         when the agent has a name), then the call's own."""
-        bound: dict[str, Any] = {"ls_integration": "langchain_create_agent"}
+        bound: dict[str, Any] = dict(LS_INTEGRATION)
         if self.spec.message_name:
             bound["lc_agent_name"] = self.spec.message_name
         return {**bound, **run.metadata}

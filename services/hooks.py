@@ -267,14 +267,16 @@ async def call_state_hook(
     answers = answers or Answers(scope="")
     if mode == "sync" and not implements(instance, hook):
         raise TypeError(NO_SYNC_NODE.format(name=f"a{hook}"))
-    config = node_config(run_config or {}, node, current_thread.get())
+    use_async = mode != "sync" and implements(instance, f"a{hook}")
+    func = getattr(instance, f"a{hook}" if use_async else hook)
+    # the node's config only for a hook that declares it (most do not: no uuid, no dicts)
+    wants = "config" in _accepted(func)
+    config = node_config(run_config or {}, node, current_thread.get()) if wants else None
+    kwargs = node_kwargs(func, runtime, config)
     with interrupts.node(node, answers.scope, answers.of(node), runtime):
-        if mode != "sync" and implements(instance, f"a{hook}"):
-            func = getattr(instance, f"a{hook}")
-            result = await func(state, **node_kwargs(func, runtime, config))
+        if use_async:
+            result = await func(state, **kwargs)
         else:
-            func = getattr(instance, hook)
-            kwargs = node_kwargs(func, runtime, config)
             result = await asyncio.to_thread(functools.partial(func, state, **kwargs))
     if result is None:
         return {}

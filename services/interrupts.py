@@ -144,6 +144,13 @@ def node_config(
     }
 
 
+def node_configurable() -> dict[str, Any]:
+    """The ``configurable`` of the node running now (``node``), or none."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    return dict((var_child_runnable_config.get() or {}).get("configurable") or {})
+
+
 @contextmanager
 def node(
     name: str,

@@ -432,7 +432,14 @@ class ToolCalls:
             thread_id = state.thread_id
         access = StateAccess(job.channels, values if state is not None else None)
         config = node_config(job.run_config, "tools", thread_id)
-        config["configurable"].update(access.configurable())
+        # over the node's own configurable (``services.interrupts.node``: the runtime
+        # ``get_stream_writer()`` reads, the interrupt's scratchpad), as LangGraph's tool
+        # node hands its tools the node's whole config
+        config["configurable"] = {
+            **interrupts.node_configurable(),
+            **config["configurable"],
+            **access.configurable(),
+        }
         return tool_runtime(
             job.call.id,
             values,

@@ -215,25 +215,11 @@ async def invoke_tool(
     tool node calls ``tool.invoke`` there, on a worker thread with this context; its
     async variant otherwise. A tool given only as a coroutine runs it in either run
     (LangChain's sync run raises for it: a refusal loopline has no reason to copy)."""
-    config = _within_node(config)
     if mode == "sync" and getattr(tool, "func", True) is not None:
         context = contextvars.copy_context()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, context.run, tool.invoke, payload, config)
     return await tool.ainvoke(payload, config)
-
-
-def _within_node(config: Any) -> Any:
-    """The call's config over the node's (``services.interrupts.node``: the runtime that
-    ``get_stream_writer()`` and ``get_runtime()`` read, the interrupt's scratchpad), as
-    LangGraph's tool node hands its tools the node's whole config: given alone, its
-    ``configurable`` would replace the node's (``ensure_config`` merges top-level keys)."""
-    if config is None:
-        return None
-    from langchain_core.runnables.config import var_child_runnable_config
-
-    node = (var_child_runnable_config.get() or {}).get("configurable") or {}
-    return {**config, "configurable": {**node, **(config.get("configurable") or {})}}
 
 
 def answered(tool: BaseTool | None, call: ToolCall, result: Any) -> Answered:
