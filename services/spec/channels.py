@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 from services.spec.schemas import MESSAGES
-from services.spec.statecodec import CORE_CODEC, StateCodec, allowed_classes
+from services.spec.statecodec import CORE_CODEC, StateCodec
 
 Writes = Iterable[tuple[str, Any]]
 """One superstep's updates, key and value, in the order LangGraph applies them (the
@@ -105,4 +105,4 @@ def channels_of(state_schema: Any, instances: Iterable[Any]) -> StateChannels:
         channel = _get_channel(key, hint)
         if isinstance(channel, BaseChannel):
             channels[key] = channel
-    return StateChannels(channels, StateCodec(allowed_classes([resolved, *schemas], channels)))
+    return StateChannels(channels, StateCodec((resolved, *schemas), channels))

@@ -63,11 +63,22 @@ def _holds_envelope_key(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class StateCodec:
-    """Encodes and decodes one agent's state values; ``allowed``: the ``(module, name)``
-    classes its schemas name, beside the serializer's own safe types."""
+    """Encodes and decodes one agent's state values. ``schemas`` and ``channels``: the
+    agent's state schemas and channels, whose named classes the decoder allows beside the
+    serializer's own safe types. The allow-list is built on the first value JSON cannot
+    hold, not with the codec: building it walks every schema (about a millisecond per
+    agent and process), which an agent whose state is all JSON never needs."""
 
-    allowed: frozenset[tuple[str, ...]] = frozenset()
+    schemas: tuple[Any, ...] = ()
+    channels: Mapping[str, Any] = field(default_factory=dict, compare=False)
     _serde: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def allowed(self) -> frozenset[tuple[str, ...]]:
+        """The ``(module, name)`` classes the agent's schemas name."""
+        if not self.schemas:
+            return frozenset()
+        return allowed_classes(self.schemas, self.channels)
 
     @property
     def serde(self) -> Any:
