@@ -44,6 +44,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
+from contracts.events import TaskFailed, parse_event
 from contracts.streams import GROUPS, SERVICES, Names
 from loopline.embedded_server import owner_of
 from services.redisconn import async_client
@@ -75,6 +76,7 @@ async def _stream_info(redis: aioredis.Redis, stream: str, group: str) -> dict[s
         "length": 0,
         "lag": None,
         "pending": None,
+        "entries_read": None,
         "consumers": [],
     }
     try:
@@ -88,6 +90,8 @@ async def _stream_info(redis: aioredis.Redis, stream: str, group: str) -> dict[s
             lag = g.get("lag")
             info["lag"] = None if lag is None else int(lag)
             info["pending"] = int(g["pending"])
+            read = g.get("entries-read")  # how many the group was ever handed: a rate's base
+            info["entries_read"] = None if read is None else int(read)
             consumers: Any = await redis.xinfo_consumers(stream, group)
             info["consumers"] = [
                 {"name": _text(c["name"]), "pending": int(c["pending"]), "idle_ms": int(c["idle"])}
@@ -128,16 +132,75 @@ async def _tasks(redis: aioredis.Redis, names: Names) -> dict[str, Any]:
     }
 
 
+FAILED_SHOWN = 50
+"""How many failed tasks ``failed_tasks`` gives by default (the newest)."""
+
+
+async def failed_tasks(
+    redis: aioredis.Redis, names: Names, limit: int = FAILED_SHOWN
+) -> list[dict[str, Any]]:
+    """The failed tasks the deployment keeps, newest first: each with the stage that
+    ended it (``ended_by``), the reason its log ends with (``TaskFailed.reason``), its
+    agent, thread and step. It SCANs the keyspace as the task counts do: an operator's
+    view, not a hot path."""
+    pattern = f"{_glob_escape(names.prefix)}:task:*:state"
+    keys = [key async for key in redis.scan_iter(match=pattern, count=SCAN_COUNT)]
+    failed: list[tuple[str, str, str, str]] = []
+    for start in range(0, len(keys), READ_BATCH):
+        batch = keys[start : start + READ_BATCH]
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in batch:
+                pipe.hmget(key, "status", "cause", "agent", "thread")
+            rows: list[Any] = await pipe.execute()
+        for key, (status_raw, cause_raw, agent_raw, thread_raw) in zip(batch, rows, strict=True):
+            if _text(status_raw or b"") == "failed":
+                task_id = _text(key)[len(names.prefix) + len(":task:{") : -len("}:state")]
+                failed.append(
+                    (
+                        task_id,
+                        _text(cause_raw or b""),
+                        _text(agent_raw or b""),
+                        _text(thread_raw or b""),
+                    )
+                )
+    found = [await _failure(redis, names, *row) for row in failed]
+    found.sort(key=lambda item: -(item["at"] or 0.0))
+    return found[:limit]
+
+
+async def _failure(
+    redis: aioredis.Redis, names: Names, task_id: str, cause: str, agent: str, thread: str
+) -> dict[str, Any]:
+    """One failed task as ``failed_tasks`` shows it, its reason from its log's last entry."""
+    last: Any = await redis.xrevrange(names.task_log(task_id), count=1)
+    event = parse_event(entry_payload(last[0][1])) if last else None
+    ended = event if isinstance(event, TaskFailed) else None
+    return {
+        "task_id": task_id,
+        "stage": ended_by(cause),
+        "cause": cause,
+        "reason": redact(ended.reason) if ended else "",
+        "exception": ended.exception.type if ended and ended.exception else None,
+        "step": ended.step if ended else None,
+        "at": ended.at if ended else None,
+        "agent": agent,
+        "thread": thread,
+    }
+
+
 def ended_by(cause: str) -> str:
     """Who ended a failed task, from the cause its last transition recorded
     (``services.tasks.state.Cause``): the stage that dead-lettered one of its events
-    (``refused:<stage>``), the model stage (``model-failed:<step>``), a cancel, a
-    deadline; else the loop (its own failures: a hook that raised, the step limit)."""
+    (``refused:<stage>``), the model stage (``model-failed:<step>``), the tools stage
+    (``tool-failed:<step>:<call>``: a tool raised), a cancel, a deadline; else the loop
+    (its own failures: a hook that raised, the step limit)."""
     kind, _, rest = cause.partition(":")
     if kind == "refused":
         return rest or "?"
     if kind == "model-failed":
         return "model"
+    if kind == "tool-failed":
+        return "tools"
     if cause == Cause.CANCEL:
         return "cancelled"
     if cause == Cause.DEADLINE:

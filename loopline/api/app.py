@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loopline.api import assistant_routes, page, run_routes, thread_routes
+from loopline.api import assistant_routes, operator, page, run_routes, thread_routes
 from loopline.api.gateway import Gateway, Stopping, gateway_of
 from loopline.api.runs import Busy
 from loopline.api.settings import Tenancy
@@ -109,6 +109,7 @@ ROUTES = [
     Route("/runs/wait", run_routes.wait, methods=["POST"]),
     Route("/runs/{run_id}/join", run_routes.join),
     Route("/runs/{run_id}/stream", run_routes.join_stream),
+    *operator.ROUTES,  # the operator's view (GET /ui/ops), before the page's /ui/{name}
     *page.ROUTES,  # the page to watch and steer runs (GET /ui)
 ]
 

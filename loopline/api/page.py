@@ -33,7 +33,12 @@ STATIC_FILES = {
     "page.html": "text/html; charset=utf-8",
     "page.js": "text/javascript; charset=utf-8",
     "page.css": "text/css; charset=utf-8",
+    "ops.html": "text/html; charset=utf-8",
+    "ops.js": "text/javascript; charset=utf-8",
+    "shared.js": "text/javascript; charset=utf-8",
 }
+PAGES = frozenset({"page.html", "ops.html"})
+"""Served at their own paths (``/ui``, ``/ui/ops``), not as assets."""
 PAGE_HEADERS = {
     "Cache-Control": "no-cache",
     # the page runs its own script only and talks to this origin only
@@ -64,18 +69,19 @@ def _check_local(request: Request) -> None:
 async def page(request: Request) -> Response:
     """``GET /ui``: the page (``?thread=ID`` opens a thread, ``?assistant=NAME`` picks
     the agent its runs use)."""
-    return _static(request, "page.html")
+    return static_response(request, "page.html")
 
 
 async def asset(request: Request) -> Response:
-    """``GET /ui/page.js``, ``/ui/page.css``."""
+    """``GET /ui/page.js``, ``/ui/page.css``, ``/ui/shared.js``, ``/ui/ops.js``."""
     name = request.path_params["name"]
-    if name not in STATIC_FILES or name == "page.html":
+    if name not in STATIC_FILES or name in PAGES:
         raise HTTPException(404, f"no such file: {name}")
-    return _static(request, name)
+    return static_response(request, name)
 
 
-def _static(request: Request, name: str) -> Response:
+def static_response(request: Request, name: str) -> Response:
+    """One of the page's files, for a local client or any client of a gateway with keys."""
     _check_local(request)
     return Response(static_text(name), media_type=STATIC_FILES[name], headers=PAGE_HEADERS)
 
