@@ -277,9 +277,7 @@ async def _answer(call: Any) -> tuple[int, str]:
 async def test_the_cron_routes_answer_as_langgraphs_server(sdks: list[Any]) -> None:
     sdk, other = sdks
     thread = (await sdk.threads.create())["thread_id"]
-    made = await sdk.crons.create(
-        "agent", schedule="0 0 1 1 *", input=hello(), metadata={"k": "v"}
-    )
+    made = await sdk.crons.create("agent", schedule="0 0 1 1 *", input=hello(), metadata={"k": "v"})
     assert normalised(made) == REFERENCE_CREATE
     assert made["payload"]["config"]["configurable"]["cron_id"] == made["cron_id"]
     for_thread = await sdk.crons.create_for_thread(
