@@ -81,7 +81,8 @@ STREAM_ASKS = ("hset", "expire", "zadd", "zremrangebyscore", "publish")
 """What a client runs to ask for a task's token stream (``Client.stream_replies``)."""
 
 CRONS_AND_WEBHOOKS = (
-    "set", "hdel", "hvals", "zrem", "zmscore", "zrangebyscore", "multi", "exec", *SCRIPTS,
+    "set", "hdel", "hvals", "zrem", "zrange", "zmscore", "zrangebyscore", "multi", "exec",
+    *SCRIPTS,
 )  # fmt: skip
 """What the gateway runs for its crons (claimed by a script) and its webhooks' leases
 (``loopline.api.crons``, ``loopline.api.webhook_delivery``)."""

@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any
 
-from loopline.api.crons import Cron, CronStore, now_utc, tick_run_id
+from loopline.api.crons import Cron, CronStore, from_ms, now_utc, tick_run_id
 from loopline.api.runs import Busy, RunRequest, start_run
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest
@@ -28,8 +28,10 @@ from loopline.api.wire import BadRequest
 log = logging.getLogger("loopline.api.crons")
 
 POLL_S = 1.0
-"""How often a replica looks for due crons: a tick fires at most this late (LangGraph's
-in-memory server looks every 5 s)."""
+"""How often a replica looks for due crons at least; it wakes for the next due tick it
+knows of, so a tick fires within milliseconds, and one of a cron created meanwhile by
+another replica at most this late (LangGraph's in-memory server looks every 5 s)."""
+MIN_WAIT_S = 0.005
 
 BATCH = 100
 """The most due crons one look claims (the rest are due at the next look)."""
@@ -54,7 +56,15 @@ class CronScheduler:
             except Exception:  # a bad cron or a lost connection never stops the loop
                 log.exception("cron scheduler of %s", self.tenant.prefix)
             with contextlib.suppress(TimeoutError):  # the next look, or the stop
-                await asyncio.wait_for(stopping.wait(), POLL_S)
+                await asyncio.wait_for(stopping.wait(), await self._until_next())
+
+    async def _until_next(self) -> float:
+        """Seconds to the next due tick, at most ``POLL_S`` (a cron created or changed
+        by another replica meanwhile is seen by then)."""
+        earliest = await self.store.earliest()
+        if earliest is None:
+            return POLL_S
+        return min(POLL_S, max(MIN_WAIT_S, earliest / 1000 - time.time()))
 
     async def fire_due(self) -> int:
         """Claim and start every due tick; how many this replica fired."""
@@ -69,7 +79,7 @@ class CronScheduler:
                 continue
             if not await self.store.claim(cron_id, tick_ms, cron.next_ms_after(now), now_ms):
                 continue  # another replica fired this tick
-            if cron.enabled and not cron.ended_by(now):
+            if cron.enabled and not cron.ended_by(from_ms(tick_ms)):
                 await self._start(cron, tick_ms)
                 fired += 1
             await self.store.fired(cron_id, tick_ms)

@@ -202,6 +202,11 @@ class CronStore:
         )
         return [(_text(cron_id), int(score)) for cron_id, score in found]
 
+    async def earliest(self) -> float | None:
+        """The next tick of any cron (ms), None without crons."""
+        found = await self.redis.zrange(self.names.api_cron_schedule, 0, 0, withscores=True)
+        return float(found[0][1]) if found else None
+
     async def claim(self, cron_id: str, tick_ms: int, next_ms: int | None, now_ms: int) -> bool:
         keys = [self.names.api_cron_schedule, self.names.api_cron_firing]
         args = [cron_id, tick_ms, "" if next_ms is None else next_ms, now_ms]
