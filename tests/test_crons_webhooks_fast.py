@@ -123,3 +123,65 @@ def test_a_malformed_webhooks_setting_is_refused_with_an_example() -> None:
         parse_policy('{"url": {"allowed_domain": ["x"]}}')
     with pytest.raises(BadWebhookSettings):
         parse_policy("not json")
+
+
+# -- the scheduler, on a tenant with a deployed agent (no service runs its tasks) -------
+
+
+@pytest.fixture
+async def tenant(redis_url: str) -> Any:
+    from contracts import AgentSpec
+    from loopline.api.tenant import Tenant
+    from loopline.client import Client
+    from services.settings import Settings
+
+    prefix = unique_prefix()
+    async with Client(redis_url, prefix) as operator:
+        spec = AgentSpec.model_validate({"model": "gpt-4o-mini"})
+        await operator.deploy(spec, name="agent")
+    found = Tenant(redis_url, prefix, Settings(prefix=prefix))
+    yield found
+    await found.close()
+
+
+async def _due_cron(tenant: Any, thread_id: str | None) -> Cron:
+    cron = _cron()
+    cron.thread_id = thread_id
+    cron.payload = {"input": {"messages": [{"role": "user", "content": "hi"}]}}
+    await CronStore(tenant.redis, tenant.names).save(cron, 1000)
+    return cron
+
+
+async def test_a_tick_whose_replica_died_after_the_claim_is_run_once(tenant: Any) -> None:
+    from loopline.api.cron_scheduler import ABANDONED_AFTER_MS, CronScheduler
+
+    cron = await _due_cron(tenant, None)
+    store = CronStore(tenant.redis, tenant.names)
+    now_ms = int(datetime.datetime.now(UTC).timestamp() * 1000)
+    # a replica claimed tick 1000 long ago and died before starting its run
+    assert await store.claim(cron.cron_id, 1000, now_ms + 60_000, now_ms - ABANDONED_AFTER_MS - 1)
+    schedulers = [CronScheduler(tenant) for _ in range(3)]
+    await asyncio.gather(*(s.recover() for s in schedulers))
+    run = await tenant.records.run(tick_run_id(cron.cron_id, 1000))
+    assert run is not None and run.assistant_id == "agent"
+    assert run.kwargs["config"] == {}  # the payload's (none), as sent
+    assert run.multitask_strategy == "enqueue"  # LangGraph's default for a cron's runs
+    assert await store.abandoned(now_ms, now_ms, 10) == []  # nothing left to recover
+    # a replica that started the run and died before clearing the mark: not run again
+    submitted = await tenant.redis.xlen(tenant.names.tasks)
+    assert submitted == 1  # the recovered tick's run
+    firing = {f"{cron.cron_id}/1000": now_ms - ABANDONED_AFTER_MS - 1}
+    await tenant.redis.zadd(tenant.names.api_cron_firing, firing)
+    await asyncio.gather(*(s.recover() for s in schedulers))
+    assert await tenant.redis.xlen(tenant.names.tasks) == submitted
+    assert await store.abandoned(now_ms, now_ms, 10) == []
+
+
+async def test_a_cron_whose_thread_is_gone_is_removed_when_it_fires(tenant: Any) -> None:
+    from loopline.api.cron_scheduler import CronScheduler
+
+    cron = await _due_cron(tenant, "no-such-thread")
+    assert await CronScheduler(tenant).fire_due() == 1
+    store = CronStore(tenant.redis, tenant.names)
+    assert await store.get(cron.cron_id) is None
+    assert await tenant.records.run(tick_run_id(cron.cron_id, 1000)) is None

@@ -21,7 +21,7 @@ import uuid
 from typing import Any
 
 from loopline.api.crons import Cron, CronStore, from_ms, now_utc, tick_run_id
-from loopline.api.runs import Busy, RunRequest, start_run
+from loopline.api.runs import Busy, RunRequest, start_run, thread_exists
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest
 
@@ -107,7 +107,14 @@ class CronScheduler:
             request.if_not_exists = "create"
         try:
             await start_run(self.tenant, thread_id, request, run_id=run_id)
-        except (BadRequest, NotFound, Busy) as exc:
+        except NotFound as exc:
+            if cron.thread_id and not await thread_exists(self.tenant, cron.thread_id):
+                # its thread was removed without the gateway (the CLI): the cron goes too
+                log.warning("cron %s removed: its thread %s is gone", cron.cron_id, thread_id)
+                await self.store.delete(cron.cron_id)
+            else:
+                log.warning("cron %s: its run did not start: %s", cron.cron_id, exc)
+        except (BadRequest, Busy) as exc:
             log.warning("cron %s: its run did not start: %s", cron.cron_id, exc)
 
 

@@ -189,6 +189,14 @@ class CronStore:
             removed, _ = await pipe.execute()
         return bool(removed)
 
+    async def delete_for_thread(self, thread_id: str) -> int:
+        """Remove the crons of a thread (as LangGraph's server does with the thread)."""
+        removed = 0
+        for cron in await self.all():
+            if cron.thread_id == thread_id:
+                removed += await self.delete(cron.cron_id)
+        return removed
+
     async def all(self) -> list[Cron]:
         """Every cron of the tenant (searches filter these: a deployment's crons are
         few, and LangGraph's own in-memory server scans them the same way)."""
