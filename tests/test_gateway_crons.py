@@ -326,6 +326,11 @@ async def test_the_cron_routes_answer_as_langgraphs_server(sdks: list[Any]) -> N
     await sdk.crons.delete(for_thread["cron_id"])
     assert await _answer(sdk.crons.delete(made["cron_id"])) == REFERENCE_ERRORS["deleted twice"]
     assert await sdk.crons.count(thread_id=thread) == 0
+    # a thread's crons go with it, as on LangGraph's server
+    doomed = await sdk.crons.create_for_thread(thread, "agent", schedule="0 0 1 1 *", input=hello())
+    await sdk.threads.delete(thread)
+    assert await other.crons.count(thread_id=thread) == 0
+    assert await _answer(other.crons.delete(doomed["cron_id"])) == REFERENCE_ERRORS["deleted twice"]
     # what loopline does not implement is refused, never ignored
     refused = sdk.crons.create("agent", schedule="* * * * *", input=hello(), interrupt_before="*")
     status, detail = await _answer(refused)
