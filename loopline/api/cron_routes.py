@@ -226,8 +226,9 @@ async def update(request: Request) -> Response:
     cron.updated_at = now.isoformat()
     if body.schedule is not None or body.timezone is not None or next_ms is None:
         next_ms = cron.next_ms_after(now)
-    await store.save(cron, None if cron.ended_by(now) or next_ms is None else int(next_ms))
-    return JSONResponse(cron.json(next_ms))
+    following = None if cron.ended_by(now) or next_ms is None else int(next_ms)
+    await store.save(cron, following)
+    return JSONResponse(cron.json(following))
 
 
 def _apply(cron: Cron, body: CronPatch, given: dict[str, Any]) -> None:
@@ -239,7 +240,7 @@ def _apply(cron: Cron, body: CronPatch, given: dict[str, Any]) -> None:
         cron.end_time = _iso(body.end_time)
     if body.enabled is not None:
         cron.enabled = body.enabled
-    if body.on_run_completed is not None and cron.thread_id is None:
+    if body.on_run_completed is not None:  # shown as set; a thread's cron keeps its thread
         cron.on_run_completed = body.on_run_completed
     if body.metadata is not None:
         cron.metadata = {**cron.metadata, **body.metadata}
