@@ -468,3 +468,39 @@ async def test_a_webhook_arrives_once_per_run_and_a_refused_host_is_never_called
     headers = [h for at, h, _ in receiver.posts if at == f"/hook/{thread}?x=1"]
     assert {h.get("X-Hook") for h in headers} == {"from-config"}
     assert refused_receiver.posts == []
+
+
+REFERENCE_FAILED_RUN = {
+    "status": "error",
+    "error": {
+        "error": "GraphRecursionError",
+        "message": "Recursion limit of 1 reached without hitting a stop condition. You can "
+        "increase the limit by setting the `recursion_limit` config key.\nFor "
+        "troubleshooting, visit: "
+        "https://docs.langchain.com/oss/python/langgraph/errors/GRAPH_RECURSION_LIMIT",
+    },
+}
+"""What langgraph dev posted for a run that failed (``config={"recursion_limit": 1}``):
+its ``error`` is what ``join`` answers as ``__error__``, ``values`` the state it reached."""
+
+
+async def test_a_failed_runs_webhook_carries_its_error(sdks: list[Any], receiver: Receiver) -> None:
+    sdk, other = sdks
+    thread = (await sdk.threads.create())["thread_id"]
+    url = f"http://127.0.0.1:{receiver.port}/failed/{thread}"
+    limit = {"recursion_limit": 1}
+    run = await sdk.runs.create(thread, "agent", input=hello("x"), config=limit, webhook=url)
+    joined = await other.runs.join(thread, run["run_id"])
+    deadline = time.monotonic() + 20
+    while not receiver.to(f"/failed/{thread}") and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    (body,) = receiver.to(f"/failed/{thread}")
+    assert body["status"] == "error" and body["error"] == joined["__error__"]
+    # a known difference, in join and streams alike: loopline names the failure
+    # TaskFailed and puts LangGraph's error name in front of its message
+    expected = REFERENCE_FAILED_RUN["error"]
+    assert body["error"] == {
+        "error": "TaskFailed",
+        "message": f"{expected['error']}: {expected['message']}",
+    }
+    assert body["values"]["messages"][0]["content"] == "x"
