@@ -185,3 +185,27 @@ async def test_a_cron_whose_thread_is_gone_is_removed_when_it_fires(tenant: Any)
     store = CronStore(tenant.redis, tenant.names)
     assert await store.get(cron.cron_id) is None
     assert await tenant.records.run(tick_run_id(cron.cron_id, 1000)) is None
+
+
+def test_header_templates_and_allowed_fields_as_langgraph_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LG_WEBHOOK_TOKEN", "s3cret")
+    monkeypatch.setenv("OTHER_TOKEN", "never")
+    templated = '{"headers": {"Authorization": "Bearer ${{ env.LG_WEBHOOK_TOKEN }}"}}'
+    assert parse_policy(templated).headers == {"Authorization": "Bearer s3cret"}
+    # only variables under the prefix, and only ones that are set
+    with pytest.raises(BadWebhookSettings, match="must start with the configured env_prefix"):
+        parse_policy('{"headers": {"X": "${{ env.OTHER_TOKEN }}"}}')
+    with pytest.raises(BadWebhookSettings, match="missing required environment variable"):
+        parse_policy('{"headers": {"X": "${{ env.LG_WEBHOOK_UNSET }}"}}')
+    mine = '{"env_prefix": "OTHER_", "headers": {"X": "${{ env.OTHER_TOKEN }}"}}'
+    assert parse_policy(mine).headers == {"X": "never"}
+    # the body keeps only the allowed fields
+    fields = parse_policy('{"allowed_fields": ["run_id", "status"]}')
+    assert fields.body({"run_id": "r", "status": "success", "values": {}}) == {
+        "run_id": "r",
+        "status": "success",
+    }
+    with pytest.raises(BadWebhookSettings, match="invalid field 'secrets'"):
+        parse_policy('{"allowed_fields": ["secrets"]}')

@@ -126,10 +126,10 @@ class WebhookSender:
         except BadRequest as exc:
             log.error("webhook %s of run %s refused: %s", url, body["run_id"], exc)
             return
-        headers, run_id = dict(policy.headers), body["run_id"]
+        headers, run_id, sent = dict(policy.headers), body["run_id"], policy.body(body)
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                reply = await self.client.post(url, json=body, headers=headers)
+                reply = await self.client.post(url, json=sent, headers=headers)
                 if reply.status_code < 500 and reply.status_code != 429:
                     if reply.status_code >= 400:
                         log.error("webhook %s of run %s: %s", url, run_id, reply.status_code)

@@ -9,7 +9,9 @@ The policy is LangGraph's ``webhooks`` setting of ``langgraph.json``, given as J
              "require_https": true, "disable_loopback": true,
              "allowed_ports": [443], "max_url_length": 4096,
              "disable_private_ips": false},
-     "headers": {"Authorization": "Bearer ..."}}
+     "headers": {"Authorization": "Bearer ${{ env.LG_WEBHOOK_TOKEN }}"},
+     "env_prefix": "LG_WEBHOOK_",
+     "allowed_fields": ["run_id", "status", "values"]}
 
 As on LangGraph's server, a URL the policy refuses is answered 422 when the run (or the
 cron) is created, so it is never called; loopback targets are refused unless the operator
@@ -23,11 +25,20 @@ import asyncio
 import functools
 import ipaddress
 import json
+import os
+import re
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts.streams import Names
@@ -52,14 +63,72 @@ class UrlPolicy(BaseModel):
     disable_private_ips: bool = False
 
 
+PAYLOAD_FIELDS = frozenset(
+    {
+        "run_id", "thread_id", "assistant_id", "created_at", "updated_at", "metadata",
+        "kwargs", "multitask_strategy", "status", "run_started_at", "run_ended_at",
+        "webhook_sent_at", "values", "error",
+    }
+)  # fmt: skip
+"""The fields of a webhook's body that ``allowed_fields`` may keep (LangGraph's list)."""
+
+TEMPLATE = re.compile(r"\$\{\{\s*([^}]+?)\s*\}\}")
+"""``${{ env.VAR }}`` in a header's value: the environment's ``VAR``, read at start."""
+
+
 class WebhookPolicy(BaseModel):
-    """The operator's ``webhooks`` setting: which URLs may be called, and the headers
-    every webhook request carries."""
+    """The operator's ``webhooks`` setting: which URLs may be called, the headers every
+    webhook request carries (``${{ env.VAR }}`` in a value is read from the environment
+    when the gateway starts; ``VAR`` must begin with ``env_prefix``), and the fields of
+    the body sent (``allowed_fields``; all when not set)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: UrlPolicy = Field(default_factory=UrlPolicy)
     headers: dict[str, str] = Field(default_factory=dict)
+    env_prefix: str = "LG_WEBHOOK_"
+    allowed_fields: frozenset[str] | None = None
+
+    @field_validator("allowed_fields")
+    @classmethod
+    def _known_fields(cls, value: frozenset[str] | None) -> frozenset[str] | None:
+        unknown = sorted(set(value or ()) - PAYLOAD_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"webhooks.allowed_fields contains invalid field '{unknown[0]}'. "
+                f"Valid fields are: {sorted(PAYLOAD_FIELDS)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _rendered_headers(self) -> WebhookPolicy:
+        rendered = {k: TEMPLATE.sub(self._env_value, v) for k, v in self.headers.items()}
+        object.__setattr__(self, "headers", rendered)  # frozen: rendered once, here
+        return self
+
+    def _env_value(self, found: re.Match[str]) -> str:
+        expression = found.group(1).strip()
+        var = expression.removeprefix("env.")
+        if var == expression or not var or "." in var:
+            raise ValueError(
+                "webhook headers: only env.VAR references are allowed "
+                f"(e.g. ${{{{ env.{self.env_prefix}FOO_BAR }}}})"
+            )
+        if not var.startswith(self.env_prefix):
+            raise ValueError(
+                f"webhook headers: environment variable name '{var}' must start with the "
+                f"configured env_prefix '{self.env_prefix}'"
+            )
+        value = os.environ.get(var)
+        if value is None:
+            raise ValueError(f"webhook headers: missing required environment variable '{var}'")
+        return value
+
+    def body(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` with only the ``allowed_fields``."""
+        if not self.allowed_fields:
+            return payload
+        return {k: v for k, v in payload.items() if k in self.allowed_fields}
 
     async def check(self, url: str) -> None:
         """``BadRequest`` (422) with LangGraph's reason when ``url`` may not be called."""
