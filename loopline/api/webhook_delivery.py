@@ -7,9 +7,11 @@ The body is LangGraph's: the run as ``GET .../runs/{id}`` shows it, with ``statu
 ``run_started_at``, ``run_ended_at``, ``webhook_sent_at``, the thread's ``values`` at
 the end of the run, and ``error`` for a run that failed; the operator's ``headers`` go
 with it. ``run_started_at`` is when the run was created (a run that waited for its
-thread started later), ``run_ended_at`` the time of its task log's last entry. A network error, a timeout, a 5xx or a 429 is retried (``ATTEMPTS`` in all,
-backing off); then the failure is logged and the webhook dropped, as LangGraph's server
-drops it. A replica that dies while sending leaves the lease to expire, and another
+thread started later), ``run_ended_at`` the time of its task log's last entry.
+
+A network error, a timeout, a 5xx or a 429 is retried (``ATTEMPTS`` in all, backing
+off); then the failure is logged and the webhook dropped, as LangGraph's server drops
+it. A replica that dies while sending leaves the lease to expire, and another
 sends it: a receiver may, rarely, get a run twice, never zero times while a replica
 runs.
 """
