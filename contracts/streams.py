@@ -256,6 +256,44 @@ class Names:
         continues the waiting task). Written and read by the gateway."""
         return f"{self.prefix}:api:run:{{{run_id}}}"
 
+    # -- the gateway's crons and webhooks (loopline.api.crons, loopline.api.webhooks) ----
+    @property
+    def api_crons(self) -> str:
+        """Hash: cron id -> the cron as the gateway shows it (JSON, without its next run
+        date). Written by the gateway's cron routes; read by every gateway replica. The
+        cron keys share one hash slot (``{crons}``): a claim is one script."""
+        return f"{self.prefix}:api:{{crons}}"
+
+    @property
+    def api_cron_schedule(self) -> str:
+        """Sorted set: cron id scored by its next run date (epoch milliseconds). A gateway
+        replica fires a cron by moving its score to the next date atomically
+        (``loopline.api.crons.claim``), so one replica fires each tick."""
+        return f"{self.prefix}:api:{{crons}}:next"
+
+    @property
+    def api_cron_firing(self) -> str:
+        """Sorted set: ``cron_id/tick_ms`` of a tick claimed whose run is not yet
+        recorded, scored by when it was claimed: a replica that dies between the claim
+        and the run leaves it here, and another one starts the run (same run id)."""
+        return f"{self.prefix}:api:{{crons}}:firing"
+
+    @property
+    def api_webhooks(self) -> str:
+        """Sorted set: run id of a run with a webhook not yet sent, scored by when to
+        look at the run again (epoch milliseconds). Written with the run; read and
+        emptied by the gateway replicas' senders."""
+        return f"{self.prefix}:api:webhooks"
+
+    def api_webhook(self, run_id: str) -> str:
+        """String: the webhook URL of a run (until it is sent)."""
+        return f"{self.prefix}:api:webhook:{{{run_id}}}"
+
+    def api_webhook_lease(self, run_id: str) -> str:
+        """String: the gateway replica that sends the run's webhook now (expires: a
+        replica that dies while sending leaves it to another)."""
+        return f"{self.prefix}:api:webhook:{{{run_id}}}:lease"
+
     @property
     def threads(self) -> str:
         """Sorted set: thread id scored by its last change (epoch seconds), for listing."""

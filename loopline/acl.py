@@ -80,6 +80,13 @@ PUBSUB = ("subscribe", "unsubscribe")
 STREAM_ASKS = ("hset", "expire", "zadd", "zremrangebyscore", "publish")
 """What a client runs to ask for a task's token stream (``Client.stream_replies``)."""
 
+CRONS_AND_WEBHOOKS = (
+    "set", "hdel", "hvals", "zrem", "zrange", "zmscore", "zrangebyscore", "multi", "exec",
+    *SCRIPTS,
+)  # fmt: skip
+"""What the gateway runs for its crons (claimed by a script) and its webhooks' leases
+(``loopline.api.crons``, ``loopline.api.webhook_delivery``)."""
+
 PRODUCER_READS = (
     "hget", "hmget", "hgetall", "hkeys", "hexists", "hlen", "get", "lrange", "llen", "lindex",
     "zrevrange",
@@ -198,7 +205,7 @@ def roles(prefix: str) -> dict[str, Role]:
         # and the agent specs, whose state keys a thread's state shows (LangGraph's)
         read_keys=(*producer.read_keys, f"{prefix}:agent:*"),
         write_keys=producer.write_keys,
-        commands=(*producer.commands, "del", "zadd", *PUBSUB),
+        commands=(*producer.commands, "del", "zadd", *PUBSUB, *CRONS_AND_WEBHOOKS),
         # and it keeps the assistants it read until the registry announces a change
         channels=(*producer.channels, names.registry_changes),
     )

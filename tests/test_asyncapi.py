@@ -29,6 +29,10 @@ NOT_STREAMS = {
     "stream_requests",
     "stream_requested",
     "registry_changes",
+    "api_crons",
+    "api_cron_schedule",
+    "api_cron_firing",
+    "api_webhooks",
 }  # Names properties naming other keys (and pub/sub channels)
 
 

@@ -108,9 +108,10 @@ async def test_parameters_loopline_does_not_implement_are_refused_not_ignored(sd
     await _refused(
         lambda: runs.create(tid, "agent", input=hello(), interrupt_after="*"), "interrupt_after"
     )
+    # a webhook the operator's policy refuses (loopback, by default) is refused with why
     await _refused(
         lambda: runs.create(tid, "agent", input=hello(), webhook="http://127.0.0.1:9/hook"),
-        "webhook",
+        "loopback",
     )
     await _refused(lambda: runs.create(tid, "agent", input=hello(), after_seconds=5), "after")
     earlier = {"configurable": {"checkpoint_id": "1"}}  # run from an earlier state

@@ -170,7 +170,6 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
     run = {"assistant_id": "agent", "input": {"messages": "hi"}}
     refused = {
         RunBody: [
-            {**run, "webhook": "http://x"},
             {**run, "interrupt_before": ["tools"]},
             {**run, "interrupt_after": "*"},
             {**run, "after_seconds": 3},

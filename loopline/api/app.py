@@ -17,7 +17,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loopline.api import assistant_routes, operator, page, run_routes, thread_routes
+from loopline.api import (
+    assistant_routes,
+    background,
+    cron_routes,
+    operator,
+    page,
+    run_routes,
+    thread_routes,
+)
 from loopline.api.gateway import Gateway, Stopping, gateway_of
 from loopline.api.runs import Busy
 from loopline.api.settings import Tenancy
@@ -45,7 +53,7 @@ async def info(request: Request) -> Response:
         found = version("loopline")
     except PackageNotFoundError:  # pragma: no cover - run from a source tree
         found = "unknown"
-    return JSONResponse({"version": found, "flags": {"assistants": True, "crons": False}})
+    return JSONResponse({"version": found, "flags": {"assistants": True, "crons": True}})
 
 
 def _detail(status: int, message: str) -> Response:
@@ -95,6 +103,13 @@ ROUTES = [
     Route("/threads/{thread_id}", thread_routes.delete, methods=["DELETE"]),
     Route("/threads/{thread_id}/state", thread_routes.state),
     Route("/threads/{thread_id}/history", thread_routes.history, methods=["POST"]),
+    Route("/runs/crons", cron_routes.create, methods=["POST"]),
+    Route("/runs/crons/search", cron_routes.search, methods=["POST"]),
+    Route("/runs/crons/count", cron_routes.count, methods=["POST"]),
+    Route("/runs/crons/{cron_id}", cron_routes.get),
+    Route("/runs/crons/{cron_id}", cron_routes.update, methods=["PATCH"]),
+    Route("/runs/crons/{cron_id}", cron_routes.delete, methods=["DELETE"]),
+    Route("/threads/{thread_id}/runs/crons", cron_routes.create_for_thread, methods=["POST"]),
     Route("/threads/{thread_id}/runs", run_routes.create, methods=["POST"]),
     Route("/threads/{thread_id}/runs", run_routes.listing),
     Route("/threads/{thread_id}/runs/stream", run_routes.stream, methods=["POST"]),
@@ -129,7 +144,8 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         gateway.started()
-        yield
+        async with background.running(gateway):  # crons and webhooks
+            yield
         await gateway.close()
 
     middleware = [

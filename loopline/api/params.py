@@ -3,7 +3,7 @@ reads a body or a query string against them.
 
 Each route's parameters are a pydantic model that forbids anything it does not declare:
 a parameter of LangGraph's Agent Server API that loopline does not implement
-(``webhook``, ``interrupt_before``, ``after_seconds``, ``checkpoint``, the ``debug``
+(``interrupt_before``, ``after_seconds``, ``checkpoint``, the ``debug``
 stream mode, ``cancel(action="rollback")``, ...) is answered 422 with its name and why,
 never accepted and ignored. A field is declared here only where the gateway acts on it;
 a few are declared with only the values whose meaning loopline already has (a stream is
@@ -91,6 +91,8 @@ class RunBody(Params):
     stream_mode: list[StreamMode] = Field(default_factory=lambda: list[StreamMode](["values"]))
     multitask_strategy: MultitaskStrategy = "reject"
     if_not_exists: Literal["reject", "create"] = "reject"
+    webhook: str | None = Field(None, min_length=1)
+    """Where the run is POSTed when it ends (``loopline.api.webhooks``)."""
     stream_subgraphs: bool = False
     """Accepted either way: a loopline agent's stream has no subgraph namespaces (what
     LangGraph streams for a graph without subgraphs)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from contracts.events import ApprovalRequested, TaskCompleted, TaskFailed
 from contracts.messages import to_langchain, with_input_ids
+from loopline.api import webhooks
 from loopline.api.params import RunBody, parse
 from loopline.api.records import RunRecord, ThreadRecord
 from loopline.api.tenant import NotFound, Tenant
@@ -60,6 +61,7 @@ class RunRequest:
     multitask_strategy: str = "reject"
     metadata: dict[str, Any] = field(default_factory=dict)
     if_not_exists: str = "reject"
+    webhook: str | None = None
 
     @classmethod
     def parse(cls, body: Any) -> RunRequest:
@@ -78,6 +80,7 @@ class RunRequest:
             multitask_strategy=run.multitask_strategy,
             metadata=dict(run.metadata),
             if_not_exists=run.if_not_exists,
+            webhook=run.webhook,
         )
 
     @property
@@ -88,6 +91,7 @@ class RunRequest:
             "config": self.config,
             "context": self.context or {},
             "stream_mode": self.stream_mode,
+            **({"webhook": self.webhook} if self.webhook else {}),
         }
 
 
@@ -124,8 +128,13 @@ async def thread_busy(tenant: Tenant, thread_id: str) -> bool:
     return not await waiting_interrupts(tenant.client, state)
 
 
-async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) -> RunRecord:
-    """Start a run of the thread (None: a stateless run) and record it."""
+async def start_run(
+    tenant: Tenant, thread_id: str | None, request: RunRequest, run_id: str | None = None
+) -> RunRecord:
+    """Start a run of the thread (None: a stateless run) and record it. ``run_id``: the
+    run's id when the caller chose it (a cron's tick), else a new one."""
+    if request.webhook:
+        await webhooks.policy().check(request.webhook)  # refused before anything runs
     try:
         agent = await tenant.assistant(request.assistant_id)
     except NotFound as exc:  # in a run body, LangGraph's server calls it invalid input
@@ -138,7 +147,7 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
         return await _resume(tenant, thread_id, request)
     if request.input is None:
         raise BadRequest("a run needs input (or command.resume)")
-    run_id = uuid.uuid4().hex
+    run_id = run_id or uuid.uuid4().hex
     # with the loop's ids, so a run's stream knows where its inputs end in the thread
     messages = with_input_ids(run_id, input_messages(request.input))
     busy_matters = thread_id is not None and request.multitask_strategy == "reject"
@@ -173,11 +182,18 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
             tags=config.tags,
             metadata={**config.metadata, **request.metadata},
             stream_ttl_s=tenant.settings.stream_ttl_s,  # any stream of it may ask for tokens
-            along=lambda pipe: tenant.records.queue_run(pipe, record),  # one round trip
+            along=lambda pipe: _record_run(tenant, pipe, record, request),  # one round trip
         )
     except ValueError as exc:  # over the event size limit
         raise BadRequest(str(exc)) from exc
     return record
+
+
+def _record_run(tenant: Tenant, pipe: Any, record: RunRecord, request: RunRequest) -> None:
+    tenant.records.queue_run(pipe, record)
+    if request.webhook:
+        names, keep_s = tenant.names, tenant.settings.retention_s
+        webhooks.queue_webhook(pipe, names, record.run_id, request.webhook, keep_s)
 
 
 async def _thread_for_run(tenant: Tenant, thread_id: str, request: RunRequest) -> None:
@@ -219,7 +235,9 @@ async def _resume(tenant: Tenant, thread_id: str, request: RunRequest) -> RunRec
         answered=list(answers),
     )
     await _end_answered_runs(tenant, thread_id, task_id)
-    await tenant.records.save_run(record)
+    async with tenant.redis.pipeline(transaction=False) as pipe:
+        _record_run(tenant, pipe, record, request)
+        await pipe.execute()
     await tenant.client.stream_replies(task_id, tenant.settings.stream_ttl_s)
     try:
         await tenant.client.answer(task_id, answers)

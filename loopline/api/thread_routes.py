@@ -10,6 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from loopline.api.crons import CronStore
 from loopline.api.gateway import body_of, tenant_of
 from loopline.api.params import HistoryBody, NoParams, StateQuery, ThreadCreate, parse
 from loopline.api.records import ThreadRecord
@@ -50,6 +51,7 @@ async def delete(request: Request) -> Response:
         return JSONResponse({"detail": str(exc)}, status_code=409)
     if not (await tenant.records.delete_thread(thread_id) or removed):
         raise NotFound(f"Thread {thread_id} not found")
+    await CronStore(tenant.redis, tenant.names).delete_for_thread(thread_id)  # as LangGraph's
     return Response(status_code=204)
 
 

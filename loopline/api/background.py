@@ -1,0 +1,45 @@
+"""What every gateway replica runs beside its routes: for each tenant it serves, the
+cron scheduler and the webhook sender. Any number of replicas may run them: each tick
+and each webhook is claimed in Redis by one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator
+
+import httpx
+
+from loopline.api import webhooks
+from loopline.api.cron_scheduler import CronScheduler
+from loopline.api.gateway import Gateway
+from loopline.api.webhook_delivery import TIMEOUT_S, WebhookSender
+
+
+def tenant_prefixes(gateway: Gateway) -> list[str]:
+    """The prefixes the gateway serves: its keys' tenants, or the default one."""
+    tenancy = gateway.tenancy
+    return sorted(set(tenancy.keys.values())) if tenancy.keys else [tenancy.default_prefix]
+
+
+@contextlib.asynccontextmanager
+async def running(gateway: Gateway) -> AsyncIterator[None]:
+    """The schedulers and senders, from the app's start to its stop."""
+    webhooks.policy()  # a malformed LOOPLINE_API_WEBHOOKS stops the start, with why
+    replica = f"{socket.gethostname()}:{os.getpid()}"
+    # redirects are not followed: the policy checked the URL, not where it points next
+    async with httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False) as client:
+        tasks = []
+        for prefix in tenant_prefixes(gateway):
+            tenant = gateway.tenant(prefix)
+            tasks.append(asyncio.create_task(CronScheduler(tenant).run(gateway.stopping)))
+            sender = WebhookSender(tenant, client, replica)
+            tasks.append(asyncio.create_task(sender.run(gateway.stopping)))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
