@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loopline.api import assistant_routes, page, run_routes, thread_routes
+from loopline.api import a2a, assistant_routes, mcp, page, run_routes, thread_routes
 from loopline.api.gateway import Gateway, Stopping, gateway_of
 from loopline.api.runs import Busy
 from loopline.api.settings import Tenancy
@@ -109,6 +109,11 @@ ROUTES = [
     Route("/runs/wait", run_routes.wait, methods=["POST"]),
     Route("/runs/{run_id}/join", run_routes.join),
     Route("/runs/{run_id}/stream", run_routes.join_stream),
+    Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]),
+    Route("/a2a/{assistant_id}", a2a.endpoint, methods=["GET", "POST", "DELETE"]),
+    Route("/a2a/{assistant_id}/.well-known/agent-card.json", a2a.card),
+    Route("/a2a/{assistant_id}/.well-known/agent.json", a2a.card),
+    Route("/.well-known/agent-card.json", a2a.card),
     *page.ROUTES,  # the page to watch and steer runs (GET /ui)
 ]
 
