@@ -113,7 +113,8 @@ def _rpc_error(code: int, message: str, rpc_id: Any = None) -> Response:
 
 
 def _refused(message: str, status: int) -> Response:
-    return Response(json.dumps({"error": message}), status, media_type="application/json")
+    body = json.dumps({"error": message}, separators=(",", ":"))
+    return Response(body, status, media_type="application/json")
 
 
 def _accepts(accept: str, media_type: str) -> bool:
@@ -127,19 +128,70 @@ def _accepts(accept: str, media_type: str) -> bool:
 
 
 def _params(model: type[Params], params: Any) -> Any:
-    if not isinstance(params, dict):
-        raise RpcError(INVALID_PARAMS, "Invalid params: must be an object")
-    configuration = params.get("configuration")
-    if isinstance(configuration, dict) and (
-        "pushNotificationConfig" in configuration or "taskPushNotificationConfig" in configuration
-    ):
-        raise RpcError(PUSH_NOT_SUPPORTED, "Push notifications are not supported")
+    """``params`` as ``model``; what it does not declare is refused, naming it."""
     try:
         return model.model_validate(params)
     except ValidationError as exc:
-        if any("parts" in e["loc"] and e["loc"][-1] == "file" for e in exc.errors()):
-            raise RpcError(CONTENT_TYPE_NOT_SUPPORTED, "file parts are not supported") from exc
         raise RpcError(INVALID_PARAMS, reasons(exc)) from exc
+
+
+def _history_length(length: Any) -> None:
+    if length is None:
+        return
+    if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+        raise RpcError(INVALID_PARAMS, "historyLength must be a non-negative integer")
+    if length > tasks.MAX_HISTORY:
+        raise RpcError(INVALID_PARAMS, f"historyLength cannot exceed {tasks.MAX_HISTORY}")
+
+
+def _send_params(params: Any) -> tasks.SendParams:
+    """A message's params, checked in the order and with the words of LangGraph's
+    server, then against ``SendParams`` (push notifications and file parts, which
+    loopline does not implement, are refused with A2A's codes for them)."""
+    if not isinstance(params, dict):
+        raise RpcError(INVALID_PARAMS, "Invalid params: must be an object")
+    message = params.get("message")
+    if not message or not isinstance(message, dict):
+        raise RpcError(INVALID_PARAMS, "Missing or invalid 'message' in params")
+    configuration = params.get("configuration") or {}
+    if not isinstance(configuration, dict):
+        raise RpcError(INVALID_PARAMS, "Invalid params: 'configuration' must be an object")
+    _history_length(configuration.get("historyLength"))
+    if {"pushNotificationConfig", "taskPushNotificationConfig"} & set(configuration):
+        raise RpcError(PUSH_NOT_SUPPORTED, "Push notifications are not supported by this gateway")
+    for field, text in (
+        ("messageId", "Missing required 'messageId' in message"),
+        ("role", "Missing required 'role' in message"),
+    ):
+        if not message.get(field):
+            raise RpcError(INVALID_PARAMS, text)
+    parts = message.get("parts", [])
+    if not isinstance(parts, list):
+        raise RpcError(INVALID_PARAMS, "Invalid params: 'parts' must be an array")
+    if not parts:
+        raise RpcError(INVALID_PARAMS, "Message must contain at least one part")
+    for part in parts:
+        if isinstance(part, dict) and "file" in part:
+            raise RpcError(
+                CONTENT_TYPE_NOT_SUPPORTED, "file parts are not supported by this gateway"
+            )
+        if not isinstance(part, dict) or not ({"text", "data"} & set(part)):
+            text = "Unsupported part type. This gateway supports 'text' and 'data' parts only."
+            raise RpcError(CONTENT_TYPE_NOT_SUPPORTED, text)
+    found: tasks.SendParams = _params(tasks.SendParams, params)
+    return found
+
+
+def _get_params(params: Any) -> tasks.GetParams:
+    if not isinstance(params, dict):
+        raise RpcError(INVALID_PARAMS, "Invalid params: must be an object")
+    if not params.get("id"):
+        raise RpcError(INVALID_PARAMS, "Missing required parameter: id (task_id)")
+    if not isinstance(params["id"], str) or not isinstance(params.get("contextId") or "", str):
+        raise RpcError(INVALID_PARAMS, "Task id and contextId must be strings")
+    _history_length(params.get("historyLength"))
+    found: tasks.GetParams = _params(tasks.GetParams, params)
+    return found
 
 
 async def _agent(tenant: Tenant, assistant_id: str) -> DeployedAgent:
@@ -216,9 +268,9 @@ async def _answer(
     request: Request, tenant: Tenant, agent: DeployedAgent, method: str, params: Any
 ) -> dict[str, Any]:
     if method == "SendMessage":
-        return await _send(request, tenant, agent, _params(tasks.SendParams, params))
+        return await _send(request, tenant, agent, _send_params(params))
     if method == "GetTask":
-        return await _get(request, tenant, agent, _params(tasks.GetParams, params))
+        return await _get(request, tenant, agent, _get_params(params))
     if method == "GetExtendedAgentCard":
         return agent_card(request, agent)
     assert method in NOT_IMPLEMENTED
@@ -454,7 +506,7 @@ async def _stream(
     """``message/stream``: the task (submitted, with the message), the agent's reply so
     far as ``working`` updates, the answer (or what it asks) as an artifact, the final
     status. Errors before the run starts are JSON-RPC errors, as for ``message/send``."""
-    params = _params(tasks.SendParams, raw)
+    params = _send_params(raw)
     _scope(request, params.configuration.historyScope)
     record, task_id, context_id, _ = await _started(request, tenant, agent, params)
     ids = {"taskId": task_id, "contextId": context_id}
