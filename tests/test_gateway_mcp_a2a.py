@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -366,6 +367,88 @@ REFERENCE_LEGACY_STREAM_LAST = [
         },
     },
 ]
+# raw `message/stream` of "gated" to "gated": the task, the interrupt, input-required
+INTERRUPT_VALUE = {
+    "action_requests": [
+        {
+            "name": "add",
+            "args": {"a": 2, "b": 3},
+            "description": "Tool execution requires approval\n\nTool: add\nArgs: {'a': 2, 'b': 3}",
+        }
+    ],
+    "review_configs": [
+        {"action_name": "add", "allowed_decisions": ["approve", "edit", "reject", "respond"]}
+    ],
+}
+REFERENCE_LEGACY_GATED_STREAM_LAST = [
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "taskId": "<taskId>",
+            "contextId": "<contextId>",
+            "kind": "artifact-update",
+            "artifact": {
+                "artifactId": "<artifactId>",
+                "name": "Interrupt",
+                "description": "Agent requires input to continue",
+                "parts": [{"kind": "data", "data": {"id": "<id>", "value": INTERRUPT_VALUE}}],
+            },
+        },
+    },
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "taskId": "<taskId>",
+            "contextId": "<contextId>",
+            "kind": "status-update",
+            "status": {"state": "input-required", "timestamp": "<timestamp>"},
+            "final": True,
+        },
+    },
+]
+# `tasks/cancel` of a task whose run sleeps in a tool, then `tasks/get` of it, then
+# `tasks/cancel` again
+REFERENCE_CANCEL = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "result": {
+        "kind": "task",
+        "id": "<id>",
+        "contextId": "<contextId>",
+        "status": {
+            "state": "canceled",
+            "timestamp": "<timestamp>",
+            "message": {
+                "kind": "message",
+                "role": "agent",
+                "parts": [{"kind": "text", "text": "Task was canceled"}],
+                "messageId": "<messageId>",
+                "taskId": "<taskId>",
+            },
+        },
+    },
+}
+REFERENCE_CANCELLED_GET = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "result": {
+        "kind": "task",
+        "id": "<id>",
+        "contextId": "<contextId>",
+        "status": {"state": "canceled", "timestamp": "<timestamp>"},
+        "history": [
+            {"kind": "message", "role": "user", "parts": [{"kind": "text", "text": "slow"}]}
+            | LEGACY_IDS
+        ],
+    },
+}
+REFERENCE_CANCEL_AGAIN = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "error": {"code": -32002, "message": "Task is not cancelable in its current state"},
+}
 # raw JSON-RPC to /a2a/{id}: (status, body); the assistant's UUID as <assistant>
 REFERENCE_A2A_RAW = {
     "get_missing_task": (
@@ -648,35 +731,66 @@ async def test_a2a_legacy_client_sends_streams_and_gets(gateway: GatewayProcess)
     assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
+def _legacy(method: str, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+def _legacy_message(text: str) -> dict[str, Any]:
+    parts = [{"kind": "text", "text": text}]
+    return {"role": "user", "parts": parts, "messageId": str(uuid.uuid4()), "kind": "message"}
+
+
+async def _frames(http: httpx.AsyncClient, agent: str, text: str) -> AsyncIterator[Any]:
+    """The JSON-RPC answers of a raw ``message/stream``, as they come."""
+    body = _legacy("message/stream", message=_legacy_message(text))
+    headers = {"Accept": "text/event-stream"}
+    async with http.stream("POST", f"/a2a/{agent}", json=body, headers=headers) as answer:
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        async for line in answer.aiter_lines():
+            if line.startswith("data: "):
+                yield json.loads(line.removeprefix("data: "))
+
+
 async def test_a2a_raw_legacy_stream(gateway: GatewayProcess) -> None:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "message/stream",
-        "params": {
-            "message": {
-                "role": "user",
-                "parts": [{"kind": "text", "text": "hello"}],
-                "messageId": "m-2",
-                "kind": "message",
-            }
-        },
-    }
-    async with (
-        httpx.AsyncClient(base_url=gateway.url) as http,
-        http.stream(
-            "POST", "/a2a/agent", json=body, headers={"Accept": "text/event-stream"}
-        ) as answer,
-    ):
-        text = (await answer.aread()).decode()
-    assert answer.headers["content-type"].startswith("text/event-stream")
-    frames = [json.loads(f.split("data: ", 1)[1]) for f in text.split("\r\n\r\n") if f]
+    async with httpx.AsyncClient(base_url=gateway.url) as http:
+        frames = [f async for f in _frames(http, "agent", "hello")]
     assert normal(frames[0]) == REFERENCE_LEGACY_STREAM_FIRST
     assert normal(frames[-2:]) == REFERENCE_LEGACY_STREAM_LAST
     replies = [f["result"]["status"]["message"]["parts"][0]["text"] for f in frames[1:-2]]
     assert replies and replies[-1] == ANSWER
     assert all(ANSWER.startswith(r) for r in replies)  # the reply so far, growing
     assert {f["result"]["status"]["state"] for f in frames[1:-2]} == {"working"}
+
+
+async def test_a2a_raw_legacy_stream_stops_at_an_interrupt(gateway: GatewayProcess) -> None:
+    async with httpx.AsyncClient(base_url=gateway.url) as http:
+        frames = [f async for f in _frames(http, "gated", "gated")]
+    first = json.loads(json.dumps(REFERENCE_LEGACY_STREAM_FIRST).replace('"hello"', '"gated"'))
+    assert normal(frames[0]) == first
+    assert normal(frames[1:]) == REFERENCE_LEGACY_GATED_STREAM_LAST
+
+
+async def test_a2a_cancel_a_running_task(gateway: GatewayProcess) -> None:
+    """``tasks/cancel`` while the run sleeps in a tool: the task is ``canceled``, the
+    stream ends, a second cancel is refused. LangGraph's server ends that stream with an
+    empty answer and ``completed``; loopline ends it ``canceled``, as ``tasks/get``
+    (of both) says."""
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        frames = _frames(http, "agent", "slow")
+        first = await anext(frames)
+        task_id = first["result"]["id"]
+        accept = {"Accept": "application/json"}
+
+        async def call(method: str) -> Any:
+            body = _legacy(method, id=task_id)
+            return normal((await http.post("/a2a/agent", json=body, headers=accept)).json())
+
+        assert await call("tasks/cancel") == REFERENCE_CANCEL
+        rest = [f async for f in frames]
+        assert rest[-1]["result"]["status"]["state"] == "canceled"
+        assert rest[-1]["result"]["final"] is True
+        assert await call("tasks/get") == REFERENCE_CANCELLED_GET
+        assert await call("tasks/cancel") == REFERENCE_CANCEL_AGAIN
 
 
 async def test_a2a_interrupt_and_resume(gateway: GatewayProcess) -> None:
@@ -736,7 +850,7 @@ async def test_a2a_errors_as_langgraph_answers_them(gateway: GatewayProcess) -> 
         code, text = await error_of(rpc("message/send", message=weird))
         assert code == REFERENCE_BAD_PART[0] and text.startswith("Unsupported part type.")
         # not implemented by loopline, refused rather than ignored (LangGraph's server
-        # serves file parts and tasks/cancel, and ignores a push notification config)
+        # serves file parts and ListTasks, and ignores a push notification config)
         file_part = {**message, "parts": [{"kind": "file", "file": {"uri": "http://x/a"}}]}
         assert await error_of(rpc("message/send", message=file_part)) == (
             -32005,
@@ -747,8 +861,12 @@ async def test_a2a_errors_as_langgraph_answers_them(gateway: GatewayProcess) -> 
             0
         ] == -32003
         assert await error_of(rpc("tasks/cancel", id="nope:nope")) == (
+            -32001,
+            "Task not found: nope:nope",
+        )
+        assert await error_of(rpc("ListTasks")) == (
             -32004,
-            "CancelTask is not supported by this gateway",
+            "ListTasks is not supported by this gateway",
         )
         extra = {**message, "referenceTaskIds": ["x"]}
         code, text = await error_of(rpc("message/send", message=extra))

@@ -24,7 +24,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import AIMessageChunk
 from pydantic import ValidationError
@@ -36,7 +36,9 @@ from loopline.api import a2a_tasks as tasks
 from loopline.api.events import Failed, run_items
 from loopline.api.gateway import gateway_of, tenant_of, unless_stopping
 from loopline.api.params import Params, reasons
-from loopline.api.runs import Busy, RunRequest, start_run, wait_for
+from loopline.api.run_routes import SSE_HEADERS
+from loopline.api.runs import Busy, RunRequest, cancel_run, start_run, wait_for, was_stopped
+from loopline.api.sse import with_heartbeats
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, dumps, iso
 
@@ -45,6 +47,7 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 TASK_NOT_FOUND = -32001
+TASK_NOT_CANCELABLE = -32002
 PUSH_NOT_SUPPORTED = -32003
 UNSUPPORTED_OPERATION = -32004
 CONTENT_TYPE_NOT_SUPPORTED = -32005
@@ -64,7 +67,7 @@ METHODS = {
     "ListTasks",
     "GetExtendedAgentCard",
 }
-NOT_IMPLEMENTED = {"CancelTask", "ListTasks"}
+NOT_IMPLEMENTED = {"ListTasks"}
 
 LEGACY_ROLES = {"ROLE_USER": "user", "ROLE_AGENT": "agent"}
 LEGACY_STATES = {
@@ -76,6 +79,9 @@ LEGACY_STATES = {
     "TASK_STATE_INPUT_REQUIRED": "input-required",
 }
 MODES = ["application/json", "text/plain"]
+
+
+TaskParams = TypeVar("TaskParams", tasks.GetParams, tasks.CancelParams)
 
 
 class RpcError(Exception):
@@ -182,7 +188,7 @@ def _send_params(params: Any) -> tasks.SendParams:
     return found
 
 
-def _get_params(params: Any) -> tasks.GetParams:
+def _task_params(model: type[TaskParams], params: Any) -> TaskParams:
     if not isinstance(params, dict):
         raise RpcError(INVALID_PARAMS, "Invalid params: must be an object")
     if not params.get("id"):
@@ -190,7 +196,7 @@ def _get_params(params: Any) -> tasks.GetParams:
     if not isinstance(params["id"], str) or not isinstance(params.get("contextId") or "", str):
         raise RpcError(INVALID_PARAMS, "Task id and contextId must be strings")
     _history_length(params.get("historyLength"))
-    found: tasks.GetParams = _params(tasks.GetParams, params)
+    found: TaskParams = _params(model, params)
     return found
 
 
@@ -270,7 +276,9 @@ async def _answer(
     if method == "SendMessage":
         return await _send(request, tenant, agent, _send_params(params))
     if method == "GetTask":
-        return await _get(request, tenant, agent, _get_params(params))
+        return await _get(request, tenant, agent, _task_params(tasks.GetParams, params))
+    if method == "CancelTask":
+        return await _cancel(request, tenant, agent, _task_params(tasks.CancelParams, params))
     if method == "GetExtendedAgentCard":
         return agent_card(request, agent)
     assert method in NOT_IMPLEMENTED
@@ -438,7 +446,8 @@ async def _send(
     scope = _scope(request, params.configuration.historyScope)
     record, task_id, context_id, runs = await _started(request, tenant, agent, params)
     values = await unless_stopping(gateway_of(request), wait_for(tenant, record))
-    status, artifacts = tasks.outcome(values, task_id, context_id, agent.name)
+    stopped = await was_stopped(tenant, record.task_id)
+    status, artifacts = tasks.outcome(values, task_id, context_id, agent.name, stopped=stopped)
     task: dict[str, Any] = {"kind": "task", "id": task_id, "contextId": context_id}
     length = params.configuration.historyLength
     if length != 0:
@@ -449,6 +458,23 @@ async def _send(
     if artifacts:
         task["artifacts"] = artifacts
     return {"task": task}
+
+
+async def _cancel(
+    request: Request, tenant: Tenant, agent: DeployedAgent, params: tasks.CancelParams
+) -> dict[str, Any]:
+    """Stop the task's run (a running one, or one waiting for input) and wait for it to
+    stop; the task is then ``canceled``."""
+    task = await tasks.resolve(tenant, params.id, params.contextId, agent.name)
+    if task is None:
+        raise RpcError(TASK_NOT_FOUND, f"Task not found: {params.id}")
+    if task.state in tasks.TERMINAL:
+        raise RpcError(TASK_NOT_CANCELABLE, "Task is not cancelable in its current state")
+    await cancel_run(tenant, task.record)
+    await unless_stopping(gateway_of(request), wait_for(tenant, task.record))
+    message = tasks.agent_status_message("Task was canceled", task.task_id)
+    status = {"state": "TASK_STATE_CANCELED", "timestamp": tasks.now(), "message": message}
+    return {"kind": "task", "id": task.task_id, "contextId": task.context_id, "status": status}
 
 
 async def _get(
@@ -565,20 +591,18 @@ async def _stream(
                 rpc_id, {**ids, "kind": "status-update", "status": working, "final": False}, legacy
             )
         values = await wait_for(tenant, record)
-        final, artifacts = tasks.outcome(values, task_id, context_id, agent.name)
+        stopped = await was_stopped(tenant, record.task_id)
+        final, artifacts = tasks.outcome(values, task_id, context_id, agent.name, stopped=stopped)
         for artifact in artifacts:
-            update = {
-                **ids,
-                "kind": "artifact-update",
-                "artifact": artifact,
-                "append": False,
-                "lastChunk": True,
-            }
+            update: dict[str, Any] = {**ids, "kind": "artifact-update", "artifact": artifact}
+            if final["state"] == "TASK_STATE_COMPLETED":  # the answer, whole (not so a question)
+                update |= {"append": False, "lastChunk": True}
             yield _event(rpc_id, update, legacy)
         yield _event(
             rpc_id, {**ids, "kind": "status-update", "status": final, "final": True}, legacy
         )
 
-    return StreamingResponse(
-        events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
-    )
+    # a comment line while the run is quiet (a long tool call), and an end as soon as
+    # the gateway stops (the run goes on: tasks/get finds it)
+    frames = with_heartbeats(events(), stopping=gateway_of(request).stopping)
+    return StreamingResponse(frames, media_type="text/event-stream", headers=SSE_HEADERS)

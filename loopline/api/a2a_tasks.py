@@ -101,6 +101,13 @@ class SendParams(Params):
     context: dict[str, Any] | None = None
 
 
+class CancelParams(Params):
+    """``tasks/cancel`` (``CancelTask``)."""
+
+    id: str = Field(min_length=1)
+    contextId: str | None = None
+
+
 class GetParams(Params):
     """``tasks/get`` (``GetTask``)."""
 
@@ -340,16 +347,16 @@ def agent_status_message(text: str, task_id: str, context_id: str | None = None)
 
 
 def outcome(
-    values: dict[str, Any], task_id: str, context_id: str, assistant_id: str
+    values: dict[str, Any], task_id: str, context_id: str, assistant_id: str, *, stopped: bool
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A finished run's task status and artifacts (its answer, or what it asks)."""
+    """A finished run's task status and artifacts: its answer, what it asks, why it
+    failed, or that it was cancelled (``stopped``)."""
+    if stopped:
+        return {"state": "TASK_STATE_CANCELED", "timestamp": now()}, []
     if "__error__" in values:
         text = f"Error executing assistant: {values['__error__']['error']}"
-        status = {
-            "state": "TASK_STATE_FAILED",
-            "message": agent_status_message(text, task_id, context_id),
-        }
-        return status, []
+        message = agent_status_message(text, task_id, context_id)
+        return {"state": "TASK_STATE_FAILED", "message": message}, []
     if "__interrupt__" in values:
         status = {"state": "TASK_STATE_INPUT_REQUIRED", "timestamp": now()}
         return status, [interrupt_artifact(values["__interrupt__"])]
