@@ -23,7 +23,15 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
-from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest
+from a2a.types import (
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    TaskState,
+)
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 from mcp import Client as McpClient
@@ -449,6 +457,30 @@ REFERENCE_CANCEL_AGAIN = {
     "id": 1,
     "error": {"code": -32002, "message": "Task is not cancelable in its current state"},
 }
+
+
+# ListTasks of a context where "one" then "two" were sent (two tasks), newest first; then
+# with pageSize=1, historyLength=1; then of a context that has none
+def _listed(first: str, *more: str) -> dict[str, Any]:
+    task = _task("TASK_STATE_COMPLETED", [])["task"]
+    history = [("ROLE_USER", first), ("ROLE_AGENT", f"answer to {first}")]
+    history += [
+        (role, text)
+        for m in more
+        for role, text in (("ROLE_USER", m), ("ROLE_AGENT", f"answer to {m}"))
+    ]
+    task["history"] = _history(*((role, {"text": text}) for role, text in history))
+    return task
+
+
+REFERENCE_LIST = {"tasks": [_listed("one", "two"), _listed("one")], "pageSize": 2, "totalSize": 2}
+REFERENCE_LIST_PAGE = {
+    "tasks": [{**_listed("one"), "history": _history(("ROLE_AGENT", {"text": "answer to two"}))}],
+    "nextPageToken": "1",
+    "pageSize": 1,
+    "totalSize": 2,
+}
+REFERENCE_LIST_NONE: dict[str, Any] = {}
 # raw JSON-RPC to /a2a/{id}: (status, body); the assistant's UUID as <assistant>
 REFERENCE_A2A_RAW = {
     "get_missing_task": (
@@ -668,11 +700,7 @@ async def test_a2a_agent_card(gateway: GatewayProcess) -> None:
     )
     assert card.pop("version")
     card["skills"][0]["id"] = card["skills"][0]["id"].replace("agent-main", "<assistant>-main")
-    expected = json.loads(json.dumps(REFERENCE_CARD))
-    expected.pop("version")
-    # the history-scope extension's methods: loopline does not serve ListTasks
-    expected["capabilities"]["extensions"][0]["params"]["methods"] = ["SendMessage", "GetTask"]
-    assert card == expected
+    assert card == {k: v for k, v in REFERENCE_CARD.items() if k != "version"}
     assert unknown.status_code == 400
     assert unknown.json() == {"error": {"code": -32602, "message": "Assistant 'nobody' not found"}}
 
@@ -699,6 +727,28 @@ async def test_a2a_a_second_message_in_a_context_is_a_new_task(gateway: GatewayP
     texts = [m["parts"][0]["text"] for m in second["history"]]
     assert texts == ["one", "answer to one", "two", "answer to two"]
     assert tasks == [first["id"], first["id"], second["id"], second["id"]]
+    await client.close()
+
+
+async def test_a2a_list_a_contexts_tasks(gateway: GatewayProcess) -> None:
+    client = await _client(f"{gateway.url}/a2a/agent", streaming=False)
+    first = (await _send(client, _message("one")))[0]["task"]
+    second = (await _send(client, _message("two", context_id=first["contextId"])))[0]["task"]
+    context = first["contextId"]
+    listed = MessageToDict(await client.list_tasks(ListTasksRequest(context_id=context)))
+    assert normal(listed) == REFERENCE_LIST
+    assert [t["id"] for t in listed["tasks"]] == [second["id"], first["id"]]
+    assert [m["taskId"] for m in listed["tasks"][0]["history"]] == [first["id"]] * 2 + [
+        second["id"]
+    ] * 2
+    paged = ListTasksRequest(context_id=context, page_size=1, history_length=1)
+    assert normal(MessageToDict(await client.list_tasks(paged))) == REFERENCE_LIST_PAGE
+    done = ListTasksRequest(context_id=context, page_size=1, page_token="1")
+    assert [t["id"] for t in MessageToDict(await client.list_tasks(done))["tasks"]] == [first["id"]]
+    nothing = ListTasksRequest(context_id=str(uuid.uuid4()))
+    assert MessageToDict(await client.list_tasks(nothing)) == REFERENCE_LIST_NONE
+    working = ListTasksRequest(context_id=context, status=TaskState.TASK_STATE_WORKING)
+    assert MessageToDict(await client.list_tasks(working)) == {}
     await client.close()
 
 
@@ -850,7 +900,8 @@ async def test_a2a_errors_as_langgraph_answers_them(gateway: GatewayProcess) -> 
         code, text = await error_of(rpc("message/send", message=weird))
         assert code == REFERENCE_BAD_PART[0] and text.startswith("Unsupported part type.")
         # not implemented by loopline, refused rather than ignored (LangGraph's server
-        # serves file parts and ListTasks, and ignores a push notification config)
+        # serves file parts and every context's tasks, and ignores a push notification
+        # config)
         file_part = {**message, "parts": [{"kind": "file", "file": {"uri": "http://x/a"}}]}
         assert await error_of(rpc("message/send", message=file_part)) == (
             -32005,
@@ -864,10 +915,8 @@ async def test_a2a_errors_as_langgraph_answers_them(gateway: GatewayProcess) -> 
             -32001,
             "Task not found: nope:nope",
         )
-        assert await error_of(rpc("ListTasks")) == (
-            -32004,
-            "ListTasks is not supported by this gateway",
-        )
+        code, text = await error_of(rpc("ListTasks"))
+        assert code == -32602 and text.startswith("contextId is required")
         extra = {**message, "referenceTaskIds": ["x"]}
         code, text = await error_of(rpc("message/send", message=extra))
         assert code == -32602 and text.startswith("message.referenceTaskIds: not supported")

@@ -7,9 +7,9 @@ JSON-RPC 2.0, as LangGraph's Agent Server serves its assistants.
   context (a thread, made when new) and answers with the task when the run ends or asks a
   human; ``message/stream`` (``SendStreamingMessage``) streams the task, the reply so far
   as ``working`` updates, the answer as an artifact, then the final status;
-  ``tasks/get`` (``GetTask``) the task's state and history; ``GetExtendedAgentCard`` the
-  card. ``tasks/cancel`` and ``ListTasks`` are not implemented and say so
-  (``UnsupportedOperation``).
+  ``tasks/get`` (``GetTask``) the task's state and history; ``tasks/cancel``
+  (``CancelTask``) stops its run; ``ListTasks`` the tasks of a context;
+  ``GetExtendedAgentCard`` the card.
 
 The A2A 1.0 names answer in 1.0's shape, the slash names (A2A 0.3) in 0.3's
 (``agent``, ``completed``, no ``{"task": ...}`` wrapper), as LangGraph's server answers.
@@ -20,6 +20,7 @@ loopline name (the ``assistant_id`` of ``/assistants``). The task model is in
 
 from __future__ import annotations
 
+import datetime
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -67,17 +68,19 @@ METHODS = {
     "ListTasks",
     "GetExtendedAgentCard",
 }
-NOT_IMPLEMENTED = {"ListTasks"}
 
 LEGACY_ROLES = {"ROLE_USER": "user", "ROLE_AGENT": "agent"}
-LEGACY_STATES = {
+LEGACY_STATES: dict[str, str] = {
     "TASK_STATE_SUBMITTED": "submitted",
     "TASK_STATE_WORKING": "working",
     "TASK_STATE_COMPLETED": "completed",
     "TASK_STATE_FAILED": "failed",
     "TASK_STATE_CANCELED": "canceled",
     "TASK_STATE_INPUT_REQUIRED": "input-required",
+    "TASK_STATE_REJECTED": "rejected",  # never a loopline task's, but a valid filter
+    "TASK_STATE_AUTH_REQUIRED": "auth-required",
 }
+LEGACY_STATE_NAMES = {v: k for k, v in LEGACY_STATES.items()}
 MODES = ["application/json", "text/plain"]
 
 
@@ -279,10 +282,10 @@ async def _answer(
         return await _get(request, tenant, agent, _task_params(tasks.GetParams, params))
     if method == "CancelTask":
         return await _cancel(request, tenant, agent, _task_params(tasks.CancelParams, params))
-    if method == "GetExtendedAgentCard":
-        return agent_card(request, agent)
-    assert method in NOT_IMPLEMENTED
-    raise RpcError(UNSUPPORTED_OPERATION, f"{method} is not supported by this gateway")
+    if method == "ListTasks":
+        return await _list(request, tenant, agent, _list_params(params))
+    assert method == "GetExtendedAgentCard"
+    return agent_card(request, agent)
 
 
 async def card(request: Request) -> Response:
@@ -325,7 +328,7 @@ def agent_card(request: Request, agent: DeployedAgent) -> dict[str, Any]:
             "header": tasks.HISTORY_SCOPE_HEADER,
             "values": ["context", "task"],
             "default": "context",
-            "methods": ["SendMessage", "GetTask"],
+            "methods": ["SendMessage", "GetTask", "ListTasks"],
         },
     }
     skill = {
@@ -475,6 +478,88 @@ async def _cancel(
     message = tasks.agent_status_message("Task was canceled", task.task_id)
     status = {"state": "TASK_STATE_CANCELED", "timestamp": tasks.now(), "message": message}
     return {"kind": "task", "id": task.task_id, "contextId": task.context_id, "status": status}
+
+
+def _list_params(params: Any) -> tasks.ListParams:
+    """``ListTasks``'s params, checked with the words of LangGraph's server."""
+    if not isinstance(params, dict):
+        raise RpcError(INVALID_PARAMS, "Invalid params: must be an object")
+    size = params.get("pageSize")
+    if size is not None and (not isinstance(size, int) or not 1 <= size <= 100):
+        raise RpcError(INVALID_PARAMS, "pageSize must be an integer between 1 and 100.")
+    _history_length(params.get("historyLength"))
+    status = params.get("status")
+    if status is not None:
+        status = LEGACY_STATE_NAMES.get(status, status)
+        if status not in LEGACY_STATES:
+            raise RpcError(INVALID_PARAMS, f"Invalid status value: '{status}'.")
+    after = params.get("statusTimestampAfter")
+    if after is not None and _timestamp(after) is None:
+        raise RpcError(INVALID_PARAMS, "statusTimestampAfter must be a valid ISO 8601 timestamp.")
+    token = params.get("pageToken")
+    if token is not None and not isinstance(token, str):
+        raise RpcError(INVALID_PARAMS, "pageToken must be a string.")
+    if token and not token.isdigit():
+        raise RpcError(INVALID_PARAMS, "Invalid pageToken.")
+    found: tasks.ListParams = _params(tasks.ListParams, {**params, "status": status})
+    if found.contextId is None:
+        raise RpcError(
+            INVALID_PARAMS,
+            "contextId is required: listing the tasks of every context is not implemented "
+            "by this gateway",
+        )
+    return found
+
+
+def _timestamp(value: Any) -> datetime.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        found = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return found if found.tzinfo else found.replace(tzinfo=datetime.UTC)
+
+
+async def _list(
+    request: Request, tenant: Tenant, agent: DeployedAgent, params: tasks.ListParams
+) -> dict[str, Any]:
+    """The context's tasks of the agent, newest first, a page of them (without
+    artifacts, as LangGraph's server lists them)."""
+    scope = _scope(request, params.historyScope)
+    assert params.contextId is not None
+    found = await tasks.context_tasks(tenant, params.contextId, agent.name)
+    after = _timestamp(params.statusTimestampAfter)
+    listed = [
+        t
+        for t in found
+        if params.status in (None, t.state)
+        and (
+            after is None
+            or datetime.datetime.fromtimestamp(t.record.created_at, datetime.UTC) >= after
+        )
+    ]
+    offset = int(params.pageToken or 0)
+    page = listed[offset : offset + params.pageSize]
+    shown = []
+    for task in page:
+        status = {"state": task.state, "timestamp": iso(task.record.created_at)}
+        entry: dict[str, Any] = {"kind": "task", "id": task.task_id, "contextId": task.context_id}
+        entry |= {"status": status, "artifacts": []}
+        if params.historyLength != 0:
+            values = await tasks.run_values(tenant, task.record)
+            messages = values.get("messages") or []
+            entry["history"] = tasks.history(
+                messages, task.task_id, task.context_id, task.runs, params.historyLength, scope
+            )
+        shown.append(entry)
+    following = offset + len(page)
+    return {
+        "tasks": shown,
+        "totalSize": len(listed),
+        "pageSize": len(page),
+        "nextPageToken": str(following) if following < len(listed) else "",
+    }
 
 
 async def _get(

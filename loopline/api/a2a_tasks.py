@@ -101,6 +101,21 @@ class SendParams(Params):
     context: dict[str, Any] | None = None
 
 
+class ListParams(Params):
+    """``ListTasks``: the tasks of one context, newest first, a page at a time
+    (``pageToken`` an offset). Listing every context's tasks (no ``contextId``) and
+    ``includeArtifacts`` are not implemented."""
+
+    contextId: str | None = None
+    status: str | None = None
+    pageSize: int = Field(50, ge=1, le=100)
+    pageToken: str | None = None
+    historyLength: int | None = Field(None, ge=0, le=MAX_HISTORY)
+    historyScope: HistoryScope | None = None
+    statusTimestampAfter: str | None = None
+    includeArtifacts: Literal[False] | None = None
+
+
 class CancelParams(Params):
     """``tasks/cancel`` (``CancelTask``)."""
 
@@ -173,6 +188,19 @@ async def resolve(
     latest = next((r for r in reversed(runs) if stamped_task(r) == task_id), anchor)
     state = await task_state(tenant, latest)
     return Task(task_id, parsed, latest, state, runs)
+
+
+async def context_tasks(tenant: Tenant, context_id: str, assistant_id: str) -> list[Task]:
+    """The tasks of the assistant in the context, newest first (each as its latest
+    run has it)."""
+    runs = await thread_runs(tenant, context_id, assistant_id)
+    found: dict[str, Task] = {}
+    for record in reversed(runs):
+        task_id = stamped_task(record)
+        if task_id not in found:
+            state = await task_state(tenant, record)
+            found[task_id] = Task(task_id, context_id, record, state, runs)
+    return list(found.values())
 
 
 async def task_state(tenant: Tenant, record: RunRecord) -> str:
