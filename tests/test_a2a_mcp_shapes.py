@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loopline.api.a2a import spec_format
+from loopline.api.a2a_rpc import spec_format
 from loopline.api.a2a_tasks import A2AMessage, history, input_messages, reply_parts
 from loopline.api.mcp import tool_name
 from loopline.api.records import RunRecord
