@@ -32,6 +32,7 @@ from a2a.types import (
     SendMessageRequest,
     TaskState,
 )
+from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 from mcp import Client as McpClient
@@ -481,6 +482,35 @@ REFERENCE_LIST_PAGE = {
     "totalSize": 2,
 }
 REFERENCE_LIST_NONE: dict[str, Any] = {}
+# SendMessage "approve" (text) to the task of "gated" that waits for its decisions
+REFERENCE_TEXT_RESUME = [
+    {
+        "task": {
+            "id": "<id>",
+            "contextId": "<contextId>",
+            "status": {
+                "state": "TASK_STATE_FAILED",
+                "message": {
+                    "messageId": "<messageId>",
+                    "contextId": "<contextId>",
+                    "taskId": "<taskId>",
+                    "role": "ROLE_AGENT",
+                    "parts": [{"text": "Error executing assistant: TypeError"}],
+                },
+            },
+        }
+    }
+]
+REFERENCE_TEXT_RESUME_GET_STATUS = {
+    "state": "TASK_STATE_FAILED",
+    "timestamp": "<timestamp>",
+    "message": {
+        "messageId": "<messageId>",
+        "taskId": "<taskId>",
+        "role": "ROLE_AGENT",
+        "parts": [{"text": "Task failed with status: error"}],
+    },
+}
 # raw JSON-RPC to /a2a/{id}: (status, body); the assistant's UUID as <assistant>
 REFERENCE_A2A_RAW = {
     "get_missing_task": (
@@ -516,6 +546,11 @@ REFERENCE_A2A_RAW = {
         200,
         '{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"Invalid JSON-RPC message: '
         'missing or invalid jsonrpc version"}}',
+    ),
+    "resume_without_task": (
+        200,
+        '{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"contextId and taskId are '
+        'required when resuming a task"}}',
     ),
     "negative_history": (
         200,
@@ -860,6 +895,28 @@ async def test_a2a_interrupt_and_resume(gateway: GatewayProcess) -> None:
     await client.close()
 
 
+async def test_a2a_text_that_cannot_answer_an_interrupt_fails_the_task(
+    gateway: GatewayProcess,
+) -> None:
+    """Text sent to a task that waits for input is its answer (``command.resume``); for
+    HumanInTheLoopMiddleware, whose answer is ``{"decisions": [...]}``, the run fails and
+    so does the task, on both servers (the error's name differs: LangGraph's server
+    names the node's ``TypeError``, loopline's ``/wait`` says ``TaskFailed``)."""
+    client = await _client(f"{gateway.url}/a2a/gated", streaming=False)
+    task = (await _send(client, _message("gated")))[0]["task"]
+    ids = {"task_id": task["id"], "context_id": task["contextId"]}
+    failed = await _send(client, _message("approve", **ids))
+    message = failed[0]["task"]["status"]["message"]
+    assert message["parts"][0]["text"].startswith("Error executing assistant: ")
+    message["parts"] = REFERENCE_TEXT_RESUME[0]["task"]["status"]["message"]["parts"]
+    assert normal(failed) == REFERENCE_TEXT_RESUME
+    got = MessageToDict(await client.get_task(GetTaskRequest(id=task["id"])))
+    assert normal(got["status"]) == REFERENCE_TEXT_RESUME_GET_STATUS
+    with pytest.raises(UnsupportedOperationError, match="A terminal task cannot accept"):
+        await _send(client, _message(data={"resume": {"decisions": [{"type": "approve"}]}}, **ids))
+    await client.close()
+
+
 async def test_a2a_errors_as_langgraph_answers_them(gateway: GatewayProcess) -> None:
     message = {"role": "user", "parts": [{"kind": "text", "text": "hi"}], "messageId": "m-1"}
 
@@ -874,6 +931,10 @@ async def test_a2a_errors_as_langgraph_answers_them(gateway: GatewayProcess) -> 
         "no_message_id": ("agent", rpc("message/send", message={**message, "messageId": None})),
         "no_parts": ("agent", rpc("message/send", message={**message, "parts": []})),
         "bad_jsonrpc": ("agent", {"id": 1, "method": "message/send"}),
+        "resume_without_task": (
+            "agent",
+            rpc("message/send", message={**message, "parts": [{"data": {"resume": 1}}]}),
+        ),
         "negative_history": (
             "agent",
             rpc("message/send", message=message, configuration={"historyLength": -1}),
