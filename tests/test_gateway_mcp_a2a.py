@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.types import (
@@ -36,9 +37,10 @@ from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 from mcp import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from loopline.testing.processes import GatewayProcess
+from loopline.testing.processes import GatewayProcess, ServiceProcesses
 from tests import test_http_gateway as shared
 from tests.test_http_gateway import ANSWER
 
@@ -692,6 +694,25 @@ async def test_mcp_raw_messages_as_langgraph_answers_them(gateway: GatewayProces
         refused = (await http.post("/mcp", json=task, headers=accept)).json()
         assert refused["error"]["code"] == -32602
         assert refused["error"]["message"].startswith("task: not supported")
+
+
+async def test_mcp_and_a2a_take_the_callers_tenant(deployment: ServiceProcesses) -> None:
+    """With API keys, ``/mcp`` and ``/a2a`` serve the agents of the key's tenant, and a
+    caller without a key gets 401, as every other route."""
+    env = {"LOOPLINE_API_KEYS": f"key-main={deployment.prefix}"}
+    with GatewayProcess(deployment.redis_url, deployment.prefix, env=env) as api:
+        # the mcp client speaks httpx2; the key rides on the client it is given
+        async with httpx2.AsyncClient(headers={"x-api-key": "key-main"}) as keyed:
+            transport = streamable_http_client(f"{api.url}/mcp", http_client=keyed)
+            async with McpClient(transport) as mcp:
+                assert [t.name for t in (await mcp.list_tools()).tools] == AGENTS
+        async with httpx.AsyncClient(base_url=api.url) as http:
+            accept = {"Accept": "application/json, text/event-stream"}
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            assert (await http.post("/mcp", json=ping, headers=accept)).status_code == 401
+            assert (await http.get("/a2a/agent")).status_code == 401
+            card = await http.get("/a2a/agent", headers={"x-api-key": "key-main"})
+            assert card.json()["name"] == "agent"
 
 
 # -- A2A -----------------------------------------------------------------------------------
