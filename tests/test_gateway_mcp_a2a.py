@@ -1002,6 +1002,11 @@ async def test_a2a_errors_as_langgraph_answers_them(gateway: GatewayProcess) -> 
         extra = {**message, "referenceTaskIds": ["x"]}
         code, text = await error_of(rpc("message/send", message=extra))
         assert code == -32602 and text.startswith("message.referenceTaskIds: not supported")
+        both = {**message, "parts": [{"text": "yes"}, {"data": {"resume": 1}}]}
+        assert await error_of(rpc("message/send", message=both)) == (
+            -32602,
+            "send a resume data part without text parts",
+        )
         other = {**message, "parts": [{"kind": "data", "data": {"city": "Paris"}}]}
         code, text = await error_of(rpc("message/send", message=other))
         assert code == -32602 and "other than" in text

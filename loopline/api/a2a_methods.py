@@ -28,6 +28,7 @@ from loopline.api.a2a_rpc import (
 )
 from loopline.api.events import Failed, run_items
 from loopline.api.gateway import gateway_of, unless_stopping
+from loopline.api.records import RunRecord
 from loopline.api.run_routes import SSE_HEADERS
 from loopline.api.runs import Busy, RunRequest, cancel_run, start_run, wait_for, was_stopped
 from loopline.api.sse import with_heartbeats
@@ -44,7 +45,7 @@ def _scope(request: Request, asked: tasks.HistoryScope | None) -> tasks.HistoryS
 
 async def _started(
     tenant: Tenant, agent: DeployedAgent, params: tasks.SendParams
-) -> tuple[Any, str, str, list[Any]]:
+) -> tuple[RunRecord, str, str, list[RunRecord]]:
     """The run a message starts (new task, or the answer to one waiting for input):
     its record, the task id, the context id and the thread's runs of the agent."""
     message = params.message
@@ -59,6 +60,8 @@ async def _started(
     if len(resumes) > 1:
         raise RpcError(INVALID_PARAMS, "Only one resume value is allowed in data parts")
     inputs = tasks.input_messages(message)
+    if resumes and inputs:  # a loopline run takes an answer or new input, not both
+        raise RpcError(INVALID_PARAMS, "send a resume data part without text parts")
     task = None
     if message.taskId is not None:
         task = await tasks.resolve(tenant, message.taskId, message.contextId, agent.name)
