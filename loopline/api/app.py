@@ -18,9 +18,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from loopline.api import (
+    a2a,
     assistant_routes,
     background,
     cron_routes,
+    mcp,
     operator,
     page,
     run_routes,
@@ -124,6 +126,11 @@ ROUTES = [
     Route("/runs/wait", run_routes.wait, methods=["POST"]),
     Route("/runs/{run_id}/join", run_routes.join),
     Route("/runs/{run_id}/stream", run_routes.join_stream),
+    Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]),
+    Route("/a2a/{assistant_id}", a2a.endpoint, methods=["GET", "POST", "DELETE"]),
+    Route("/a2a/{assistant_id}/.well-known/agent-card.json", a2a.card),
+    Route("/a2a/{assistant_id}/.well-known/agent.json", a2a.card),
+    Route("/.well-known/agent-card.json", a2a.card),
     *operator.ROUTES,  # the operator's view (GET /ui/ops), before the page's /ui/{name}
     *page.ROUTES,  # the page to watch and steer runs (GET /ui)
 ]
