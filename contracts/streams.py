@@ -250,6 +250,12 @@ class Names:
         """Sorted set: the runs the gateway started on a thread, by creation time."""
         return f"{self.prefix}:api:thread:{{{thread_id}}}:runs"
 
+    @property
+    def api_threads(self) -> str:
+        """Sorted set: the threads the gateway created, by creation time (thread search
+        and count walk it beside ``threads``). Written and read by the gateway."""
+        return f"{self.prefix}:api:threads"
+
     def api_run(self, run_id: str) -> str:
         """Hash: a run the HTTP gateway started: its task, thread, assistant, and where in
         the task's log and chunk stream it begins (a resume is a run of its own that

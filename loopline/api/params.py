@@ -172,6 +172,58 @@ class ThreadCreate(Params):
     if_exists: Literal["raise", "do_nothing"] = "raise"
 
 
+ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
+
+ThreadSort = Literal["thread_id", "status", "created_at", "updated_at", "state_updated_at"]
+
+ThreadField = Literal[
+    "thread_id",
+    "created_at",
+    "updated_at",
+    "state_updated_at",
+    "metadata",
+    "config",
+    "status",
+    "values",
+    "interrupts",
+]
+
+
+class ThreadCount(Params):
+    """``POST /threads/count``: the threads whose metadata and values contain these,
+    in ``status``."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    values: dict[str, Any] = Field(default_factory=dict)
+    status: ThreadStatus | None = None
+
+
+class ThreadSearch(ThreadCount):
+    """``POST /threads/search`` (``extract`` is not implemented)."""
+
+    ids: list[str] | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+    sort_by: ThreadSort | None = None
+    sort_order: Literal["asc", "desc"] | None = None
+    select: list[ThreadField] | None = None
+
+
+class ThreadPatch(Params):
+    """``PATCH /threads/{id}``: metadata merged into the thread's (``ttl`` is not
+    implemented)."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ThreadPrune(Params):
+    """``POST /threads/prune``: ``delete`` removes the threads; ``keep_latest`` (drop
+    all but the latest checkpoint) is refused, as LangGraph's in-memory server refuses it."""
+
+    thread_ids: list[str]
+    strategy: Literal["delete", "keep_latest"] = "delete"
+
+
 class StateQuery(Params):
     """``GET /threads/{id}/state``: a loopline thread has no subgraphs, so its state is
     the same with ``subgraphs`` or without."""

@@ -1,9 +1,13 @@
-"""``/threads``: create one, read it (status, values, interrupts), its state as
-LangGraph's ``ThreadState`` (values, next, tasks, checkpoint, interrupts), and its
-history (one state per run, newest first), and remove it."""
+"""``/threads``: create one, read it (status, values, interrupts), search and count them
+(metadata, values, ids, status), update its metadata, copy it, prune and remove them; its
+state as LangGraph's ``ThreadState`` (values, next, tasks, checkpoint, interrupts), and its
+history. The thread's values come from the thread model (``loopline.threads``)."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import time
 import uuid
 from typing import Any
 
@@ -11,11 +15,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from loopline.api.gateway import body_of, tenant_of
-from loopline.api.params import HistoryBody, NoParams, StateQuery, ThreadCreate, parse
+from loopline.api.params import (
+    HistoryBody,
+    NoParams,
+    StateQuery,
+    ThreadCount,
+    ThreadCreate,
+    ThreadPatch,
+    ThreadPrune,
+    ThreadSearch,
+    parse,
+)
 from loopline.api.records import ThreadRecord
 from loopline.api.runs import state_values, was_stopped
 from loopline.api.tenant import NotFound, Tenant
-from loopline.api.wire import interrupt_json, iso, jsonable
+from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
 from loopline.conversation import snapshot, waiting_interrupts
 from loopline.threads import ThreadValues
 
@@ -45,12 +59,131 @@ async def delete(request: Request) -> Response:
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
     try:
-        removed = await tenant.threads.remove(thread_id)
+        removed = await _remove(tenant, thread_id)
     except ValueError as exc:  # a run is active
         return JSONResponse({"detail": str(exc)}, status_code=409)
-    if not (await tenant.records.delete_thread(thread_id) or removed):
+    if not removed:
         raise NotFound(f"Thread {thread_id} not found")
     return Response(status_code=204)
+
+
+async def _remove(tenant: Tenant, thread_id: str) -> bool:
+    """Remove a thread's values and the gateway's record of it; whether it existed
+    (``ValueError`` for a thread with an active run)."""
+    removed = await tenant.threads.remove(thread_id)
+    return await tenant.records.delete_thread(thread_id) or removed
+
+
+async def search(request: Request) -> Response:
+    """``POST /threads/search``: the threads that match, sorted (by ``updated_at``,
+    newest first, unless ``sort_by``), a page of them, ``select``'s fields."""
+    tenant = await tenant_of(request)
+    wanted = parse(ThreadSearch, await body_of(request))
+    found = await _matching(tenant, wanted, wanted.ids)
+    key = wanted.sort_by or "updated_at"
+    found.sort(key=lambda t: t[key], reverse=(wanted.sort_order or "desc") == "desc")
+    page = found[wanted.offset : wanted.offset + wanted.limit]
+    if wanted.select:
+        page = [{k: t[k] for k in wanted.select if k in t} for t in page]
+    return JSONResponse(page)
+
+
+async def count(request: Request) -> Response:
+    """``POST /threads/count``: how many match (the filters of ``search``)."""
+    tenant = await tenant_of(request)
+    wanted = parse(ThreadCount, await body_of(request))
+    return JSONResponse(len(await _matching(tenant, wanted, None)))
+
+
+async def _matching(
+    tenant: Tenant, wanted: ThreadCount, ids: list[str] | None
+) -> list[dict[str, Any]]:
+    """Every thread of the tenant (those the gateway created and those a client of the
+    bus ran) that ``wanted`` matches, as ``thread_json`` shows it."""
+    if ids is None:
+        known = await tenant.records.thread_ids()
+        known += [t.thread_id for t in await tenant.threads.list(limit=MANY_THREADS)]
+        ids = list(dict.fromkeys(known))
+    found = []
+    for thread_id in ids:
+        try:
+            shown = await thread_json(tenant, thread_id)
+        except NotFound:  # expired or deleted since it was listed
+            continue
+        if wanted.status not in (None, shown["status"]):
+            continue
+        if not contains(shown["metadata"], wanted.metadata):
+            continue
+        if wanted.values and not contains(shown["values"] or {}, wanted.values):
+            continue
+        found.append(shown)
+    return found
+
+
+MANY_THREADS = 10_000
+"""The most threads of the bus (beside the gateway's own) a search looks at."""
+
+
+def contains(have: Any, want: Any) -> bool:
+    """JSON containment, as PostgreSQL's ``@>`` and LangGraph's server filter: every key
+    of a wanted object in the value with a contained value; every wanted list item
+    contained in some item of the value's list; anything else equal."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(
+            k in have and contains(have[k], v) for k, v in want.items()
+        )
+    if isinstance(want, list):
+        return isinstance(have, list) and all(any(contains(h, w) for h in have) for w in want)
+    return bool(have == want)
+
+
+async def update(request: Request) -> Response:
+    """``PATCH /threads/{id}``: its metadata merged with the body's."""
+    tenant = await tenant_of(request)
+    patch = parse(ThreadPatch, await body_of(request))
+    thread_id = request.path_params["thread_id"]
+    shown = await thread_json(tenant, thread_id)  # 404 for a thread that does not exist
+    record = await tenant.records.thread(thread_id) or ThreadRecord(
+        thread_id=thread_id, created_at=_epoch(shown["created_at"])
+    )
+    record.metadata = {**record.metadata, **patch.metadata}
+    record.updated_at = time.time()
+    await tenant.records.save_thread(record)
+    return JSONResponse(await thread_json(tenant, thread_id))
+
+
+async def copy(request: Request) -> Response:
+    """``POST /threads/{id}/copy``: a new thread with the same metadata and values (409
+    for a thread that does not exist, as LangGraph's server answers)."""
+    parse(NoParams, request.query_params)
+    tenant = await tenant_of(request)
+    source = request.path_params["thread_id"]
+    try:
+        shown = await thread_json(tenant, source)
+    except NotFound as exc:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+    thread_id = str(uuid.uuid4())
+    await tenant.threads.copy(source, thread_id)
+    await tenant.records.save_thread(ThreadRecord(thread_id, metadata=shown["metadata"]))
+    return JSONResponse(await thread_json(tenant, thread_id))
+
+
+async def prune(request: Request) -> Response:
+    """``POST /threads/prune``: remove the threads named (those that exist and have no
+    active run); how many were."""
+    tenant = await tenant_of(request)
+    body = parse(ThreadPrune, await body_of(request))
+    if body.strategy == "keep_latest":
+        raise BadRequest("strategy: 'keep_latest' is not supported (supported: 'delete')")
+    pruned = 0
+    for thread_id in body.thread_ids:
+        with contextlib.suppress(ValueError):  # a run is active: left alone
+            pruned += await _remove(tenant, thread_id)
+    return JSONResponse({"pruned_count": pruned})
+
+
+def _epoch(shown: str) -> float:
+    return datetime.datetime.fromisoformat(shown).timestamp()
 
 
 async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
@@ -63,12 +196,13 @@ async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
     waits = await waiting_interrupts(tenant.client, state) if state else []
     interrupts = [w.interrupt for w in waits]
     values = await state_values(tenant, state) if state and state.run_id else None
-    updated = iso(info.updated if info and info.updated else created)
+    state_updated = info.updated if info and info.updated else created
+    updated = max(state_updated, record.updated_at if record else 0.0)
     return {
         "thread_id": thread_id,
         "created_at": iso(created),
-        "updated_at": updated,
-        "state_updated_at": updated,
+        "updated_at": iso(updated),
+        "state_updated_at": iso(state_updated),
         "metadata": record.metadata if record else {},
         "status": await _status(tenant, state, bool(interrupts)),
         "config": {},
