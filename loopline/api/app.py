@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loopline.api import assistant_routes, page, run_routes, thread_routes
+from loopline.api import assistant_routes, page, run_routes, store_routes, thread_routes
 from loopline.api.gateway import Gateway, Stopping, gateway_of
 from loopline.api.runs import Busy
 from loopline.api.settings import Tenancy
@@ -54,6 +54,10 @@ def _detail(status: int, message: str) -> Response:
 
 async def _bad_request(request: Request, exc: Exception) -> Response:
     return _detail(422, str(exc))
+
+
+async def _bad_namespace(request: Request, exc: Exception) -> Response:
+    return _detail(400, str(exc))
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -114,6 +118,11 @@ ROUTES = [
     Route("/runs/wait", run_routes.wait, methods=["POST"]),
     Route("/runs/{run_id}/join", run_routes.join),
     Route("/runs/{run_id}/stream", run_routes.join_stream),
+    Route("/store/items", store_routes.put, methods=["PUT"]),
+    Route("/store/items", store_routes.get),
+    Route("/store/items", store_routes.delete, methods=["DELETE"]),
+    Route("/store/items/search", store_routes.search, methods=["POST"]),
+    Route("/store/namespaces", store_routes.namespaces, methods=["POST"]),
     *page.ROUTES,  # the page to watch and steer runs (GET /ui)
 ]
 
@@ -151,6 +160,7 @@ def create_app(
         middleware=middleware if cors_origins else None,
         exception_handlers={
             BadRequest: _bad_request,
+            store_routes.EmptyNamespace: _bad_namespace,
             NotFound: _not_found,
             Busy: _busy,
             Stopping: _stopping,

@@ -289,6 +289,68 @@ class SubgraphsQuery(Params):
     recurse: bool = False
 
 
+# -- store ---------------------------------------------------------------------------
+
+
+class StoreParams(Params):
+    """The deployment's store keeps items until they are deleted (``ttl`` is refused),
+    so there is no TTL to refresh: ``refresh_ttl`` may only say false."""
+
+    refresh_ttl: bool = False
+
+    @field_validator("refresh_ttl")
+    @classmethod
+    def _no_ttl(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("the store's items have no TTL to refresh (true is not implemented)")
+        return value
+
+
+class StorePut(Params):
+    """``PUT /store/items``. ``index`` may only say ``false`` (the store has no vector
+    index); ``ttl`` is refused (items are kept until deleted)."""
+
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    index: Literal[False] | None = None
+
+
+class StoreItemQuery(StoreParams):
+    """``GET /store/items``: the namespace's labels joined by dots, and the key."""
+
+    namespace: str = ""
+    key: str
+
+
+class StoreDelete(Params):
+    """``DELETE /store/items``."""
+
+    namespace: list[str]
+    key: str
+
+
+class StoreSearch(StoreParams):
+    """``POST /store/items/search``: items under a namespace prefix whose value matches
+    ``filter`` (LangGraph's operators), newest first. ``query`` is refused: there is no
+    vector index to rank by."""
+
+    namespace_prefix: list[str] = Field(default_factory=list)
+    filter: dict[str, Any] | None = None
+    limit: int = Field(10, ge=0)
+    offset: int = Field(0, ge=0)
+
+
+class StoreNamespaces(Params):
+    """``POST /store/namespaces``."""
+
+    prefix: list[str] | None = None
+    suffix: list[str] | None = None
+    max_depth: int | None = Field(None, ge=1)
+    limit: int = Field(100, ge=0)
+    offset: int = Field(0, ge=0)
+
+
 # -- reading ---------------------------------------------------------------------------
 
 P = TypeVar("P", bound=Params)

@@ -1,5 +1,5 @@
 """One tenant (prefix) as the gateway serves it: a ``loopline.Client`` on its bus, its
-thread reader, the gateway's records, and the deployed agents' specs it reads."""
+thread reader, the gateway's records, its store, and the deployed agents' specs it reads."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from loopline.api.wire import BadRequest
 from loopline.client import Client
 from loopline.threads import ThreadReader
 from services import deployed
+from services.redis_store import RedisStore
 from services.settings import Settings
 
 
@@ -27,6 +28,8 @@ class Tenant:
         self.settings = settings
         self.records = Records(self.redis, self.names, settings.retention_s, settings.thread_ttl_s)
         self.registrations = deployed.Registrations(self.redis, self.names)
+        self.store = RedisStore(url, prefix)
+        """The deployment's store, the one hooks and tools of this prefix see."""
         self._specs: dict[str, AgentSpec] = {}
 
     @property
