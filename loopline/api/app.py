@@ -113,6 +113,8 @@ ROUTES = [
     Route("/threads/{thread_id}/runs/{run_id}/join", run_routes.join),
     Route("/threads/{thread_id}/runs/{run_id}/stream", run_routes.join_stream),
     Route("/threads/{thread_id}/runs/{run_id}/cancel", run_routes.cancel, methods=["POST"]),
+    Route("/runs", run_routes.create, methods=["POST"]),
+    Route("/runs/batch", run_routes.batch, methods=["POST"]),
     Route("/runs/cancel", run_routes.cancel_many, methods=["POST"]),
     Route("/runs/stream", run_routes.stream, methods=["POST"]),
     Route("/runs/wait", run_routes.wait, methods=["POST"]),

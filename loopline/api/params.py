@@ -98,8 +98,9 @@ class RunBody(Params):
     """Accepted either way: every loopline stream can be resumed (``Last-Event-ID``)."""
     on_disconnect: Literal["continue"] | None = None
     """A run goes on when its client leaves; ``cancel`` is not implemented."""
-    on_completion: Literal["delete"] | None = None
-    """A stateless run leaves no thread behind; ``keep`` is not implemented."""
+    on_completion: Literal["delete", "keep"] | None = None
+    """A stateless run's thread: ``delete`` (the default) leaves none behind, ``keep``
+    keeps it as an ordinary thread."""
     durability: Literal["sync", "async"] | None = None
     """Every step is committed before the next starts, which both promise; ``exit``
     (checkpoint only at the end) is not implemented."""

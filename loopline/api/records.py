@@ -62,6 +62,10 @@ class RunRecord:
     task goes on, this run does not."""
     agent_ref: str = ""
     """The registration the run's task runs (``NAME@VERSION``); "" in older records."""
+    temporary_thread: str = ""
+    """A stateless run's thread id as LangGraph's clients see it (they join and read the
+    run under it). LangGraph's server makes a thread it deletes when the run ends;
+    loopline runs the task without a thread, so there is none to delete."""
 
     @property
     def is_resume(self) -> bool:

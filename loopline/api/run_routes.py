@@ -1,9 +1,11 @@
-"""``/threads/{id}/runs...`` and the stateless ``/runs/stream`` and ``/runs/wait``:
-start a run (in the background, streaming, or waiting for its end), read it, join it,
-follow its stream (``Last-Event-ID`` resumes it), cancel it."""
+"""``/threads/{id}/runs...`` and the stateless ``/runs``, ``/runs/batch``,
+``/runs/stream`` and ``/runs/wait``: start a run (in the background, streaming, or
+waiting for its end), read it, join it, follow its stream (``Last-Event-ID`` resumes it),
+cancel it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -17,6 +19,7 @@ from loopline.api.runs import (
     Busy,
     RunRequest,
     cancel_run,
+    run_agent,
     run_record,
     run_status,
     start_run,
@@ -32,8 +35,9 @@ SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 def _path(record: RunRecord) -> str:
     """Where the run lives (``Content-Location``; the SDK reads the run id from it)."""
-    if record.thread_id:
-        return f"/threads/{record.thread_id}/runs/{record.run_id}"
+    thread_id = record.thread_id or record.temporary_thread
+    if thread_id:
+        return f"/threads/{thread_id}/runs/{record.run_id}"
     return f"/runs/{record.run_id}"
 
 
@@ -58,7 +62,7 @@ async def run_json(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
     status = await run_status(tenant, record)
     return {
         "run_id": record.run_id,
-        "thread_id": record.thread_id or None,
+        "thread_id": record.thread_id or record.temporary_thread or None,
         "assistant_id": record.assistant_id,
         "created_at": iso(record.created_at),
         "updated_at": iso(record.created_at),
@@ -78,9 +82,24 @@ async def _started(request: Request) -> tuple[Tenant, RunRecord, RunRequest]:
 
 
 async def create(request: Request) -> Response:
-    """``POST /threads/{id}/runs``: a background run."""
+    """``POST /threads/{id}/runs`` and ``POST /runs``: a background run."""
     tenant, record, _ = await _started(request)
     return JSONResponse(await run_json(tenant, record), headers={"Content-Location": _path(record)})
+
+
+async def batch(request: Request) -> Response:
+    """``POST /runs/batch``: stateless background runs, every body read (and its
+    assistant found) before any starts, so a bad one starts none."""
+    parse(NoParams, request.query_params)
+    tenant = await tenant_of(request)
+    bodies = json.loads(await request.body() or b"null")
+    if not isinstance(bodies, list) or not bodies:
+        raise BadRequest("the body must be a non-empty list of runs")
+    runs = [RunRequest.parse(body) for body in bodies]
+    for run in runs:
+        await run_agent(tenant, run)
+    records = [await start_run(tenant, None, run) for run in runs]
+    return JSONResponse([await run_json(tenant, record) for record in records])
 
 
 async def stream(request: Request) -> Response:

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts.agent import DeployedAgent
 from contracts.events import ApprovalRequested, TaskCompleted, TaskFailed
 from contracts.messages import to_langchain, with_input_ids
 from loopline.api.params import RunBody, parse
@@ -60,6 +61,7 @@ class RunRequest:
     multitask_strategy: str = "reject"
     metadata: dict[str, Any] = field(default_factory=dict)
     if_not_exists: str = "reject"
+    on_completion: str = "delete"
 
     @classmethod
     def parse(cls, body: Any) -> RunRequest:
@@ -78,6 +80,7 @@ class RunRequest:
             multitask_strategy=run.multitask_strategy,
             metadata=dict(run.metadata),
             if_not_exists=run.if_not_exists,
+            on_completion=run.on_completion or "delete",
         )
 
     @property
@@ -124,12 +127,25 @@ async def thread_busy(tenant: Tenant, thread_id: str) -> bool:
     return not await waiting_interrupts(tenant.client, state)
 
 
-async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) -> RunRecord:
-    """Start a run of the thread (None: a stateless run) and record it."""
+async def run_agent(tenant: Tenant, request: RunRequest) -> DeployedAgent:
+    """The deployed agent a run body names (422 for none: in a run body, LangGraph's
+    server calls an unknown assistant invalid input)."""
     try:
-        agent = await tenant.assistant(request.assistant_id)
-    except NotFound as exc:  # in a run body, LangGraph's server calls it invalid input
+        return await tenant.assistant(request.assistant_id)
+    except NotFound as exc:
         raise BadRequest(f"Invalid assistant: {exc}") from exc
+
+
+async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) -> RunRecord:
+    """Start a run of the thread (None: a stateless run) and record it. A stateless run
+    with ``on_completion="keep"`` runs on a new thread that stays; otherwise on none."""
+    agent = await run_agent(tenant, request)
+    temporary_thread = ""
+    if thread_id is None and request.on_completion == "keep":
+        thread_id = str(uuid.uuid4())
+        await tenant.records.save_thread(ThreadRecord(thread_id=thread_id))
+    elif thread_id is None:
+        temporary_thread = str(uuid.uuid4())
     if thread_id is not None:
         await _thread_for_run(tenant, thread_id, request)
     if request.command is not None:
@@ -159,6 +175,7 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
         kwargs=jsonable(request.kwargs),
         input_ids=[str(m.id) for m in messages],
         agent_ref=agent.ref,
+        temporary_thread=temporary_thread,
     )
     try:
         await tenant.client.submit(
@@ -240,7 +257,7 @@ async def _end_answered_runs(tenant: Tenant, thread_id: str, task_id: str) -> No
 
 async def run_record(tenant: Tenant, thread_id: str | None, run_id: str) -> RunRecord:
     record = await tenant.records.run(run_id)
-    if record is None or (thread_id is not None and record.thread_id != thread_id):
+    if record is None or thread_id not in (None, record.thread_id or record.temporary_thread):
         raise NotFound(f"Run {run_id} not found")
     return record
 
