@@ -278,6 +278,46 @@ class AssistantSearch(AssistantCount):
     select: list[AssistantField] | None = None
 
 
+class AssistantCreate(Params):
+    """``POST /assistants``: a configuration of the deployed agent ``graph_id``. Its
+    ``config`` is a run's (``RunConfigBody``: what loopline does not take is refused)."""
+
+    graph_id: str = Field(min_length=1)
+    assistant_id: str | None = Field(None, min_length=1, max_length=256)
+    config: RunConfigBody = Field(default_factory=RunConfigBody)
+    context: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+    name: str = "Untitled"
+    description: str | None = None
+
+
+class AssistantPatch(Params):
+    """``PATCH /assistants/{id}``: the next version; what is not given is kept
+    (``metadata`` is merged)."""
+
+    graph_id: str | None = Field(None, min_length=1)
+    config: RunConfigBody | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    name: str | None = None
+    description: str | None = None
+
+
+class AssistantVersions(Params):
+    """``POST /assistants/{id}/versions``: newest first; ``metadata`` pairs equal."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class AssistantLatest(Params):
+    """``POST /assistants/{id}/latest``."""
+
+    version: int = Field(ge=1)
+
+
 class GraphQuery(Params):
     """``GET /assistants/{id}/graph``."""
 

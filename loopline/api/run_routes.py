@@ -97,7 +97,7 @@ async def batch(request: Request) -> Response:
         raise BadRequest("the body must be a non-empty list of runs")
     runs = [RunRequest.parse(body) for body in bodies]
     for run in runs:
-        await run_agent(tenant, run)
+        await run_agent(tenant, run)  # 422 for an assistant that does not exist
     records = [await start_run(tenant, None, run) for run in runs]
     return JSONResponse([await run_json(tenant, record) for record in records])
 

@@ -11,12 +11,13 @@ that runs is ``running``; one that ended or stopped at an interrupt (a human is 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from contracts.agent import DeployedAgent
 from contracts.events import ApprovalRequested, TaskCompleted, TaskFailed
 from contracts.messages import to_langchain, with_input_ids
+from loopline.api.assistants import AssistantVersion
 from loopline.api.params import RunBody, parse
 from loopline.api.records import RunRecord, ThreadRecord
 from loopline.api.tenant import NotFound, Tenant
@@ -127,19 +128,40 @@ async def thread_busy(tenant: Tenant, thread_id: str) -> bool:
     return not await waiting_interrupts(tenant.client, state)
 
 
-async def run_agent(tenant: Tenant, request: RunRequest) -> DeployedAgent:
-    """The deployed agent a run body names (422 for none: in a run body, LangGraph's
-    server calls an unknown assistant invalid input)."""
+async def run_agent(tenant: Tenant, request: RunRequest) -> tuple[DeployedAgent, RunRequest]:
+    """The deployed agent a run body names, and the request with the assistant's
+    configuration under it (422 for no such assistant: in a run body, LangGraph's server
+    calls an unknown assistant invalid input)."""
     try:
-        return await tenant.assistant(request.assistant_id)
+        agent, configured = await tenant.configured(request.assistant_id)
     except NotFound as exc:
         raise BadRequest(f"Invalid assistant: {exc}") from exc
+    if configured is None:
+        return agent, request
+    return agent, with_assistant(request, configured)
+
+
+def with_assistant(request: RunRequest, assistant: AssistantVersion) -> RunRequest:
+    """The run's config and context over its assistant's, as LangGraph's server merges
+    them: tags added, metadata and ``configurable`` merged key by key, the run's
+    ``recursion_limit`` and ``run_name`` before the assistant's."""
+    given, base = request.config, assistant.config
+    config = {**base, **given}
+    config["tags"] = [*base.get("tags", ()), *given.get("tags", ())]
+    for key in ("metadata", "configurable"):
+        config[key] = {**base.get(key, {}), **given.get(key, {})}
+    context = {**assistant.context, **(request.context or {})}
+    return replace(
+        request,
+        config={k: v for k, v in config.items() if v not in ([], {})},
+        context=context or None,
+    )
 
 
 async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) -> RunRecord:
     """Start a run of the thread (None: a stateless run) and record it. A stateless run
     with ``on_completion="keep"`` runs on a new thread that stays; otherwise on none."""
-    agent = await run_agent(tenant, request)
+    agent, request = await run_agent(tenant, request)
     temporary_thread = ""
     if thread_id is None and request.on_completion == "keep":
         thread_id = str(uuid.uuid4())
