@@ -135,8 +135,8 @@ class CancelQuery(Params):
 
 
 class CancelManyBody(Params):
-    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or the runs of
-    ``thread_id`` with ``status``."""
+    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or every thread's
+    runs with ``status``."""
 
     thread_id: str | None = None
     run_ids: list[str] | None = None

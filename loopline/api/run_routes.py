@@ -24,6 +24,7 @@ from loopline.api.runs import (
     run_status,
     start_run,
     thread_exists,
+    thread_ids,
     wait_for,
 )
 from loopline.api.sse import run_frames, with_heartbeats
@@ -54,6 +55,7 @@ RUN_FIELDS = (
     "metadata",
     "kwargs",
     "multitask_strategy",
+    "langsmith_session_name",
 )
 """A run's fields, as ``run_json`` shows them (what ``runs.list(select=)`` may name)."""
 
@@ -70,6 +72,7 @@ async def run_json(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
         "metadata": record.metadata,
         "kwargs": record.kwargs,
         "multitask_strategy": record.multitask_strategy,
+        "langsmith_session_name": None,  # loopline traces no run to LangSmith itself
     }
 
 
@@ -145,7 +148,9 @@ async def listing(request: Request) -> Response:
     return JSONResponse(found)
 
 
-async def _thread_runs(tenant: Tenant, thread_id: str, offset: int, limit: int) -> list[RunRecord]:
+async def _thread_runs(
+    tenant: Tenant, thread_id: str, offset: int = 0, limit: int = MANY_RUNS
+) -> list[RunRecord]:
     found = []
     for run_id in await tenant.records.run_ids(thread_id, offset, limit):
         record = await tenant.records.run(run_id)
@@ -199,21 +204,21 @@ async def delete(request: Request) -> Response:
 
 
 async def cancel_many(request: Request) -> Response:
-    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or those of
-    ``thread_id`` in ``status`` (``pending``, ``running``, ``all``). Runs that are not
-    pending or running are left alone; 404 when none was (as LangGraph's server)."""
+    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or every thread's
+    runs in ``status`` (``pending``, ``running``, ``all``: both), as LangGraph's server
+    takes them. Runs that are not pending or running are left alone; 404 when none was.
+    A stateless run (of no thread) is cancelled by its id only."""
     parse(CancelQuery, request.query_params)
     body = parse(CancelManyBody, await body_of(request))
-    if not body.thread_id or (body.run_ids is None) == (body.status is None):
-        raise BadRequest(
-            "give thread_id with run_ids, or thread_id with status (cancelling by status "
-            "across every thread is not implemented)"
-        )
+    if body.status is not None and (body.thread_id or body.run_ids is not None):
+        raise BadRequest(STATUS_ALONE)
+    if body.status is None and (not body.thread_id or body.run_ids is None):
+        raise BadRequest("give thread_id with run_ids, or status alone")
     tenant = await tenant_of(request)
-    if body.run_ids is not None:
+    if body.thread_id and body.run_ids is not None:
         records = [await run_record(tenant, body.thread_id, r) for r in body.run_ids]
     else:
-        records = await _thread_runs(tenant, body.thread_id, 0, MANY_RUNS)
+        records = [r for t in await thread_ids(tenant) for r in await _thread_runs(tenant, t)]
     wanted = ("pending", "running") if body.status in (None, "all") else (body.status,)
     cancelled = 0
     for record in records:
@@ -227,6 +232,13 @@ async def cancel_many(request: Request) -> Response:
     if not cancelled:
         raise NotFound("No runs found to cancel.")
     return Response(status_code=204)
+
+
+STATUS_ALONE = (
+    "When providing a 'status', 'thread_id' and 'run_ids' must be omitted. The 'status' "
+    "parameter cancels all runs with the given status, regardless of thread or run ID."
+)
+"""LangGraph's server's words for a ``status`` given with a thread or runs."""
 
 
 async def _record(request: Request) -> tuple[Tenant, RunRecord]:

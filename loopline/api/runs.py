@@ -112,6 +112,18 @@ async def thread_exists(tenant: Tenant, thread_id: str) -> bool:
     return await tenant.threads.info(thread_id) is not None
 
 
+MANY_THREADS = 10_000
+"""The most threads of the bus (beside the gateway's own) a search looks at."""
+
+
+async def thread_ids(tenant: Tenant) -> list[str]:
+    """Every thread of the tenant: those the gateway created and those a client of the
+    bus ran (``loopline.Client``, an agent's ``invoke`` on the deployment)."""
+    known = await tenant.records.thread_ids()
+    known += [t.thread_id for t in await tenant.threads.list(limit=MANY_THREADS)]
+    return list(dict.fromkeys(known))
+
+
 async def thread_busy(tenant: Tenant, thread_id: str) -> bool:
     """Whether the thread has a run that has not ended (a run that ended but whose end is
     not yet written back does not count: the loop records it when the next run comes).

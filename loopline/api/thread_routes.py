@@ -27,7 +27,7 @@ from loopline.api.params import (
     parse,
 )
 from loopline.api.records import ThreadRecord
-from loopline.api.runs import state_values, was_stopped
+from loopline.api.runs import state_values, thread_ids, was_stopped
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
 from loopline.conversation import snapshot, waiting_interrupts
@@ -101,9 +101,7 @@ async def _matching(
     """Every thread of the tenant (those the gateway created and those a client of the
     bus ran) that ``wanted`` matches, as ``thread_json`` shows it."""
     if ids is None:
-        known = await tenant.records.thread_ids()
-        known += [t.thread_id for t in await tenant.threads.list(limit=MANY_THREADS)]
-        ids = list(dict.fromkeys(known))
+        ids = await thread_ids(tenant)
     found = []
     for thread_id in ids:
         try:
@@ -118,10 +116,6 @@ async def _matching(
             continue
         found.append(shown)
     return found
-
-
-MANY_THREADS = 10_000
-"""The most threads of the bus (beside the gateway's own) a search looks at."""
 
 
 def contains(have: Any, want: Any) -> bool:
