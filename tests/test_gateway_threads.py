@@ -132,3 +132,46 @@ async def test_threads_are_searched_counted_updated_copied_and_pruned(sdk: Any) 
     assert await sdk.threads.count(metadata={"owner": "ann", "tag": tag}) == 0
     with pytest.raises(NotFoundError):
         await sdk.threads.delete(ann["thread_id"])
+
+
+REFERENCE_UPDATE_KEYS = {"checkpoint", "checkpoint_id", "configurable"}
+"""``threads.update_state``'s answer, as LangGraph's server gave it."""
+
+
+async def test_state_at_a_checkpoint_and_state_updates(sdk: Any, scripted: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "agent", input=hello())
+    first = await sdk.threads.get_state(tid)
+    await sdk.runs.wait(tid, "agent", input=hello("again"))
+    at_first = await sdk.threads.get_state(tid, checkpoint_id=first["checkpoint_id"])
+    assert at_first["values"] == first["values"]
+    assert at_first["checkpoint_id"] == first["checkpoint_id"]
+    by_config = await sdk.threads.get_state(tid, checkpoint=first["checkpoint"])
+    assert by_config["values"] == first["values"]
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get_state(tid, checkpoint_id=str(uuid.uuid4()))
+
+    note = {"role": "user", "content": "remember: blue", "id": "note-1"}
+    answer = await sdk.threads.update_state(tid, {"messages": [note]})
+    assert set(answer) >= REFERENCE_UPDATE_KEYS
+    assert answer["checkpoint"]["thread_id"] == tid
+    shown = (await sdk.threads.get_state(tid))["values"]["messages"]
+    assert [m["content"] for m in shown][-2:] == ["answer to again", "remember: blue"]
+    edited = {**note, "content": "remember: green"}  # same id: replaced, as add_messages does
+    await sdk.threads.update_state(tid, {"messages": [edited]})
+    shown = (await sdk.threads.get_state(tid))["values"]["messages"]
+    assert [m["content"] for m in shown][-1:] == ["remember: green"] and len(shown) == 5
+
+    scripted.reset()
+    await sdk.runs.wait(tid, "agent", input=hello("third"))
+    (sent,) = scripted.chat_requests()
+    assert [m["content"] for m in sent["messages"]][-2:] == ["remember: green", "third"]
+
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        await sdk.threads.update_state(tid, {"messages": []}, as_node="model")
+    assert refused.value.response.status_code == 422
+    assert "as_node" in refused.value.response.json()["detail"]
+    fresh = (await sdk.threads.create())["thread_id"]
+    with pytest.raises(httpx.HTTPStatusError) as nothing_ran:
+        await sdk.threads.update_state(fresh, {"messages": [note]})
+    assert nothing_ran.value.response.status_code == 422

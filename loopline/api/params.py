@@ -232,6 +232,21 @@ class StateQuery(Params):
     subgraphs: bool = False
 
 
+class StateUpdate(Params):
+    """``POST /threads/{id}/state``: values applied through the state's reducers, between
+    runs. ``as_node``, ``task_id`` and ``checkpoint`` are not implemented (an update is
+    applied to the thread's latest state, and the next run starts at the model)."""
+
+    values: dict[str, Any] | None = None
+
+
+class StateAtCheckpoint(Params):
+    """``POST /threads/{id}/state/checkpoint``."""
+
+    checkpoint: dict[str, Any]
+    subgraphs: bool = False
+
+
 class HistoryBody(Params):
     """``POST /threads/{id}/history`` (``metadata``, ``checkpoint`` and ``select`` are not
     implemented)."""

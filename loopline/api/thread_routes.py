@@ -1,7 +1,8 @@
 """``/threads``: create one, read it (status, values, interrupts), search and count them
 (metadata, values, ids, status), update its metadata, copy it, prune and remove them; its
-state as LangGraph's ``ThreadState`` (values, next, tasks, checkpoint, interrupts), and its
-history. The thread's values come from the thread model (``loopline.threads``)."""
+state as LangGraph's ``ThreadState`` (values, next, tasks, checkpoint, interrupts), now or
+at a checkpoint, state updates, and its history. The thread's values come from the thread
+model (``loopline.threads``)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from loopline.agent import updated_values
 from loopline.api.gateway import body_of, tenant_of
 from loopline.api.params import (
     HistoryBody,
     NoParams,
+    StateAtCheckpoint,
     StateQuery,
+    StateUpdate,
     ThreadCount,
     ThreadCreate,
     ThreadPatch,
@@ -32,6 +36,7 @@ from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
 from loopline.conversation import snapshot, waiting_interrupts
 from loopline.threads import ThreadValues
+from services.hooks import hooks_for
 
 
 async def create(request: Request) -> Response:
@@ -288,6 +293,51 @@ async def state(request: Request) -> Response:
     runs = await tenant.threads.run_ids(thread_id)
     parent = runs[runs.index(current.run_id) - 1] if current.run_id in runs[1:] else ""
     return JSONResponse(await state_json(tenant, thread_id, current, parent_run=parent))
+
+
+async def state_at(request: Request) -> Response:
+    """``GET /threads/{id}/state/{checkpoint_id}`` and ``POST .../state/checkpoint``: the
+    state at a checkpoint (in loopline, a run's id names the state the run left)."""
+    tenant = await tenant_of(request)
+    thread_id = request.path_params["thread_id"]
+    if request.method == "POST":
+        body = parse(StateAtCheckpoint, await body_of(request))
+        checkpoint_id = str(body.checkpoint.get("checkpoint_id") or "")
+    else:
+        parse(StateQuery, request.query_params)
+        checkpoint_id = request.path_params["checkpoint_id"]
+    await thread_json(tenant, thread_id)  # 404 for a thread that does not exist
+    runs = await tenant.threads.run_ids(thread_id)
+    if checkpoint_id not in runs:
+        raise NotFound(f"Checkpoint {checkpoint_id} not found on thread {thread_id}")
+    at = await tenant.threads.of_run(thread_id, checkpoint_id)
+    parent = runs[runs.index(checkpoint_id) - 1] if runs.index(checkpoint_id) else ""
+    return JSONResponse(await state_json(tenant, thread_id, at, parent_run=parent))
+
+
+async def update_state(request: Request) -> Response:
+    """``POST /threads/{id}/state``: LangGraph's ``update_state`` on a thread between
+    runs (409 while a run goes or waits); the values go through the reducers of the
+    agent that last ran on it. The answer names the thread's state (the run it came
+    from: loopline makes no checkpoint of its own for an update)."""
+    tenant = await tenant_of(request)
+    body = parse(StateUpdate, await body_of(request))
+    thread_id = request.path_params["thread_id"]
+    await thread_json(tenant, thread_id)
+    current = await tenant.threads.current(thread_id)
+    spec = await tenant.spec_of_task(current.run_id) if current.run_id else None
+    if spec is None:
+        raise BadRequest(f"thread {thread_id} has not run: no agent's state to update yet")
+    channels = hooks_for(spec.agent_id, spec).channels
+    messages, todos, extra = updated_values(current, body.values or {}, channels)
+    try:
+        await tenant.threads.replace(thread_id, messages, todos, channels.codec.dumps(extra))
+    except ValueError as exc:  # a run goes or waits for a human
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+    checkpoint = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": current.run_id}
+    return JSONResponse(
+        {"checkpoint": checkpoint, "configurable": checkpoint, "checkpoint_id": current.run_id}
+    )
 
 
 async def history(request: Request) -> Response:
