@@ -150,6 +150,9 @@ async def test_state_at_a_checkpoint_and_state_updates(sdk: Any, scripted: Any) 
     assert by_config["values"] == first["values"]
     with pytest.raises(NotFoundError):
         await sdk.threads.get_state(tid, checkpoint_id=str(uuid.uuid4()))
+    looped = await sdk.threads.get_history(tid, metadata={"source": "loop"})
+    assert looped and all(h["metadata"]["source"] == "loop" for h in looped)
+    assert await sdk.threads.get_history(tid, metadata={"source": "nowhere"}) == []
 
     note = {"role": "user", "content": "remember: blue", "id": "note-1"}
     answer = await sdk.threads.update_state(tid, {"messages": [note]})

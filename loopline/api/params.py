@@ -248,11 +248,12 @@ class StateAtCheckpoint(Params):
 
 
 class HistoryBody(Params):
-    """``POST /threads/{id}/history`` (``metadata``, ``checkpoint`` and ``select`` are not
-    implemented)."""
+    """``POST /threads/{id}/history``: the states whose metadata contains ``metadata``
+    (``checkpoint`` and ``select`` are not implemented)."""
 
     limit: int = Field(10, ge=0)
     before: dict[str, Any] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class NoParams(Params):

@@ -351,7 +351,11 @@ async def history(request: Request) -> Response:
         ids = [s.run_id for s in states]
         states = states[ids.index(before) + 1 :] if before in ids else []
     out = []
-    for i, past in enumerate(states[: body.limit]):
+    for i, past in enumerate(states):
+        if len(out) >= body.limit:
+            break
         parent = states[i + 1].run_id if i + 1 < len(states) else ""
-        out.append(await state_json(tenant, thread_id, past, parent_run=parent))
+        shown = await state_json(tenant, thread_id, past, parent_run=parent)
+        if contains(shown["metadata"], body.metadata):
+            out.append(shown)
     return JSONResponse(out)
