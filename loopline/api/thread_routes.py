@@ -350,7 +350,7 @@ async def history(request: Request) -> Response:
     if before:
         ids = [s.run_id for s in states]
         states = states[ids.index(before) + 1 :] if before in ids else []
-    out = []
+    out: list[dict[str, Any]] = []
     for i, past in enumerate(states):
         if len(out) >= body.limit:
             break
