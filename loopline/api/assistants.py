@@ -5,8 +5,10 @@ version and makes it the latest; ``set_latest`` makes an earlier one current aga
 of an assistant runs its graph's deployed agent with the latest version's config and
 context under the run's own.
 
-One hash per assistant (``Names.api_assistant``) holds its versions, so an update is one
-atomic script-free step: the next version number comes from ``HINCRBY``.
+One hash per assistant (``Names.api_assistant``) holds its versions; concurrent updates
+(from any number of gateway replicas) never share a version number: it comes from
+``HINCRBY``. Plain commands and pipelines, no MULTI, as the gateway's Redis user runs them
+(``loopline acl --role api``).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class Assistants:
         if not await self.redis.hsetnx(key, "versions", 1):
             return None
         at = first.created_at
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(
                 key,
                 mapping={
@@ -125,7 +127,7 @@ class Assistants:
         return sorted(versions, key=lambda v: v.version, reverse=True)
 
     async def delete(self, assistant_id: str) -> bool:
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.delete(self.names.api_assistant(assistant_id))
             pipe.zrem(self.names.api_assistants, assistant_id)
             deleted, _ = await pipe.execute()
