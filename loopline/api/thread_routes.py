@@ -111,7 +111,8 @@ async def _matching(
     for thread_id in ids:
         try:
             shown = await thread_json(tenant, thread_id)
-        except NotFound:  # expired or deleted since it was listed
+        except NotFound:  # expired (``thread_ttl_s``) or deleted since it was listed
+            await tenant.records.delete_thread(thread_id)  # out of the index too
             continue
         if wanted.status not in (None, shown["status"]):
             continue
