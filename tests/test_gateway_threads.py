@@ -36,6 +36,9 @@ REFERENCE_THREAD_KEYS = {
 }
 """``threads.create``, ``search``, ``update``: every field of the thread (loopline adds
 ``error`` and ``interrupts``, as LangGraph's server shows on a thread that has run)."""
+REFERENCE_RAN_METADATA = {"graph_id": "agent", "assistant_id": "agent"}
+"""What a run adds to its thread's metadata (LangGraph's server: the graph's name and the
+assistant's id, here the deployed agent's name)."""
 REFERENCE_PRUNED = {"pruned_count": 1}
 REFERENCE_PRUNED_NOTHING = {"pruned_count": 0}  # a thread id that does not exist
 REFERENCE_STATUS = {  # the status codes of refused or impossible calls
@@ -96,9 +99,13 @@ async def test_threads_are_searched_counted_updated_copied_and_pruned(sdk: Any) 
     assert updated["updated_at"] > ann["updated_at"]
     assert (await sdk.threads.get(ann["thread_id"]))["metadata"] == updated["metadata"]
 
+    ran = await sdk.threads.get(bob["thread_id"])  # its metadata name who ran on it
+    assert ran["metadata"] == {**bob["metadata"], **REFERENCE_RAN_METADATA}
+    by_graph = await sdk.threads.search(metadata={"graph_id": "agent", "tag": tag})
+    assert [t["thread_id"] for t in by_graph] == [bob["thread_id"]]
     copied = await sdk.threads.copy(bob["thread_id"])
     assert copied["thread_id"] != bob["thread_id"] and copied["status"] == "idle"
-    assert copied["metadata"] == bob["metadata"]
+    assert copied["metadata"] == ran["metadata"]
     state = await sdk.threads.get_state(copied["thread_id"])
     original = await sdk.threads.get_state(bob["thread_id"])
     assert state["values"] == original["values"]

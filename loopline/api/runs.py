@@ -181,7 +181,7 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
     elif thread_id is None:
         temporary_thread = str(uuid.uuid4())
     if thread_id is not None:
-        await _thread_for_run(tenant, thread_id, request)
+        await _thread_for_run(tenant, thread_id, request, agent)
     if request.command is not None:
         if thread_id is None or "resume" not in request.command:
             raise BadRequest("command takes resume, on a thread's run")
@@ -231,13 +231,25 @@ async def start_run(tenant: Tenant, thread_id: str | None, request: RunRequest) 
     return record
 
 
-async def _thread_for_run(tenant: Tenant, thread_id: str, request: RunRequest) -> None:
-    if await thread_exists(tenant, thread_id):
+async def _thread_for_run(
+    tenant: Tenant, thread_id: str, request: RunRequest, agent: DeployedAgent
+) -> None:
+    """The run's thread, made if ``if_not_exists`` says so, its metadata naming the
+    graph and assistant that run on it, as LangGraph's server writes them (clients such
+    as agent-chat-ui list an assistant's threads by them)."""
+    record = await tenant.records.thread(thread_id)
+    if record is None:  # a thread of a client of the bus, or none yet
+        info = await tenant.threads.info(thread_id)
+        if info is None and request.if_not_exists != "create":
+            raise NotFound(f"Thread {thread_id} not found")
+        record = ThreadRecord(thread_id=thread_id)
+        record.created_at = info.created if info and info.created else record.created_at
+    ran = {"graph_id": agent.name, "assistant_id": request.assistant_id}
+    if any(record.metadata.get(k) != v for k, v in ran.items()):
+        record.metadata = {**record.metadata, **ran}
+        await tenant.records.save_thread(record)
+    else:
         await tenant.records.touch_thread(thread_id)
-        return
-    if request.if_not_exists != "create":
-        raise NotFound(f"Thread {thread_id} not found")
-    await tenant.records.save_thread(ThreadRecord(thread_id=thread_id))
 
 
 async def _resume(tenant: Tenant, thread_id: str, request: RunRequest) -> RunRecord:
