@@ -250,6 +250,24 @@ class Names:
         """Sorted set: the runs the gateway started on a thread, by creation time."""
         return f"{self.prefix}:api:thread:{{{thread_id}}}:runs"
 
+    @property
+    def api_threads(self) -> str:
+        """Sorted set: the threads the gateway created, by creation time (thread search
+        and count walk it beside ``threads``). Written and read by the gateway."""
+        return f"{self.prefix}:api:threads"
+
+    def api_assistant(self, assistant_id: str) -> str:
+        """Hash: an assistant created over HTTP (a configuration of a deployed agent):
+        ``created_at``, ``updated_at``, ``latest`` (its current version), ``versions``
+        (the last version number given) and one field ``v<N>`` per version (JSON).
+        Written and read by the gateway."""
+        return f"{self.prefix}:api:assistant:{{{assistant_id}}}"
+
+    @property
+    def api_assistants(self) -> str:
+        """Sorted set: the assistants created over HTTP, by creation time."""
+        return f"{self.prefix}:api:assistants"
+
     def api_run(self, run_id: str) -> str:
         """Hash: a run the HTTP gateway started: its task, thread, assistant, and where in
         the task's log and chunk stream it begins (a resume is a run of its own that

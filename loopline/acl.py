@@ -18,7 +18,8 @@ inside the prefix only, so one tenant's users never read or touch another's keys
   (no SCAN or KEYS: those ignore key patterns), nor write any other stream or key.
 - ``subscriber``: reads the public streams (todos, edits, approvals).
 - ``api``: the HTTP gateway (``loopline serve api``) for the tenant: a producer's rights,
-  reading the agent specs, and its own records of threads and runs (``PREFIX:api:*``).
+  reading the agent specs, its own records of threads, runs and assistants
+  (``PREFIX:api:*``), and the store it serves (``PREFIX:store:*``).
 
 Scripts are checked key by key: Redis refuses an EVALSHA whose declared KEYS the user
 may not both read and write, and every command a script runs is checked as well, so the
@@ -92,6 +93,14 @@ PRODUCER_READS = (
     "zrevrange",
 )  # fmt: skip
 """What the client reads of a task: its state, transcript, todos, waiting calls."""
+
+
+API_DATA = (
+    "del", "zadd", "zrem", "zrange", "hsetnx", "hincrby", "hdel",
+    "sadd", "srem", "smembers",
+)  # fmt: skip
+"""What the gateway writes and lists beside a producer's rights: its records and indexes
+(``loopline.api.records``, ``loopline.api.assistants``) and the store's items."""
 
 
 @dataclass(frozen=True)
@@ -201,11 +210,13 @@ def roles(prefix: str) -> dict[str, Role]:
     producer = found["producer"]
     found["api"] = Role(
         "api",
-        keys=(f"{prefix}:api:*",),  # the gateway's thread and run records (loopline.api)
+        # the gateway's records of threads, runs and assistants (loopline.api), and the
+        # store it serves over HTTP (the one hooks and tools see)
+        keys=(f"{prefix}:api:*", f"{prefix}:store:*"),
         # and the agent specs, whose state keys a thread's state shows (LangGraph's)
         read_keys=(*producer.read_keys, f"{prefix}:agent:*"),
         write_keys=producer.write_keys,
-        commands=(*producer.commands, "del", "zadd", *PUBSUB, *CRONS_AND_WEBHOOKS),
+        commands=(*producer.commands, *API_DATA, *PUBSUB, *CRONS_AND_WEBHOOKS),
         # and it keeps the assistants it read until the registry announces a change
         channels=(*producer.channels, names.registry_changes),
     )

@@ -490,6 +490,18 @@ async def test_the_http_gateway_serves_its_tenant_under_the_api_user(
             assert (await sdk.threads.get(tid))["status"] == "idle"
             found = {a["name"] for a in await sdk.assistants.search(limit=100)}
             assert {"gated", "plain"} <= found, found
+            # its indexes, the assistants created over HTTP and the store it serves
+            assert [t["thread_id"] for t in await sdk.threads.search(ids=[tid])] == [tid]
+            await sdk.threads.update(tid, metadata={"seen": True})
+            mine = await sdk.assistants.create("plain", name="mine")
+            await sdk.assistants.update(mine["assistant_id"], metadata={"v": 2})
+            assert len(await sdk.assistants.get_versions(mine["assistant_id"])) == 2
+            await sdk.assistants.delete(mine["assistant_id"])
+            await sdk.store.put_item(["notes"], "k", {"x": 1})
+            assert (await sdk.store.get_item(["notes"], "k"))["value"] == {"x": 1}
+            assert (await sdk.store.search_items(["notes"]))["items"]
+            assert (await sdk.store.list_namespaces())["namespaces"] == [["notes"]]
+            await sdk.store.delete_item(["notes"], "k")
         finally:
             await sdk.http.client.aclose()
     refused = [

@@ -78,6 +78,10 @@ REFERENCE_GATED_GRAPH = {
 }
 REFERENCE_SUBGRAPHS: dict[str, Any] = {}  # for each of those agents
 REFERENCE_NOTHING_TO_CANCEL = "No runs found to cancel."  # POST /runs/cancel, 404
+REFERENCE_STATUS_WITH_THREAD = (  # POST /runs/cancel {"thread_id", "status"}, 422
+    "When providing a 'status', 'thread_id' and 'run_ids' must be omitted. The 'status' "
+    "parameter cancels all runs with the given status, regardless of thread or run ID."
+)
 
 
 async def _refused(call: Any, *names: str) -> str:
@@ -195,13 +199,14 @@ async def test_cancel_many_stops_the_runs_named_or_of_a_status(sdk: Any) -> None
 
     third = await sdk.runs.create(tid, "agent", input=hello("slow"))
     await _until_status(sdk, tid, third["run_id"], "running")
-    await sdk.runs.cancel_many(thread_id=tid, status="running")
+    await sdk.runs.cancel_many(status="running")  # every thread's, as LangGraph's server
     await sdk.runs.join(tid, third["run_id"])
     assert (await sdk.runs.get(tid, third["run_id"]))["status"] == "interrupted"
     with pytest.raises(NotFoundError) as nothing:
-        await sdk.runs.cancel_many(thread_id=tid, status="all")
+        await sdk.runs.cancel_many(status="all")
     assert nothing.value.response.json()["detail"] == REFERENCE_NOTHING_TO_CANCEL
-    await _refused(lambda: sdk.runs.cancel_many(status="running"), "thread_id")
+    detail = await _refused(lambda: sdk.runs.cancel_many(thread_id=tid, status="running"))
+    assert detail == REFERENCE_STATUS_WITH_THREAD
     await asyncio.sleep(0)
 
 

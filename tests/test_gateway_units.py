@@ -163,7 +163,11 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
         HistoryBody,
         JoinQuery,
         RunBody,
+        StateUpdate,
+        StorePut,
+        StoreSearch,
         ThreadCreate,
+        ThreadPatch,
         parse,
     )
 
@@ -175,11 +179,14 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
             {**run, "after_seconds": 3},
             {**run, "checkpoint_id": "c1"},
             {**run, "on_disconnect": "cancel"},
-            {**run, "on_completion": "keep"},
+            {**run, "on_completion": "never"},
             {**run, "durability": "exit"},
         ],
         ThreadCreate: [{"supersteps": []}, {"ttl": 60}],
-        HistoryBody: [{"metadata": {"a": 1}}, {"checkpoint": {}}],
+        HistoryBody: [{"checkpoint": {}}],
+        ThreadPatch: [{"ttl": {"ttl": 5}}],
+        StateUpdate: [{"as_node": "model"}, {"checkpoint_id": "c1"}],
+        StoreSearch: [{"query": "x"}, {"refresh_ttl": True}],
         AssistantSearch: [{"select": ["nope"]}, {"sort_by": "size"}],
     }
     for model, bodies in refused.items():
@@ -187,6 +194,8 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
             (name,) = set(body) - set(run)  # the one parameter refused
             with pytest.raises(BadRequest, match=name):
                 parse(model, body)
+    with pytest.raises(BadRequest, match="ttl"):  # items are kept until deleted
+        parse(StorePut, {"namespace": ["a"], "key": "k", "value": {}, "ttl": 5})
     for mode in ("events", "debug", "checkpoints", "tasks", "made-up"):
         with pytest.raises(BadRequest, match=f"'{mode}' is not supported"):
             parse(RunBody, {**run, "stream_mode": mode})

@@ -26,6 +26,7 @@ from loopline.api import (
     operator,
     page,
     run_routes,
+    store_routes,
     thread_routes,
 )
 from loopline.api.gateway import Gateway, Stopping, gateway_of
@@ -66,6 +67,10 @@ async def _bad_request(request: Request, exc: Exception) -> Response:
     return _detail(422, str(exc))
 
 
+async def _bad_namespace(request: Request, exc: Exception) -> Response:
+    return _detail(400, str(exc))
+
+
 async def _not_found(request: Request, exc: Exception) -> Response:
     return _detail(404, str(exc).strip("'\""))
 
@@ -94,16 +99,29 @@ ROUTES = [
     Route("/health", ok),
     Route("/ready", ready),
     Route("/info", info),
+    Route("/assistants", assistant_routes.create, methods=["POST"]),
     Route("/assistants/search", assistant_routes.search, methods=["POST"]),
     Route("/assistants/count", assistant_routes.count, methods=["POST"]),
     Route("/assistants/{assistant_id}", assistant_routes.get),
+    Route("/assistants/{assistant_id}", assistant_routes.update, methods=["PATCH"]),
+    Route("/assistants/{assistant_id}", assistant_routes.delete, methods=["DELETE"]),
+    Route("/assistants/{assistant_id}/versions", assistant_routes.versions, methods=["POST"]),
+    Route("/assistants/{assistant_id}/latest", assistant_routes.set_latest, methods=["POST"]),
     Route("/assistants/{assistant_id}/schemas", assistant_routes.schemas),
     Route("/assistants/{assistant_id}/graph", assistant_routes.graph),
     Route("/assistants/{assistant_id}/subgraphs", assistant_routes.subgraphs),
     Route("/threads", thread_routes.create, methods=["POST"]),
+    Route("/threads/search", thread_routes.search, methods=["POST"]),
+    Route("/threads/count", thread_routes.count, methods=["POST"]),
+    Route("/threads/prune", thread_routes.prune, methods=["POST"]),
     Route("/threads/{thread_id}", thread_routes.get),
+    Route("/threads/{thread_id}", thread_routes.update, methods=["PATCH"]),
+    Route("/threads/{thread_id}/copy", thread_routes.copy, methods=["POST"]),
     Route("/threads/{thread_id}", thread_routes.delete, methods=["DELETE"]),
     Route("/threads/{thread_id}/state", thread_routes.state),
+    Route("/threads/{thread_id}/state", thread_routes.update_state, methods=["POST"]),
+    Route("/threads/{thread_id}/state/checkpoint", thread_routes.state_at, methods=["POST"]),
+    Route("/threads/{thread_id}/state/{checkpoint_id}", thread_routes.state_at),
     Route("/threads/{thread_id}/history", thread_routes.history, methods=["POST"]),
     Route("/runs/crons", cron_routes.create, methods=["POST"]),
     Route("/runs/crons/search", cron_routes.search, methods=["POST"]),
@@ -121,11 +139,18 @@ ROUTES = [
     Route("/threads/{thread_id}/runs/{run_id}/join", run_routes.join),
     Route("/threads/{thread_id}/runs/{run_id}/stream", run_routes.join_stream),
     Route("/threads/{thread_id}/runs/{run_id}/cancel", run_routes.cancel, methods=["POST"]),
+    Route("/runs", run_routes.create, methods=["POST"]),
+    Route("/runs/batch", run_routes.batch, methods=["POST"]),
     Route("/runs/cancel", run_routes.cancel_many, methods=["POST"]),
     Route("/runs/stream", run_routes.stream, methods=["POST"]),
     Route("/runs/wait", run_routes.wait, methods=["POST"]),
     Route("/runs/{run_id}/join", run_routes.join),
     Route("/runs/{run_id}/stream", run_routes.join_stream),
+    Route("/store/items", store_routes.put, methods=["PUT"]),
+    Route("/store/items", store_routes.get),
+    Route("/store/items", store_routes.delete, methods=["DELETE"]),
+    Route("/store/items/search", store_routes.search, methods=["POST"]),
+    Route("/store/namespaces", store_routes.namespaces, methods=["POST"]),
     Route("/mcp", mcp.endpoint, methods=["GET", "POST", "DELETE"]),
     Route("/a2a/{assistant_id}", a2a.endpoint, methods=["GET", "POST", "DELETE"]),
     Route("/a2a/{assistant_id}/.well-known/agent-card.json", a2a.card),
@@ -170,6 +195,7 @@ def create_app(
         middleware=middleware if cors_origins else None,
         exception_handlers={
             BadRequest: _bad_request,
+            store_routes.EmptyNamespace: _bad_namespace,
             NotFound: _not_found,
             Busy: _busy,
             Stopping: _stopping,

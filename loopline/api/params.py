@@ -100,8 +100,9 @@ class RunBody(Params):
     """Accepted either way: every loopline stream can be resumed (``Last-Event-ID``)."""
     on_disconnect: Literal["continue"] | None = None
     """A run goes on when its client leaves; ``cancel`` is not implemented."""
-    on_completion: Literal["delete"] | None = None
-    """A stateless run leaves no thread behind; ``keep`` is not implemented."""
+    on_completion: Literal["delete", "keep"] | None = None
+    """A stateless run's thread: ``delete`` (the default) leaves none behind, ``keep``
+    keeps it as an ordinary thread."""
     durability: Literal["sync", "async"] | None = None
     """Every step is committed before the next starts, which both promise; ``exit``
     (checkpoint only at the end) is not implemented."""
@@ -136,8 +137,8 @@ class CancelQuery(Params):
 
 
 class CancelManyBody(Params):
-    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or the runs of
-    ``thread_id`` with ``status``."""
+    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or every thread's
+    runs with ``status``."""
 
     thread_id: str | None = None
     run_ids: list[str] | None = None
@@ -174,6 +175,58 @@ class ThreadCreate(Params):
     if_exists: Literal["raise", "do_nothing"] = "raise"
 
 
+ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
+
+ThreadSort = Literal["thread_id", "status", "created_at", "updated_at", "state_updated_at"]
+
+ThreadField = Literal[
+    "thread_id",
+    "created_at",
+    "updated_at",
+    "state_updated_at",
+    "metadata",
+    "config",
+    "status",
+    "values",
+    "interrupts",
+]
+
+
+class ThreadCount(Params):
+    """``POST /threads/count``: the threads whose metadata and values contain these,
+    in ``status``."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    values: dict[str, Any] = Field(default_factory=dict)
+    status: ThreadStatus | None = None
+
+
+class ThreadSearch(ThreadCount):
+    """``POST /threads/search`` (``extract`` is not implemented)."""
+
+    ids: list[str] | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+    sort_by: ThreadSort | None = None
+    sort_order: Literal["asc", "desc"] | None = None
+    select: list[ThreadField] | None = None
+
+
+class ThreadPatch(Params):
+    """``PATCH /threads/{id}``: metadata merged into the thread's (``ttl`` is not
+    implemented)."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ThreadPrune(Params):
+    """``POST /threads/prune``: ``delete`` removes the threads; ``keep_latest`` (drop
+    all but the latest checkpoint) is refused, as LangGraph's in-memory server refuses it."""
+
+    thread_ids: list[str]
+    strategy: Literal["delete", "keep_latest"] = "delete"
+
+
 class StateQuery(Params):
     """``GET /threads/{id}/state``: a loopline thread has no subgraphs, so its state is
     the same with ``subgraphs`` or without."""
@@ -181,12 +234,28 @@ class StateQuery(Params):
     subgraphs: bool = False
 
 
+class StateUpdate(Params):
+    """``POST /threads/{id}/state``: values applied through the state's reducers, between
+    runs. ``as_node``, ``task_id`` and ``checkpoint`` are not implemented (an update is
+    applied to the thread's latest state, and the next run starts at the model)."""
+
+    values: dict[str, Any] | None = None
+
+
+class StateAtCheckpoint(Params):
+    """``POST /threads/{id}/state/checkpoint``."""
+
+    checkpoint: dict[str, Any]
+    subgraphs: bool = False
+
+
 class HistoryBody(Params):
-    """``POST /threads/{id}/history`` (``metadata``, ``checkpoint`` and ``select`` are not
-    implemented)."""
+    """``POST /threads/{id}/history``: the states whose metadata contains ``metadata``
+    (``checkpoint`` and ``select`` are not implemented)."""
 
     limit: int = Field(10, ge=0)
     before: dict[str, Any] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class NoParams(Params):
@@ -227,6 +296,46 @@ class AssistantSearch(AssistantCount):
     select: list[AssistantField] | None = None
 
 
+class AssistantCreate(Params):
+    """``POST /assistants``: a configuration of the deployed agent ``graph_id``. Its
+    ``config`` is a run's (``RunConfigBody``: what loopline does not take is refused)."""
+
+    graph_id: str = Field(min_length=1)
+    assistant_id: str | None = Field(None, min_length=1, max_length=256)
+    config: RunConfigBody = Field(default_factory=RunConfigBody)
+    context: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+    name: str = "Untitled"
+    description: str | None = None
+
+
+class AssistantPatch(Params):
+    """``PATCH /assistants/{id}``: the next version; what is not given is kept
+    (``metadata`` is merged)."""
+
+    graph_id: str | None = Field(None, min_length=1)
+    config: RunConfigBody | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    name: str | None = None
+    description: str | None = None
+
+
+class AssistantVersions(Params):
+    """``POST /assistants/{id}/versions``: newest first; ``metadata`` pairs equal."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class AssistantLatest(Params):
+    """``POST /assistants/{id}/latest``."""
+
+    version: int = Field(ge=1)
+
+
 class GraphQuery(Params):
     """``GET /assistants/{id}/graph``."""
 
@@ -237,6 +346,68 @@ class SubgraphsQuery(Params):
     """``GET /assistants/{id}/subgraphs[/{namespace}]``."""
 
     recurse: bool = False
+
+
+# -- store ---------------------------------------------------------------------------
+
+
+class StoreParams(Params):
+    """The deployment's store keeps items until they are deleted (``ttl`` is refused),
+    so there is no TTL to refresh: ``refresh_ttl`` may only say false."""
+
+    refresh_ttl: bool = False
+
+    @field_validator("refresh_ttl")
+    @classmethod
+    def _no_ttl(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("the store's items have no TTL to refresh (true is not implemented)")
+        return value
+
+
+class StorePut(Params):
+    """``PUT /store/items``. ``index`` may only say ``false`` (the store has no vector
+    index); ``ttl`` is refused (items are kept until deleted)."""
+
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    index: Literal[False] | None = None
+
+
+class StoreItemQuery(StoreParams):
+    """``GET /store/items``: the namespace's labels joined by dots, and the key."""
+
+    namespace: str = ""
+    key: str
+
+
+class StoreDelete(Params):
+    """``DELETE /store/items``."""
+
+    namespace: list[str]
+    key: str
+
+
+class StoreSearch(StoreParams):
+    """``POST /store/items/search``: items under a namespace prefix whose value matches
+    ``filter`` (LangGraph's operators), newest first. ``query`` is refused: there is no
+    vector index to rank by."""
+
+    namespace_prefix: list[str] = Field(default_factory=list)
+    filter: dict[str, Any] | None = None
+    limit: int = Field(10, ge=0)
+    offset: int = Field(0, ge=0)
+
+
+class StoreNamespaces(Params):
+    """``POST /store/namespaces``."""
+
+    prefix: list[str] | None = None
+    suffix: list[str] | None = None
+    max_depth: int | None = Field(None, ge=1)
+    limit: int = Field(100, ge=0)
+    offset: int = Field(0, ge=0)
 
 
 # -- reading ---------------------------------------------------------------------------

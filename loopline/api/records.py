@@ -31,6 +31,8 @@ class ThreadRecord:
     thread_id: str
     created_at: float = field(default_factory=time.time)
     metadata: dict[str, Any] = field(default_factory=dict)
+    updated_at: float = 0.0
+    """When its metadata last changed (0: never since it was created)."""
 
 
 @dataclass
@@ -60,6 +62,10 @@ class RunRecord:
     task goes on, this run does not."""
     agent_ref: str = ""
     """The registration the run's task runs (``NAME@VERSION``); "" in older records."""
+    temporary_thread: str = ""
+    """A stateless run's thread id as LangGraph's clients see it (they join and read the
+    run under it). LangGraph's server makes a thread it deletes when the run ends;
+    loopline runs the task without a thread, so there is none to delete."""
 
     @property
     def is_resume(self) -> bool:
@@ -90,10 +96,20 @@ class Records:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(
                 key,
-                mapping={"created_at": record.created_at, "metadata": json.dumps(record.metadata)},
+                mapping={
+                    "created_at": record.created_at,
+                    "updated_at": record.updated_at or record.created_at,
+                    "metadata": json.dumps(record.metadata),
+                },
             )
             self._keep_thread(pipe, key)
+            pipe.zadd(self.names.api_threads, {record.thread_id: record.created_at})
             await pipe.execute()
+
+    async def thread_ids(self) -> list[str]:
+        """The threads the gateway created, oldest first."""
+        found: Any = await self.redis.zrange(self.names.api_threads, 0, -1)
+        return [_text(thread_id) for thread_id in found]
 
     async def thread(self, thread_id: str) -> ThreadRecord | None:
         found: Any = await self.redis.hgetall(self.names.api_thread(thread_id))
@@ -104,6 +120,7 @@ class Records:
             thread_id=thread_id,
             created_at=float(fields.get("created_at") or 0),
             metadata=dict(json.loads(fields.get("metadata") or "{}")),
+            updated_at=float(fields.get("updated_at") or 0),
         )
 
     async def touch_thread(self, thread_id: str) -> None:
@@ -112,6 +129,7 @@ class Records:
 
     async def delete_thread(self, thread_id: str) -> bool:
         key, runs = self.names.api_thread(thread_id), self.names.api_thread_runs(thread_id)
+        await self.redis.zrem(self.names.api_threads, thread_id)
         return int(await self.redis.delete(key, runs)) >= 1
 
     async def save_run(self, record: RunRecord) -> None:

@@ -1,9 +1,11 @@
-"""``/threads/{id}/runs...`` and the stateless ``/runs/stream`` and ``/runs/wait``:
-start a run (in the background, streaming, or waiting for its end), read it, join it,
-follow its stream (``Last-Event-ID`` resumes it), cancel it."""
+"""``/threads/{id}/runs...`` and the stateless ``/runs``, ``/runs/batch``,
+``/runs/stream`` and ``/runs/wait``: start a run (in the background, streaming, or
+waiting for its end), read it, join it, follow its stream (``Last-Event-ID`` resumes it),
+cancel it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -17,10 +19,12 @@ from loopline.api.runs import (
     Busy,
     RunRequest,
     cancel_run,
+    run_agent,
     run_record,
     run_status,
     start_run,
     thread_exists,
+    thread_ids,
     wait_for,
 )
 from loopline.api.sse import run_frames, with_heartbeats
@@ -32,8 +36,9 @@ SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 def _path(record: RunRecord) -> str:
     """Where the run lives (``Content-Location``; the SDK reads the run id from it)."""
-    if record.thread_id:
-        return f"/threads/{record.thread_id}/runs/{record.run_id}"
+    thread_id = record.thread_id or record.temporary_thread
+    if thread_id:
+        return f"/threads/{thread_id}/runs/{record.run_id}"
     return f"/runs/{record.run_id}"
 
 
@@ -50,6 +55,7 @@ RUN_FIELDS = (
     "metadata",
     "kwargs",
     "multitask_strategy",
+    "langsmith_session_name",
 )
 """A run's fields, as ``run_json`` shows them (what ``runs.list(select=)`` may name)."""
 
@@ -58,7 +64,7 @@ async def run_json(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
     status = await run_status(tenant, record)
     return {
         "run_id": record.run_id,
-        "thread_id": record.thread_id or None,
+        "thread_id": record.thread_id or record.temporary_thread or None,
         "assistant_id": record.assistant_id,
         "created_at": iso(record.created_at),
         "updated_at": iso(record.created_at),
@@ -66,6 +72,7 @@ async def run_json(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
         "metadata": record.metadata,
         "kwargs": record.kwargs,
         "multitask_strategy": record.multitask_strategy,
+        "langsmith_session_name": None,  # loopline traces no run to LangSmith itself
     }
 
 
@@ -78,9 +85,24 @@ async def _started(request: Request) -> tuple[Tenant, RunRecord, RunRequest]:
 
 
 async def create(request: Request) -> Response:
-    """``POST /threads/{id}/runs``: a background run."""
+    """``POST /threads/{id}/runs`` and ``POST /runs``: a background run."""
     tenant, record, _ = await _started(request)
     return JSONResponse(await run_json(tenant, record), headers={"Content-Location": _path(record)})
+
+
+async def batch(request: Request) -> Response:
+    """``POST /runs/batch``: stateless background runs, every body read (and its
+    assistant found) before any starts, so a bad one starts none."""
+    parse(NoParams, request.query_params)
+    tenant = await tenant_of(request)
+    bodies = json.loads(await request.body() or b"null")
+    if not isinstance(bodies, list) or not bodies:
+        raise BadRequest("the body must be a non-empty list of runs")
+    runs = [RunRequest.parse(body) for body in bodies]
+    for run in runs:
+        await run_agent(tenant, run)  # 422 for an assistant that does not exist
+    records = [await start_run(tenant, None, run) for run in runs]
+    return JSONResponse([await run_json(tenant, record) for record in records])
 
 
 async def stream(request: Request) -> Response:
@@ -127,7 +149,7 @@ async def listing(request: Request) -> Response:
 
 
 async def _thread_runs(
-    tenant: Tenant, thread_id: str, offset: int, limit: int
+    tenant: Tenant, thread_id: str, offset: int = 0, limit: int = MANY_RUNS
 ) -> list[RunRecord]:
     found = []
     for run_id in await tenant.records.run_ids(thread_id, offset, limit):
@@ -182,21 +204,21 @@ async def delete(request: Request) -> Response:
 
 
 async def cancel_many(request: Request) -> Response:
-    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or those of
-    ``thread_id`` in ``status`` (``pending``, ``running``, ``all``). Runs that are not
-    pending or running are left alone; 404 when none was (as LangGraph's server)."""
+    """``POST /runs/cancel``: the runs ``run_ids`` of ``thread_id``, or every thread's
+    runs in ``status`` (``pending``, ``running``, ``all``: both), as LangGraph's server
+    takes them. Runs that are not pending or running are left alone; 404 when none was.
+    A stateless run (of no thread) is cancelled by its id only."""
     parse(CancelQuery, request.query_params)
     body = parse(CancelManyBody, await body_of(request))
-    if not body.thread_id or (body.run_ids is None) == (body.status is None):
-        raise BadRequest(
-            "give thread_id with run_ids, or thread_id with status (cancelling by status "
-            "across every thread is not implemented)"
-        )
+    if body.status is not None and (body.thread_id or body.run_ids is not None):
+        raise BadRequest(STATUS_ALONE)
+    if body.status is None and (not body.thread_id or body.run_ids is None):
+        raise BadRequest("give thread_id with run_ids, or status alone")
     tenant = await tenant_of(request)
-    if body.run_ids is not None:
+    if body.thread_id and body.run_ids is not None:
         records = [await run_record(tenant, body.thread_id, r) for r in body.run_ids]
     else:
-        records = await _thread_runs(tenant, body.thread_id, 0, MANY_RUNS)
+        records = [r for t in await thread_ids(tenant) for r in await _thread_runs(tenant, t)]
     wanted = ("pending", "running") if body.status in (None, "all") else (body.status,)
     cancelled = 0
     for record in records:
@@ -210,6 +232,13 @@ async def cancel_many(request: Request) -> Response:
     if not cancelled:
         raise NotFound("No runs found to cancel.")
     return Response(status_code=204)
+
+
+STATUS_ALONE = (
+    "When providing a 'status', 'thread_id' and 'run_ids' must be omitted. The 'status' "
+    "parameter cancels all runs with the given status, regardless of thread or run ID."
+)
+"""LangGraph's server's words for a ``status`` given with a thread or runs."""
 
 
 async def _record(request: Request) -> tuple[Tenant, RunRecord]:

@@ -11,12 +11,14 @@ that runs is ``running``; one that ended or stopped at an interrupt (a human is 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from contracts.agent import DeployedAgent
 from contracts.events import ApprovalRequested, TaskCompleted, TaskFailed
 from contracts.messages import to_langchain, with_input_ids
 from loopline.api import webhooks
+from loopline.api.assistants import AssistantVersion
 from loopline.api.params import RunBody, parse
 from loopline.api.records import RunRecord, ThreadRecord
 from loopline.api.tenant import NotFound, Tenant
@@ -62,6 +64,7 @@ class RunRequest:
     metadata: dict[str, Any] = field(default_factory=dict)
     if_not_exists: str = "reject"
     webhook: str | None = None
+    on_completion: str = "delete"
 
     @classmethod
     def parse(cls, body: Any) -> RunRequest:
@@ -81,6 +84,7 @@ class RunRequest:
             metadata=dict(run.metadata),
             if_not_exists=run.if_not_exists,
             webhook=run.webhook,
+            on_completion=run.on_completion or "delete",
         )
 
     @property
@@ -112,6 +116,18 @@ async def thread_exists(tenant: Tenant, thread_id: str) -> bool:
     return await tenant.threads.info(thread_id) is not None
 
 
+MANY_THREADS = 10_000
+"""The most threads of the bus (beside the gateway's own) a search looks at."""
+
+
+async def thread_ids(tenant: Tenant) -> list[str]:
+    """Every thread of the tenant: those the gateway created and those a client of the
+    bus ran (``loopline.Client``, an agent's ``invoke`` on the deployment)."""
+    known = await tenant.records.thread_ids()
+    known += [t.thread_id for t in await tenant.threads.list(limit=MANY_THREADS)]
+    return list(dict.fromkeys(known))
+
+
 async def thread_busy(tenant: Tenant, thread_id: str) -> bool:
     """Whether the thread has a run that has not ended (a run that ended but whose end is
     not yet written back does not count: the loop records it when the next run comes).
@@ -128,19 +144,53 @@ async def thread_busy(tenant: Tenant, thread_id: str) -> bool:
     return not await waiting_interrupts(tenant.client, state)
 
 
+async def run_agent(tenant: Tenant, request: RunRequest) -> tuple[DeployedAgent, RunRequest]:
+    """The deployed agent a run body names, and the request with the assistant's
+    configuration under it (422 for no such assistant: in a run body, LangGraph's server
+    calls an unknown assistant invalid input)."""
+    try:
+        agent, configured = await tenant.configured(request.assistant_id)
+    except NotFound as exc:
+        raise BadRequest(f"Invalid assistant: {exc}") from exc
+    if configured is None:
+        return agent, request
+    return agent, with_assistant(request, configured)
+
+
+def with_assistant(request: RunRequest, assistant: AssistantVersion) -> RunRequest:
+    """The run's config and context over its assistant's, as LangGraph's server merges
+    them: tags added, metadata and ``configurable`` merged key by key, the run's
+    ``recursion_limit`` and ``run_name`` before the assistant's."""
+    given, base = request.config, assistant.config
+    config = {**base, **given}
+    config["tags"] = [*base.get("tags", ()), *given.get("tags", ())]
+    for key in ("metadata", "configurable"):
+        config[key] = {**base.get(key, {}), **given.get(key, {})}
+    context = {**assistant.context, **(request.context or {})}
+    return replace(
+        request,
+        config={k: v for k, v in config.items() if v not in ([], {})},
+        context=context or None,
+    )
+
+
 async def start_run(
     tenant: Tenant, thread_id: str | None, request: RunRequest, run_id: str | None = None
 ) -> RunRecord:
-    """Start a run of the thread (None: a stateless run) and record it. ``run_id``: the
-    run's id when the caller chose it (a cron's tick), else a new one."""
+    """Start a run of the thread (None: a stateless run) and record it. A stateless run
+    with ``on_completion="keep"`` runs on a new thread that stays; otherwise on none.
+    ``run_id``: the run's id when the caller chose it (a cron's tick), else a new one."""
     if request.webhook:
         await webhooks.policy().check(request.webhook)  # refused before anything runs
-    try:
-        agent = await tenant.assistant(request.assistant_id)
-    except NotFound as exc:  # in a run body, LangGraph's server calls it invalid input
-        raise BadRequest(f"Invalid assistant: {exc}") from exc
+    agent, request = await run_agent(tenant, request)
+    temporary_thread = ""
+    if thread_id is None and request.on_completion == "keep":
+        thread_id = str(uuid.uuid4())
+        await tenant.records.save_thread(ThreadRecord(thread_id=thread_id))
+    elif thread_id is None:
+        temporary_thread = str(uuid.uuid4())
     if thread_id is not None:
-        await _thread_for_run(tenant, thread_id, request)
+        await _thread_for_run(tenant, thread_id, request, agent)
     if request.command is not None:
         if thread_id is None or "resume" not in request.command:
             raise BadRequest("command takes resume, on a thread's run")
@@ -168,6 +218,7 @@ async def start_run(
         kwargs=jsonable(request.kwargs),
         input_ids=[str(m.id) for m in messages],
         agent_ref=agent.ref,
+        temporary_thread=temporary_thread,
     )
     try:
         await tenant.client.submit(
@@ -196,13 +247,25 @@ def _record_run(tenant: Tenant, pipe: Any, record: RunRecord, request: RunReques
         webhooks.queue_webhook(pipe, names, record.run_id, request.webhook, keep_s)
 
 
-async def _thread_for_run(tenant: Tenant, thread_id: str, request: RunRequest) -> None:
-    if await thread_exists(tenant, thread_id):
+async def _thread_for_run(
+    tenant: Tenant, thread_id: str, request: RunRequest, agent: DeployedAgent
+) -> None:
+    """The run's thread, made if ``if_not_exists`` says so, its metadata naming the
+    graph and assistant that run on it, as LangGraph's server writes them (clients such
+    as agent-chat-ui list an assistant's threads by them)."""
+    record = await tenant.records.thread(thread_id)
+    if record is None:  # a thread of a client of the bus, or none yet
+        info = await tenant.threads.info(thread_id)
+        if info is None and request.if_not_exists != "create":
+            raise NotFound(f"Thread {thread_id} not found")
+        record = ThreadRecord(thread_id=thread_id)
+        record.created_at = info.created if info and info.created else record.created_at
+    ran = {"graph_id": agent.name, "assistant_id": request.assistant_id}
+    if any(record.metadata.get(k) != v for k, v in ran.items()):
+        record.metadata = {**record.metadata, **ran}
+        await tenant.records.save_thread(record)
+    else:
         await tenant.records.touch_thread(thread_id)
-        return
-    if request.if_not_exists != "create":
-        raise NotFound(f"Thread {thread_id} not found")
-    await tenant.records.save_thread(ThreadRecord(thread_id=thread_id))
 
 
 async def _resume(tenant: Tenant, thread_id: str, request: RunRequest) -> RunRecord:
@@ -258,7 +321,7 @@ async def _end_answered_runs(tenant: Tenant, thread_id: str, task_id: str) -> No
 
 async def run_record(tenant: Tenant, thread_id: str | None, run_id: str) -> RunRecord:
     record = await tenant.records.run(run_id)
-    if record is None or (thread_id is not None and record.thread_id != thread_id):
+    if record is None or thread_id not in (None, record.thread_id or record.temporary_thread):
         raise NotFound(f"Run {run_id} not found")
     return record
 

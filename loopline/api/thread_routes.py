@@ -1,24 +1,43 @@
-"""``/threads``: create one, read it (status, values, interrupts), its state as
-LangGraph's ``ThreadState`` (values, next, tasks, checkpoint, interrupts), and its
-history (one state per run, newest first), and remove it."""
+"""``/threads``: create one, read it (status, values, interrupts), search and count them
+(metadata, values, ids, status), update its metadata, copy it, prune and remove them; its
+state as LangGraph's ``ThreadState`` (values, next, tasks, checkpoint, interrupts), now or
+at a checkpoint, state updates, and its history. The thread's values come from the thread
+model (``loopline.threads``)."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import time
 import uuid
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from loopline.agent import updated_values
 from loopline.api.crons import CronStore
 from loopline.api.gateway import body_of, tenant_of
-from loopline.api.params import HistoryBody, NoParams, StateQuery, ThreadCreate, parse
+from loopline.api.params import (
+    HistoryBody,
+    NoParams,
+    StateAtCheckpoint,
+    StateQuery,
+    StateUpdate,
+    ThreadCount,
+    ThreadCreate,
+    ThreadPatch,
+    ThreadPrune,
+    ThreadSearch,
+    parse,
+)
 from loopline.api.records import ThreadRecord
-from loopline.api.runs import state_values, was_stopped
+from loopline.api.runs import state_values, thread_ids, was_stopped
 from loopline.api.tenant import NotFound, Tenant
-from loopline.api.wire import interrupt_json, iso, jsonable
+from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
 from loopline.conversation import snapshot, waiting_interrupts
 from loopline.threads import ThreadValues
+from services.hooks import hooks_for
 
 
 async def create(request: Request) -> Response:
@@ -46,13 +65,127 @@ async def delete(request: Request) -> Response:
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
     try:
-        removed = await tenant.threads.remove(thread_id)
+        removed = await _remove(tenant, thread_id)
     except ValueError as exc:  # a run is active
         return JSONResponse({"detail": str(exc)}, status_code=409)
-    if not (await tenant.records.delete_thread(thread_id) or removed):
+    if not removed:
         raise NotFound(f"Thread {thread_id} not found")
     await CronStore(tenant.redis, tenant.names).delete_for_thread(thread_id)  # as LangGraph's
     return Response(status_code=204)
+
+
+async def _remove(tenant: Tenant, thread_id: str) -> bool:
+    """Remove a thread's values and the gateway's record of it; whether it existed
+    (``ValueError`` for a thread with an active run)."""
+    removed = await tenant.threads.remove(thread_id)
+    return await tenant.records.delete_thread(thread_id) or removed
+
+
+async def search(request: Request) -> Response:
+    """``POST /threads/search``: the threads that match, sorted (by ``updated_at``,
+    newest first, unless ``sort_by``), a page of them, ``select``'s fields."""
+    tenant = await tenant_of(request)
+    wanted = parse(ThreadSearch, await body_of(request))
+    found = await _matching(tenant, wanted, wanted.ids)
+    key = wanted.sort_by or "updated_at"
+    found.sort(key=lambda t: t[key], reverse=(wanted.sort_order or "desc") == "desc")
+    page = found[wanted.offset : wanted.offset + wanted.limit]
+    if wanted.select:
+        page = [{k: t[k] for k in wanted.select if k in t} for t in page]
+    return JSONResponse(page)
+
+
+async def count(request: Request) -> Response:
+    """``POST /threads/count``: how many match (the filters of ``search``)."""
+    tenant = await tenant_of(request)
+    wanted = parse(ThreadCount, await body_of(request))
+    return JSONResponse(len(await _matching(tenant, wanted, None)))
+
+
+async def _matching(
+    tenant: Tenant, wanted: ThreadCount, ids: list[str] | None
+) -> list[dict[str, Any]]:
+    """Every thread of the tenant (those the gateway created and those a client of the
+    bus ran) that ``wanted`` matches, as ``thread_json`` shows it."""
+    if ids is None:
+        ids = await thread_ids(tenant)
+    found = []
+    for thread_id in ids:
+        try:
+            shown = await thread_json(tenant, thread_id)
+        except NotFound:  # expired (``thread_ttl_s``) or deleted since it was listed
+            await tenant.records.delete_thread(thread_id)  # out of the index too
+            continue
+        if wanted.status not in (None, shown["status"]):
+            continue
+        if not contains(shown["metadata"], wanted.metadata):
+            continue
+        if wanted.values and not contains(shown["values"] or {}, wanted.values):
+            continue
+        found.append(shown)
+    return found
+
+
+def contains(have: Any, want: Any) -> bool:
+    """JSON containment, as PostgreSQL's ``@>`` and LangGraph's server filter: every key
+    of a wanted object in the value with a contained value; every wanted list item
+    contained in some item of the value's list; anything else equal."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(
+            k in have and contains(have[k], v) for k, v in want.items()
+        )
+    if isinstance(want, list):
+        return isinstance(have, list) and all(any(contains(h, w) for h in have) for w in want)
+    return bool(have == want)
+
+
+async def update(request: Request) -> Response:
+    """``PATCH /threads/{id}``: its metadata merged with the body's."""
+    tenant = await tenant_of(request)
+    patch = parse(ThreadPatch, await body_of(request))
+    thread_id = request.path_params["thread_id"]
+    shown = await thread_json(tenant, thread_id)  # 404 for a thread that does not exist
+    record = await tenant.records.thread(thread_id) or ThreadRecord(
+        thread_id=thread_id, created_at=_epoch(shown["created_at"])
+    )
+    record.metadata = {**record.metadata, **patch.metadata}
+    record.updated_at = time.time()
+    await tenant.records.save_thread(record)
+    return JSONResponse(await thread_json(tenant, thread_id))
+
+
+async def copy(request: Request) -> Response:
+    """``POST /threads/{id}/copy``: a new thread with the same metadata and values (409
+    for a thread that does not exist, as LangGraph's server answers)."""
+    parse(NoParams, request.query_params)
+    tenant = await tenant_of(request)
+    source = request.path_params["thread_id"]
+    try:
+        shown = await thread_json(tenant, source)
+    except NotFound as exc:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+    thread_id = str(uuid.uuid4())
+    await tenant.threads.copy(source, thread_id)
+    await tenant.records.save_thread(ThreadRecord(thread_id, metadata=shown["metadata"]))
+    return JSONResponse(await thread_json(tenant, thread_id))
+
+
+async def prune(request: Request) -> Response:
+    """``POST /threads/prune``: remove the threads named (those that exist and have no
+    active run); how many were."""
+    tenant = await tenant_of(request)
+    body = parse(ThreadPrune, await body_of(request))
+    if body.strategy == "keep_latest":
+        raise BadRequest("strategy: 'keep_latest' is not supported (supported: 'delete')")
+    pruned = 0
+    for thread_id in body.thread_ids:
+        with contextlib.suppress(ValueError):  # a run is active: left alone
+            pruned += await _remove(tenant, thread_id)
+    return JSONResponse({"pruned_count": pruned})
+
+
+def _epoch(shown: str) -> float:
+    return datetime.datetime.fromisoformat(shown).timestamp()
 
 
 async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
@@ -65,12 +198,13 @@ async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
     waits = await waiting_interrupts(tenant.client, state) if state else []
     interrupts = [w.interrupt for w in waits]
     values = await state_values(tenant, state) if state and state.run_id else None
-    updated = iso(info.updated if info and info.updated else created)
+    state_updated = info.updated if info and info.updated else created
+    updated = max(state_updated, record.updated_at if record else 0.0)
     return {
         "thread_id": thread_id,
         "created_at": iso(created),
-        "updated_at": updated,
-        "state_updated_at": updated,
+        "updated_at": iso(updated),
+        "state_updated_at": iso(state_updated),
         "metadata": record.metadata if record else {},
         "status": await _status(tenant, state, bool(interrupts)),
         "config": {},
@@ -164,6 +298,51 @@ async def state(request: Request) -> Response:
     return JSONResponse(await state_json(tenant, thread_id, current, parent_run=parent))
 
 
+async def state_at(request: Request) -> Response:
+    """``GET /threads/{id}/state/{checkpoint_id}`` and ``POST .../state/checkpoint``: the
+    state at a checkpoint (in loopline, a run's id names the state the run left)."""
+    tenant = await tenant_of(request)
+    thread_id = request.path_params["thread_id"]
+    if request.method == "POST":
+        body = parse(StateAtCheckpoint, await body_of(request))
+        checkpoint_id = str(body.checkpoint.get("checkpoint_id") or "")
+    else:
+        parse(StateQuery, request.query_params)
+        checkpoint_id = request.path_params["checkpoint_id"]
+    await thread_json(tenant, thread_id)  # 404 for a thread that does not exist
+    runs = await tenant.threads.run_ids(thread_id)
+    if checkpoint_id not in runs:
+        raise NotFound(f"Checkpoint {checkpoint_id} not found on thread {thread_id}")
+    at = await tenant.threads.of_run(thread_id, checkpoint_id)
+    parent = runs[runs.index(checkpoint_id) - 1] if runs.index(checkpoint_id) else ""
+    return JSONResponse(await state_json(tenant, thread_id, at, parent_run=parent))
+
+
+async def update_state(request: Request) -> Response:
+    """``POST /threads/{id}/state``: LangGraph's ``update_state`` on a thread between
+    runs (409 while a run goes or waits); the values go through the reducers of the
+    agent that last ran on it. The answer names the thread's state (the run it came
+    from: loopline makes no checkpoint of its own for an update)."""
+    tenant = await tenant_of(request)
+    body = parse(StateUpdate, await body_of(request))
+    thread_id = request.path_params["thread_id"]
+    await thread_json(tenant, thread_id)
+    current = await tenant.threads.current(thread_id)
+    spec = await tenant.spec_of_task(current.run_id) if current.run_id else None
+    if spec is None:
+        raise BadRequest(f"thread {thread_id} has not run: no agent's state to update yet")
+    channels = hooks_for(spec.agent_id, spec).channels
+    messages, todos, extra = updated_values(current, body.values or {}, channels)
+    try:
+        await tenant.threads.replace(thread_id, messages, todos, channels.codec.dumps(extra))
+    except ValueError as exc:  # a run goes or waits for a human
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+    checkpoint = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": current.run_id}
+    return JSONResponse(
+        {"checkpoint": checkpoint, "configurable": checkpoint, "checkpoint_id": current.run_id}
+    )
+
+
 async def history(request: Request) -> Response:
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
@@ -174,8 +353,12 @@ async def history(request: Request) -> Response:
     if before:
         ids = [s.run_id for s in states]
         states = states[ids.index(before) + 1 :] if before in ids else []
-    out = []
-    for i, past in enumerate(states[: body.limit]):
+    out: list[dict[str, Any]] = []
+    for i, past in enumerate(states):
+        if len(out) >= body.limit:
+            break
         parent = states[i + 1].run_id if i + 1 < len(states) else ""
-        out.append(await state_json(tenant, thread_id, past, parent_run=parent))
+        shown = await state_json(tenant, thread_id, past, parent_run=parent)
+        if contains(shown["metadata"], body.metadata):
+            out.append(shown)
     return JSONResponse(out)
