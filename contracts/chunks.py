@@ -54,3 +54,7 @@ class ChunkBatch(BaseModel):
     wrap_tool_call chain, ``call_id``)."""
     call_id: str | None = None
     """For ``tools``: the call whose tool (or wrap_tool_call chain) wrote them."""
+    deltas: bool = False
+    """For ``tools``: the items are the call's partial outputs
+    (``ToolRuntime.emit_output_delta``, LangGraph's ``tools`` stream mode), not custom
+    writes."""

@@ -665,10 +665,23 @@ class Agent(Runnable[Any, dict[str, Any]]):
         **kwargs: Any,
     ) -> AsyncGenerator[Any, None]:
         from loopline.stream_modes import modes_of
+        from loopline.stream_parts import internal_modes, parts_of, with_tools
 
         subgraphs = bool(kwargs.pop("subgraphs", False))
-        modes, tagged = modes_of(stream_mode)
-        async for mode, data in self._stream_items(input, config, modes, kwargs, run_mode):
+        version = kwargs.pop("version", "v1")
+        if version not in ("v1", "v2"):
+            raise ValueError(f"stream version must be 'v1' or 'v2', not {version!r}")
+        refuse_breakpoints(kwargs)
+        config, messages_v2 = without_v3_flag(config)
+        modes, tagged = modes_of(stream_mode, internal=messages_v2)
+        read = internal_modes(modes)
+        items = self._stream_items(input, config, read, kwargs, run_mode)
+        items = with_tools(items, modes)
+        if version == "v2":  # LangGraph's StreamPart dicts
+            async for part in parts_of(items, messages_v2=messages_v2):
+                yield part
+            return
+        async for mode, data in items:
             item = (mode, data) if tagged else (data,)
             if subgraphs:  # LangGraph's (namespace, ...) items: the agent's own are at ()
                 yield ((), *item)
@@ -707,7 +720,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             multitask_strategy=strategy,
             context=context,
             run_mode=run_mode,
-            stream_replies="messages" in modes or "custom" in modes,
+            stream_replies=bool({"messages", "custom", "tools"} & set(modes)),
         )
         view = self.state_view(input)
         run = self._run_config(config)
@@ -738,7 +751,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         async with self.client() as client:
             state, answers = await _waiting_answers(client, thread_id, command)
             task_id = state.run_id
-            if "messages" in modes or "custom" in modes:
+            if {"messages", "custom", "tools"} & set(modes):
                 await client.stream_replies(task_id, self.settings.stream_ttl_s)
             checkpoint = [to_langchain(m) for m in state.messages]
             keys = state_codec(self.spec).decode(state.keys)
@@ -781,7 +794,46 @@ class Agent(Runnable[Any, dict[str, Any]]):
         except Exception:  # middleware or schemas this process cannot import: messages
             return MESSAGES_ONLY
 
-    async def astream_events(  # type: ignore[override]  # LangGraph's own signature
+    def astream_events(  # LangGraph's own signature
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        version: str = "v2",
+        transformers: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """LangChain's ``astream_events``. ``version="v2"``: the graph's and its nodes'
+        chain events, the chat model's start / stream / end and each tool's start / end,
+        as ``create_agent`` emits them (``loopline.stream_events``); ``config`` and
+        ``multitask_strategy`` as for ``ainvoke``. ``version="v3"``: an awaitable of
+        LangGraph's ``AsyncGraphRunStream``, built by LangGraph's own v3 entry over this
+        agent's ``astream`` (``loopline.stream_parts``): its projections (``values``,
+        ``messages``, ``tool_calls``, ``subagents``, a middleware's) and the agent's
+        ``stream_transformers`` with ``transformers`` after them."""
+        if version == "v3":
+            return langgraph_v3("_apregel_stream_v3", self, input, config, transformers, kwargs)
+        if transformers is not None:
+            raise ValueError("astream_events(transformers=...) is for version='v3'")
+        return self._astream_events_v2(input, config, version=version, **kwargs)
+
+    def stream_events(  # LangGraph's own signature
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        version: str = "v2",
+        transformers: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """LangGraph's ``stream_events``: ``version="v3"`` gives LangGraph's
+        ``GraphRunStream`` over this agent's ``stream`` (see ``astream_events``); v1 and v2
+        have no synchronous form, in LangChain as here (langchain-core raises)."""
+        if version == "v3":
+            return langgraph_v3("_pregel_stream_v3", self, input, config, transformers, kwargs)
+        return super().stream_events(input, config, version=version, **kwargs)  # type: ignore[call-overload]
+
+    async def _astream_events_v2(
         self,
         input: Any,
         config: Mapping[str, Any] | None = None,
@@ -789,14 +841,10 @@ class Agent(Runnable[Any, dict[str, Any]]):
         version: str = "v2",
         **kwargs: Any,
     ) -> AsyncIterator[dict[str, Any]]:
-        """LangChain's ``astream_events(version="v2")``: the graph's and its nodes' chain
-        events, the chat model's start / stream / end and each tool's start / end, as
-        ``create_agent`` emits them (``loopline.stream_events``); ``config`` and
-        ``multitask_strategy`` as for ``ainvoke``."""
         from loopline.stream_events import EVENTS_MODES, EventTranslator, events_of
 
         if version != "v2":
-            raise ValueError(f"astream_events supports version='v2' only, not {version!r}")
+            raise ValueError(f"astream_events supports version='v2' or 'v3', not {version!r}")
         task_id = new_task_id()
         inputs = [to_langchain(m) for m in _input_messages(input)]
         translator = EventTranslator(task_id, input, inputs, self.spec.system_prompt)
@@ -1032,6 +1080,49 @@ def inherited_context() -> Any:
     return getattr(runtime, "context", None)
 
 
+def langgraph_v3(
+    entry: str,
+    agent: Agent,
+    input: Any,
+    config: Mapping[str, Any] | None,
+    transformers: Sequence[Any] | None,
+    kwargs: dict[str, Any],
+) -> Any:
+    """LangGraph's own v3 entry (``Pregel._pregel_stream_v3`` or its async twin) run on
+    the agent: it builds LangGraph's ``StreamMux`` from its transformers, the agent's
+    ``stream_transformers`` and ``transformers``, and drives the agent's ``stream``."""
+    from langgraph.pregel import Pregel
+    from langgraph.pregel.main import _reject_v3_invariant_kwargs
+
+    _reject_v3_invariant_kwargs(kwargs)
+    run: Any = getattr(Pregel, entry)
+    return run(agent, input, config, transformers=transformers, **kwargs)
+
+
+def refuse_breakpoints(kwargs: dict[str, Any]) -> None:
+    """LangGraph's ``stream`` keywords the bus does not implement, taken when unset (as
+    LangGraph's v3 entry passes them): static breakpoints and run control."""
+    for name in ("interrupt_before", "interrupt_after", "control"):
+        if kwargs.pop(name, None) is not None:
+            raise NotImplementedError(
+                f"stream({name}=...) is not implemented on the bus: "
+                "HumanInTheLoopMiddleware or interrupt() stop a run for a human"
+            )
+
+
+def without_v3_flag(config: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, bool]:
+    """``config`` without LangGraph's internal flag that its v3 entry sets for its
+    ``stream`` call (``CONFIG_KEY_STREAM_MESSAGES_V2``: the ``messages`` mode as
+    content-block events), and whether it was set."""
+    from langgraph._internal._constants import CONFIG_KEY_STREAM_MESSAGES_V2
+
+    configurable = dict((config or {}).get("configurable") or {})
+    if CONFIG_KEY_STREAM_MESSAGES_V2 not in configurable:
+        return (dict(config) if config is not None else None), False
+    flag = bool(configurable.pop(CONFIG_KEY_STREAM_MESSAGES_V2))
+    return {**(config or {}), "configurable": configurable}, flag
+
+
 def _waiting_while(items: Iterator[T]) -> Iterator[T]:
     """``items``, with what a sub-agent's caller holds lent back while it iterates
     (``services.lending``)."""
@@ -1118,13 +1209,15 @@ def create_agent(
     ``runtime.context`` and tools as ``ToolRuntime.context`` (both travel by import
     path with REDIS_URL set); ``cache``: LangGraph's node cache, kept on the graph as
     LangChain keeps it (its agent's nodes declare no cache policy, so nothing is cached
-    there either); ``interrupt_before``, ``interrupt_after``, ``transformers`` and
-    ``debug=True`` are refused with the reason (``loopline.graph.REFUSED_KEYWORDS``)."""
+    there either); ``transformers``: LangGraph stream transformer factories, registered
+    after the agent's own (``ToolCallTransformer``, ``SubagentTransformer``, the
+    middleware's) for ``stream_events(version="v3")``, as LangChain registers them;
+    ``interrupt_before``, ``interrupt_after`` and ``debug=True`` are refused with the
+    reason (``loopline.graph.REFUSED_KEYWORDS``)."""
     refuse_unimplemented(
         {
             "interrupt_before": interrupt_before,
             "interrupt_after": interrupt_after,
-            "transformers": transformers,
             "debug": debug,
         }
     )
@@ -1157,6 +1250,7 @@ def create_agent(
         cache=cache,
         store=store,
         checkpointer=checkpointer,
+        transformers=tuple(transformers or ()),
     )
     agent = Agent(
         spec,

@@ -88,7 +88,7 @@ from services.spec.channels import NO_CHANNELS, StateChannels
 if TYPE_CHECKING:
     from langgraph.types import Interrupt
 
-STREAM_MODES = ("messages", "updates", "values", "custom")
+STREAM_MODES = ("messages", "updates", "values", "custom", "tools")
 Item = tuple[str, Any]
 INTERRUPT = "__interrupt__"
 JUMP = "jump_to"
@@ -97,10 +97,18 @@ AFTER_HOOKS = (".after_model", ".after_agent")
 """The hooks that run on a model's reply (a wait there keeps the reply beside the log)."""
 
 
-def modes_of(stream_mode: str | Sequence[str]) -> tuple[list[str], bool]:
-    """The modes asked for and whether items are ``(mode, data)`` tuples (a list)."""
+def tool_delta(call_id: str | None, delta: Any) -> dict[str, Any]:
+    """LangGraph's ``tools`` item for a partial output of a running tool call."""
+    return {"event": "tool-output-delta", "tool_call_id": call_id, "delta": delta}
+
+
+def modes_of(stream_mode: str | Sequence[str], *, internal: bool = False) -> tuple[list[str], bool]:
+    """The modes asked for and whether items are ``(mode, data)`` tuples (a list);
+    ``internal``: LangGraph's v3 entry asks, which may also name ``tasks``
+    (``loopline.stream_parts.INTERNAL_ONLY``)."""
     modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
-    unknown = [m for m in modes if m not in STREAM_MODES]
+    known = (*STREAM_MODES, "tasks") if internal else STREAM_MODES
+    unknown = [m for m in modes if m not in known]
     if unknown or not modes:
         raise ValueError(f"stream_mode must be one or a list of {STREAM_MODES}, not {unknown}")
     return modes, not isinstance(stream_mode, str)
@@ -441,6 +449,10 @@ class ModeTranslator:
 
     def _batch_items(self, batch: ChunkBatch) -> list[Item]:
         """One batch's items: a stage's custom writes, or the model's chunks."""
+        if batch.deltas:  # a tool's partial outputs (LangGraph's ``tools`` mode)
+            if "tools" not in self.modes:
+                return []
+            return [("tools", tool_delta(batch.call_id, item)) for item in batch.custom]
         if batch.stage is not None:
             return [("custom", item) for item in batch.custom] if "custom" in self.modes else []
         return self._chunk_items(batch) if "messages" in self.modes else []
