@@ -27,6 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field
 CustomStage = Literal["before_model", "model", "after_model", "tools"]
 
 
+BLOCKS = "blocks"
+"""A client's request for a task's content-block events (LangGraph's v3 streaming)
+rather than chunks: the ``asked`` field of ``Names.task_streaming``, and the suffix
+(``"<task id> blocks"``) of the request's announcement on ``Names.stream_requests`` and
+of its member of ``Names.stream_requested``."""
+
+
 class ChunkBatch(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -35,7 +42,10 @@ class ChunkBatch(BaseModel):
     attempt: int = Field(ge=1)
     """1 for the first model call of the step; each retry or redelivery counts up."""
     chunks: list[dict[str, Any]] = Field(default_factory=list)
-    """LangChain ``AIMessageChunk``s, each as ``model_dump(exclude_defaults=True)``."""
+    """LangChain ``AIMessageChunk``s, each as ``model_dump(exclude_defaults=True)`` (a
+    model that does not stream: its whole ``AIMessage``, typed ``ai``); for a task whose
+    client asked for ``BLOCKS``, LangChain's content-block protocol events of the call
+    (dicts with an ``event`` key: ``message-start``, ``content-block-delta``, ...)."""
     reset: bool = False
     """First batch of an attempt after the first: drop what earlier attempts streamed."""
     end: Literal["done", "failed"] | None = None

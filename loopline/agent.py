@@ -435,13 +435,15 @@ class Agent(Runnable[Any, dict[str, Any]]):
         context: Any = None,
         run_mode: RunMode | None = None,
         stream_replies: bool = False,
+        stream_blocks: bool = False,
     ) -> str:
         """Submit a task (with ``config``'s thread: a run of it) and return its id at once.
         ``context``: the run's context (LangGraph's ``Runtime.context``): a dict, or an
         instance of the agent's ``context_schema``. ``run_mode``: ``"sync"`` runs the sync
         variant of each middleware hook, as LangChain's ``invoke`` does, ``"async"`` the
         async one (``ainvoke``). ``stream_replies``: stream its model replies' tokens
-        (``Client.stream_replies``), asked in the submit's round trip."""
+        (``Client.stream_replies``), asked in the submit's round trip; ``stream_blocks``:
+        as content-block events (LangGraph's v3 streaming)."""
         run = self._run_config(config)
         self._start_services()
         messages = _input_messages(input)
@@ -484,6 +486,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 run_mode=run_mode,
                 stream_ttl_s=self.settings.stream_ttl_s if stream_replies else None,
                 recursion_limit=run.recursion_limit,
+                stream_blocks=stream_blocks,
             )
 
     async def aresult(
@@ -675,7 +678,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         config, messages_v2 = without_v3_flag(config)
         modes, tagged = modes_of(stream_mode, internal=messages_v2)
         read = internal_modes(modes)
-        items = self._stream_items(input, config, read, kwargs, run_mode)
+        items = self._stream_items(input, config, read, kwargs, run_mode, blocks=messages_v2)
         items = with_tools(items, modes)
         if version == "v2":  # LangGraph's StreamPart dicts
             async for part in parts_of(items, messages_v2=messages_v2):
@@ -696,9 +699,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
         kwargs: dict[str, Any],
         run_mode: RunMode,
         task_id: str | None = None,
+        *,
+        blocks: bool = False,
     ) -> AsyncIterator[tuple[str, Any]]:
         """Submit ``input`` and yield its ``(mode, data)`` items (``astream``'s reading,
-        which ``astream_events`` builds on); hooks run their ``run_mode`` variants."""
+        which ``astream_events`` builds on); hooks run their ``run_mode`` variants;
+        ``blocks``: the model's replies stream as content-block events (v3)."""
         from loopline.stream_modes import stream_task
 
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
@@ -707,7 +713,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
-            async for item in self._stream_resumed(input, config, modes):
+            async for item in self._stream_resumed(input, config, modes, blocks=blocks):
                 yield item
             return
         task_id = task_id or new_task_id()
@@ -721,6 +727,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             context=context,
             run_mode=run_mode,
             stream_replies=bool({"messages", "custom", "tools"} & set(modes)),
+            stream_blocks=blocks,
         )
         view = self.state_view(input)
         run = self._run_config(config)
@@ -740,7 +747,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
             await self._save_checkpoint({}, config)
 
     async def _stream_resumed(
-        self, command: Any, config: Mapping[str, Any] | None, modes: list[str]
+        self,
+        command: Any,
+        config: Mapping[str, Any] | None,
+        modes: list[str],
+        *,
+        blocks: bool = False,
     ) -> AsyncIterator[tuple[str, Any]]:
         """``Command(resume=...)`` streamed: the thread's waiting run gets its answers and
         goes on, streamed as LangGraph streams a resumed run (from the node that asked)."""
@@ -752,7 +764,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             state, answers = await _waiting_answers(client, thread_id, command)
             task_id = state.run_id
             if {"messages", "custom", "tools"} & set(modes):
-                await client.stream_replies(task_id, self.settings.stream_ttl_s)
+                await client.stream_replies(task_id, self.settings.stream_ttl_s, blocks=blocks)
             checkpoint = [to_langchain(m) for m in state.messages]
             keys = state_codec(self.spec).decode(state.keys)
             resumption = await prepare_resume(

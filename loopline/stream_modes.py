@@ -788,9 +788,12 @@ def _shown(message: BaseMessage) -> BaseMessage:
     return shown
 
 
-def _streamed(raw: dict[str, Any]) -> BaseMessage:
-    """One item of the chunk stream: an ``AIMessageChunk``, or the whole ``AIMessage`` of a
-    model that does not stream (typed ``ai``), which LangGraph yields as it is."""
+def _streamed(raw: dict[str, Any]) -> BaseMessage | dict[str, Any]:
+    """One item of the chunk stream: an ``AIMessageChunk``, the whole ``AIMessage`` of a
+    model that does not stream (typed ``ai``), which LangGraph yields as it is, or a
+    content-block protocol event (``contracts.chunks.BLOCKS``), as it is."""
+    if "event" in raw:
+        return raw
     if raw.get("type") == "ai":
         return AIMessage(**raw)
     return AIMessageChunk(**raw)

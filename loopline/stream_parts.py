@@ -15,15 +15,12 @@ gives:
   ``tool-finished`` with its tool message, and ``tool-error`` for the calls still running
   when the run fails (LangGraph's ``on_tool_error`` comes before the run raises);
 - v2 parts (``parts_of``): ``{"type", "ns", "data"}`` dicts, ``values`` with their
-  interrupts apart; under the v3 flag (``CONFIG_KEY_STREAM_MESSAGES_V2``) a model call's
-  chunks become LangChain's content-block protocol events (``chunks_to_events``, each with
-  the call's ``run_id`` in its metadata, as ``StreamMessagesHandlerV2`` emits them) and
-  tool messages leave the ``messages`` mode (they are the ``tools`` mode's).
-
-A model call's protocol events are made once its chunks are all in (the next item of the
-stream shows it ended): LangChain's converter reads a whole chunk iterator, and the chunk
-stream gives a call's chunks in batches, not one pull at a time. The events, their
-content and their order are the converter's.
+  interrupts apart; under the v3 flag (``CONFIG_KEY_STREAM_MESSAGES_V2``) the model
+  service calls the model as LangGraph's v3 streaming does (a v2 streaming handler:
+  ``services.model.streaming.BlockRelay``), so the ``messages`` mode carries LangChain's
+  own content-block protocol events, each with the call's ``run_id`` in its metadata as
+  ``StreamMessagesHandlerV2`` emits them, and the reply is the one they assemble; tool
+  messages leave the ``messages`` mode (they are the ``tools`` mode's).
 
 Every item is the agent's own (namespace ``()``): a sub-agent's run inside a tool is a
 task of its own, whose items are not part of its parent's stream here, so LangGraph's
@@ -135,43 +132,16 @@ async def with_tools(items: AsyncIterator[Item], modes: Sequence[str]) -> AsyncI
         raise
 
 
-class MessageEvents:
-    """A model call's chunks as LangChain's content-block protocol events (the v3
-    ``messages`` mode), made once the call's chunks are all in."""
-
-    def __init__(self) -> None:
-        self.chunks: list[AIMessageChunk] = []
-        self.meta: dict[str, Any] = {}
-
-    def take(self, message: Any, meta: dict[str, Any]) -> list[Any]:
-        """The ``messages`` data to yield for one item (earlier calls' events first)."""
-        if isinstance(message, AIMessageChunk):
-            out = [] if _same_call(self.meta, meta) else self.flush()
-            if meta.get("loopline_reset"):  # a retried attempt: the earlier one was not it
-                self.chunks = []
-            self.chunks.append(message)
-            self.meta = meta
-            return out
-        out = self.flush()
-        if isinstance(message, ToolMessage):  # the ``tools`` mode's, not a chat message
-            return out
-        return [*out, (message, meta)]
-
-    def flush(self) -> list[Any]:
-        if not self.chunks:
-            return []
-        from langchain_core.language_models._compat_bridge import chunks_to_events
-        from langchain_core.outputs import ChatGenerationChunk
-
-        chunks, self.chunks = self.chunks, []
-        meta = {**_without_loopline(self.meta), "run_id": _run_id(self.meta)}
-        generations = iter([ChatGenerationChunk(message=c) for c in chunks])
-        return [(event, meta) for event in chunks_to_events(generations)]
-
-
-def _same_call(before: dict[str, Any], meta: dict[str, Any]) -> bool:
-    keys = ("langgraph_checkpoint_ns", "loopline_attempt")
-    return bool(before) and all(before.get(k) == meta.get(k) for k in keys)
+def v3_messages(message: Any, meta: dict[str, Any]) -> list[Any]:
+    """The v3 ``messages`` data of one item, as ``StreamMessagesHandlerV2`` emits it: a
+    content-block event with its model call's ``run_id``, a whole message a node added
+    as it is; no v1 chunks (the v2 handler takes none) and no tool messages (they are
+    the ``tools`` mode's)."""
+    if isinstance(message, dict):
+        return [(message, {**_without_loopline(meta), "run_id": _run_id(meta)})]
+    if isinstance(message, AIMessageChunk | ToolMessage):
+        return []
+    return [(message, meta)]
 
 
 def _without_loopline(meta: dict[str, Any]) -> dict[str, Any]:
@@ -186,20 +156,13 @@ def _run_id(meta: dict[str, Any]) -> str:
 
 async def parts_of(items: AsyncIterator[Item], *, messages_v2: bool) -> AsyncIterator[Part]:
     """LangGraph's ``stream(..., version="v2")`` parts of the agent's items;
-    ``messages_v2``: the v3 flag's ``messages`` (see the module's docstring)."""
-    events = MessageEvents() if messages_v2 else None
+    ``messages_v2``: the v3 flag's ``messages`` (``v3_messages``)."""
     async for mode, data in items:
-        if events is not None:
-            if mode == "messages":
-                for shown in events.take(*data):
-                    yield {"type": "messages", "ns": (), "data": shown}
-                continue
-            for shown in events.flush():
+        if mode == "messages" and messages_v2:
+            for shown in v3_messages(*data):
                 yield {"type": "messages", "ns": (), "data": shown}
+            continue
         yield _part(mode, data)
-    if events is not None:
-        for shown in events.flush():
-            yield {"type": "messages", "ns": (), "data": shown}
 
 
 def _part(mode: str, data: Any) -> Part:
