@@ -34,6 +34,19 @@ rather than chunks: the ``asked`` field of ``Names.task_streaming``, and the suf
 of its member of ``Names.stream_requested``."""
 
 
+class Subtask(BaseModel):
+    """An agent run inside a tool call of a streamed task (a sub-agent): its own task,
+    streamed as its parent is."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    task_id: str
+    name: str | None = None
+    """The agent's name (``create_agent(name=...)``: LangGraph's ``lc_agent_name``)."""
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    """Its input messages (``contracts.messages``), where its state starts."""
+
+
 class ChunkBatch(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -64,7 +77,8 @@ class ChunkBatch(BaseModel):
     wrap_tool_call chain, ``call_id``)."""
     call_id: str | None = None
     """For ``tools``: the call whose tool (or wrap_tool_call chain) wrote them."""
-    deltas: bool = False
-    """For ``tools``: the items are the call's partial outputs
-    (``ToolRuntime.emit_output_delta``, LangGraph's ``tools`` stream mode), not custom
-    writes."""
+    kind: Literal["custom", "deltas", "subtasks"] = "custom"
+    """What the ``custom`` items are: custom writes; for ``tools``, the call's partial
+    outputs (``deltas``: ``ToolRuntime.emit_output_delta``, LangGraph's ``tools`` stream
+    mode), or the agents the call ran (``subtasks``: ``Subtask``s, whose items a
+    client streaming with subgraphs shows under the call's namespace)."""

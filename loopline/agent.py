@@ -23,6 +23,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from types import UnionType
 from typing import Any, TypeVar, Union, get_args, get_origin
 
@@ -30,6 +31,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
 
 from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec, RunMode
+from contracts.chunks import BLOCKS, Subtask
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
@@ -39,6 +41,7 @@ from contracts.events import (
     new_task_id,
 )
 from contracts.messages import (
+    MESSAGE_ADAPTER,
     MESSAGE_TYPES,
     Message,
     SystemMessage,
@@ -59,7 +62,7 @@ from loopline.conversation import (
 )
 from loopline.errors import TaskFailedError, failure_of, refusal_of
 from loopline.graph import GRAPH_ATTRIBUTES, GraphArguments, reference_graph, refuse_unimplemented
-from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
+from loopline.stream_modes import MESSAGES_ONLY, SUBTASK, Item, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from loopline.threads import space_of
 from services.errors import ConfigurationError
@@ -470,6 +473,14 @@ class Agent(Runnable[Any, dict[str, Any]]):
             max_steps = self.max_steps if self.embedded else None
             if run.recursion_limit is not None:
                 max_steps = None  # derived from it where the task starts
+            parent = await streamed_parent(client)
+            if parent is not None:  # a sub-agent of a streamed task streams as its parent
+                writer, asked = parent
+                task_id = task_id or new_task_id()
+                stream_replies, stream_blocks = True, asked == BLOCKS
+                name = self.item_metadata(run).get("lc_agent_name")
+                inputs = [m.model_dump() for m in with_input_ids(task_id, messages)]
+                writer.subtask(Subtask(task_id=task_id, name=name, messages=inputs))
             return await client.submit(
                 agent,
                 messages,
@@ -668,7 +679,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         **kwargs: Any,
     ) -> AsyncGenerator[Any, None]:
         from loopline.stream_modes import modes_of
-        from loopline.stream_parts import internal_modes, parts_of, with_tools
+        from loopline.stream_parts import internal_modes, nested, parts_of
 
         subgraphs = bool(kwargs.pop("subgraphs", False))
         version = kwargs.pop("version", "v1")
@@ -677,19 +688,37 @@ class Agent(Runnable[Any, dict[str, Any]]):
         refuse_breakpoints(kwargs)
         config, messages_v2 = without_v3_flag(config)
         modes, tagged = modes_of(stream_mode, internal=messages_v2)
-        read = internal_modes(modes)
+        read = internal_modes(modes, subgraphs=subgraphs)
         items = self._stream_items(input, config, read, kwargs, run_mode, blocks=messages_v2)
-        items = with_tools(items, modes)
+        follow = partial(self._follow_subtask, read) if subgraphs else None
+        run_meta = self.item_metadata(self._run_config(config))
+        triples = nested(items, modes, follow, metadata=run_meta)
         if version == "v2":  # LangGraph's StreamPart dicts
-            async for part in parts_of(items, messages_v2=messages_v2):
+            async for part in parts_of(triples, messages_v2=messages_v2):
                 yield part
             return
-        async for mode, data in items:
+        async for ns, mode, data in triples:
             item = (mode, data) if tagged else (data,)
-            if subgraphs:  # LangGraph's (namespace, ...) items: the agent's own are at ()
-                yield ((), *item)
+            if subgraphs:  # LangGraph's (namespace, ...) items
+                yield (ns, *item)
             else:
                 yield item if tagged else data
+
+    async def _follow_subtask(self, modes: list[str], link: Subtask) -> AsyncIterator[Item]:
+        """The items of an agent a tool call of this run ran (``stream_parts.nested``),
+        read from its own task's log and chunk stream; its ``values`` show its messages
+        (its agent's spec is the tools service's)."""
+        from loopline.stream_modes import stream_task
+        from loopline.stream_parts import subtask_metadata
+
+        inputs = [to_langchain(MESSAGE_ADAPTER.validate_python(m)) for m in link.messages]
+        async with self.client() as client:
+            meta = subtask_metadata(link)
+            stream = stream_task(
+                client, link.task_id, modes, inputs, view=MESSAGES_ONLY, metadata=meta
+            )
+            async for item in stream:
+                yield item
 
     async def _stream_items(
         self,
@@ -726,7 +755,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             multitask_strategy=strategy,
             context=context,
             run_mode=run_mode,
-            stream_replies=bool({"messages", "custom", "tools"} & set(modes)),
+            stream_replies=bool({"messages", "custom", "tools", SUBTASK} & set(modes)),
             stream_blocks=blocks,
         )
         view = self.state_view(input)
@@ -763,7 +792,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         async with self.client() as client:
             state, answers = await _waiting_answers(client, thread_id, command)
             task_id = state.run_id
-            if {"messages", "custom", "tools"} & set(modes):
+            if {"messages", "custom", "tools", SUBTASK} & set(modes):
                 await client.stream_replies(task_id, self.settings.stream_ttl_s, blocks=blocks)
             checkpoint = [to_langchain(m) for m in state.messages]
             keys = state_codec(self.spec).decode(state.keys)
@@ -1109,6 +1138,22 @@ def langgraph_v3(
     _reject_v3_invariant_kwargs(kwargs)
     run: Any = getattr(Pregel, entry)
     return run(agent, input, config, transformers=transformers, **kwargs)
+
+
+async def streamed_parent(client: Client) -> tuple[Any, str] | None:
+    """Inside a tool call of a task a client streams (the tools service's writer of the
+    call, ``services.custom_stream``): the call's writer, where the run of an agent the
+    tool starts is noted for the parent's stream (``stream_parts.nested``), and what the
+    parent's client asked (chunks or ``BLOCKS``)."""
+    from services.custom_stream import current
+
+    writer = current()
+    if writer is None or writer.stage != "tools" or writer.call_id is None:
+        return None
+    asked: Any = await client.redis.hget(client.names.task_streaming(writer.task_id), "asked")
+    if asked is None:
+        return None
+    return writer, asked.decode() if isinstance(asked, bytes) else str(asked)
 
 
 def refuse_breakpoints(kwargs: dict[str, Any]) -> None:

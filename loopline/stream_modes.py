@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 
 from contracts.agent import AgentSpec
-from contracts.chunks import ChunkBatch
+from contracts.chunks import ChunkBatch, Subtask
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
@@ -93,6 +93,9 @@ Item = tuple[str, Any]
 INTERRUPT = "__interrupt__"
 JUMP = "jump_to"
 TOOLS_NODE = "tools"
+SUBTASK = "subtask"
+"""An internal mode: a tool call ran an agent (``(call id, Subtask)``), whose items a
+stream with subgraphs shows under the call's namespace."""
 AFTER_HOOKS = (".after_model", ".after_agent")
 """The hooks that run on a model's reply (a wait there keeps the reply beside the log)."""
 
@@ -449,10 +452,16 @@ class ModeTranslator:
 
     def _batch_items(self, batch: ChunkBatch) -> list[Item]:
         """One batch's items: a stage's custom writes, or the model's chunks."""
-        if batch.deltas:  # a tool's partial outputs (LangGraph's ``tools`` mode)
+        if batch.kind == "deltas":  # a tool's partial outputs (LangGraph's ``tools`` mode)
             if "tools" not in self.modes:
                 return []
             return [("tools", tool_delta(batch.call_id, item)) for item in batch.custom]
+        if batch.kind == "subtasks":  # agents a tool call ran (``stream_parts.nested``)
+            if SUBTASK not in self.modes:
+                return []
+            return [
+                (SUBTASK, (batch.call_id, Subtask.model_validate(link))) for link in batch.custom
+            ]
         if batch.stage is not None:
             return [("custom", item) for item in batch.custom] if "custom" in self.modes else []
         return self._chunk_items(batch) if "messages" in self.modes else []

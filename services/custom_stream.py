@@ -18,11 +18,14 @@ import contextlib
 import json
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Literal
 
-from contracts.chunks import ChunkBatch, CustomStage
+from contracts.chunks import ChunkBatch, CustomStage, Subtask
 from contracts.streams import DATA_FIELD
 from services.runtime import Runtime
+
+Kind = Literal["custom", "deltas", "subtasks"]
+"""What a written item is (``ChunkBatch.kind``)."""
 
 _current: ContextVar[CustomWriter | None] = ContextVar("loopline_custom_writer", default=None)
 
@@ -38,8 +41,8 @@ class CustomWriter:
         self.step = max(step, 1)
         self.stage = stage
         self.call_id = call_id
-        self.buffer: list[tuple[bool, Any]] = []
-        """What was written, in order, each marked whether it is a tool's output delta."""
+        self.buffer: list[tuple[Kind, Any]] = []
+        """What was written, in order, each with its kind (``ChunkBatch.kind``)."""
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # batches reach the stream in the order cut
@@ -47,25 +50,30 @@ class CustomWriter:
 
     def __call__(self, chunk: Any) -> None:
         """LangGraph's ``StreamWriter``: takes any JSON-able value."""
-        self._take(False, chunk)
+        self._take("custom", chunk)
 
     def delta(self, delta: Any) -> None:
         """A tool's partial output (``ToolRuntime.emit_output_delta``): LangGraph's
         ``tools`` stream mode carries it as the call's ``tool-output-delta``."""
-        self._take(True, delta)
+        self._take("deltas", delta)
 
-    def _take(self, is_delta: bool, chunk: Any) -> None:
+    def subtask(self, link: Subtask) -> None:
+        """An agent the tool call runs (a sub-agent), streamed as this task is: its
+        items go under the call's namespace on a stream with subgraphs."""
+        self._take("subtasks", link.model_dump(exclude_defaults=True))
+
+    def _take(self, kind: Kind, chunk: Any) -> None:
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
-            self._add(is_delta, chunk)
+            self._add(kind, chunk)
         else:  # a worker thread: the event loop adds it, in the order written
-            self._loop.call_soon_threadsafe(self._add, is_delta, chunk)
+            self._loop.call_soon_threadsafe(self._add, kind, chunk)
 
-    def _add(self, is_delta: bool, chunk: Any) -> None:
-        self.buffer.append((is_delta, chunk))
+    def _add(self, kind: Kind, chunk: Any) -> None:
+        self.buffer.append((kind, chunk))
         if self._timer is None:
             self._timer = self._loop.create_task(self._flush_later())
 
@@ -96,7 +104,7 @@ class CustomWriter:
             settings = self.rt.settings
             key = names.task_chunks(self.task_id)
             async with self.rt.redis.pipeline(transaction=False) as pipe:
-                for is_delta, run in _runs(items):  # one batch per kind, in the order written
+                for kind, run in _runs(items):  # one batch per kind, in the order written
                     batch = ChunkBatch(
                         task_id=self.task_id,
                         step=self.step,
@@ -104,7 +112,7 @@ class CustomWriter:
                         custom=run,
                         stage=self.stage,
                         call_id=self.call_id,
-                        deltas=is_delta,
+                        kind=kind,
                     )
                     data = json.dumps(batch.model_dump(exclude_defaults=True), default=str)
                     fields: dict[Any, Any] = {DATA_FIELD: data}
@@ -113,14 +121,14 @@ class CustomWriter:
                 await pipe.execute()
 
 
-def _runs(items: list[tuple[bool, Any]]) -> list[tuple[bool, list[Any]]]:
-    """``items`` cut into runs of one kind (custom writes or tool deltas), in order."""
-    runs: list[tuple[bool, list[Any]]] = []
-    for is_delta, item in items:
-        if runs and runs[-1][0] == is_delta:
+def _runs(items: list[tuple[Kind, Any]]) -> list[tuple[Kind, list[Any]]]:
+    """``items`` cut into runs of one kind, in order."""
+    runs: list[tuple[Kind, list[Any]]] = []
+    for kind, item in items:
+        if runs and runs[-1][0] == kind:
             runs[-1][1].append(item)
         else:
-            runs.append((is_delta, [item]))
+            runs.append((kind, [item]))
     return runs
 
 
