@@ -813,12 +813,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
 
     def item_metadata(self, run: RunConfig) -> dict[str, Any]:
         """What LangGraph puts in every stream item's metadata from the run's config:
-        the metadata LangChain's ``create_agent`` binds to its graph (``lc_agent_name``
-        when the agent has a name), then the call's own."""
-        bound: dict[str, Any] = dict(LS_INTEGRATION)
-        if self.spec.message_name:
-            bound["lc_agent_name"] = self.spec.message_name
-        return {**bound, **run.metadata}
+        the call's own, and what LangChain's ``create_agent`` binds to its graph
+        (``ls_integration``, ``lc_agent_name`` when the agent has a name)."""
+        named = {"lc_agent_name": self.spec.message_name} if self.spec.message_name else {}
+        # the agent's own name over one its run inherited (a sub-agent's, from its
+        # parent's tool); an unnamed agent shows the inherited one, as LangGraph's
+        return {**LS_INTEGRATION, **run.metadata, **named}
 
     async def _ended(self, task_id: str) -> bool:
         async with self.client() as client:
