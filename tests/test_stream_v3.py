@@ -15,6 +15,7 @@ import httpx
 import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langchain_core.messages import BaseMessage
+from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.stream import StreamChannel, StreamTransformer
 
@@ -22,6 +23,7 @@ from loopline.agent import create_agent
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall
 from services.settings import Settings
 from tests import delta_tools
+from tests.subagent_tools import SPELLER_PROMPT
 from tests.support import EMBEDDED_PREFIX, ServiceProcesses
 
 SYSTEM_PROMPT = "You spell words."
@@ -119,10 +121,11 @@ def langchain_async(server: ScriptedOpenAIServer, prompt: str) -> list[tuple[Any
 
 
 def embedded_agent(server: ScriptedOpenAIServer, **kwargs: Any) -> Any:
+    prompt = SPELLER_PROMPT if kwargs.get("name") == "speller" else SYSTEM_PROMPT
     return create_agent(
         chat_model(server),
         TOOLS,
-        system_prompt=SYSTEM_PROMPT,
+        system_prompt=prompt,
         settings=Settings(prefix=EMBEDDED_PREFIX),
         **kwargs,
     )
@@ -247,3 +250,121 @@ async def test_transformers_given_to_create_agent_run_after_the_agents_own(
         "tool-finished"
     ]
     assert got[0].index("ToolCallTransformer") < got[0].index("Marker")
+
+
+# -- sub-agents: an agent run inside a tool call ------------------------------------------
+
+SUPERVISOR = [
+    Reply(tool_calls=(ScriptedToolCall("ask_speller", {"word": "abc"}),)),
+    Reply(content="The speller says ABC."),
+]
+for prompt in ("delegate embedded", "delegate deployed", "delegate v3"):
+    SCRIPTS[prompt] = SUPERVISOR
+SCRIPTS["spell abc"] = SPELL
+
+
+def sub_agent_tool(make_speller: Callable[[], Any]) -> Any:
+    """``ask_speller`` over the given speller (each side's own agent)."""
+
+    @tool
+    def ask_speller(word: str) -> str:
+        """Ask the speller agent to spell a word."""
+        result = make_speller().invoke({"messages": [{"role": "user", "content": f"spell {word}"}]})
+        return str(result["messages"][-1].content)
+
+    return ask_speller
+
+
+def langchain_supervisor(server: ScriptedOpenAIServer) -> Any:
+    speller = lc_create_agent(
+        chat_model(server), [delta_tools.spell], system_prompt=SPELLER_PROMPT, name="speller"
+    )
+    tool_ = sub_agent_tool(lambda: speller)
+    return lc_create_agent(chat_model(server), [tool_], name="supervisor")
+
+
+def nested_shape(item: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A ``(namespace, mode, data)`` item without the task ids of its namespace."""
+    ns, mode, data = item
+    kinds = tuple(segment.split(":")[0] for segment in ns)
+    if mode == "values":
+        return kinds, mode, [message_shape(m) for m in data["messages"]]
+    shown = {
+        node: [message_shape(m) for m in (u or {}).get("messages", [])] for node, u in data.items()
+    }
+    return kinds, mode, shown
+
+
+def sub_agent_items(agent: Any, prompt: str) -> list[tuple[Any, ...]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stream = agent.stream(given(prompt), stream_mode=["updates", "values"], subgraphs=True)
+        return [nested_shape(item) for item in stream]
+
+
+async def test_embedded_sub_agents_items_come_under_its_namespace_as_langchains(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    lc_server, ll_server = servers
+    expected = await asyncio.to_thread(
+        sub_agent_items, langchain_supervisor(lc_server), "delegate embedded"
+    )
+    speller = embedded_agent(ll_server, name="speller")
+    supervisor = create_agent(
+        chat_model(ll_server),
+        [sub_agent_tool(lambda: speller)],
+        name="supervisor",
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+    )
+    got = await asyncio.to_thread(sub_agent_items, supervisor, "delegate embedded")
+    assert got == expected
+    inner = [item for item in got if item[0] == ("tools",)]
+    assert inner and inner[-1][1] == "values" and len(inner[-1][2]) == 4
+
+
+async def test_deployed_sub_agents_items_come_under_its_namespace_as_langchains(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """Deployed, the sub-agent runs from the tools service's process, and the parent's
+    stream follows it there."""
+    lc_server, _ = servers
+    expected = await asyncio.to_thread(
+        sub_agent_items, langchain_supervisor(lc_server), "delegate deployed"
+    )
+    settings = Settings(redis_url=stack.redis_url, prefix=stack.prefix)
+    supervisor = create_agent(
+        "gpt-4o-mini", ["tests.subagent_tools:ask_speller"], name="supervisor", settings=settings
+    )
+    got = await asyncio.to_thread(sub_agent_items, supervisor, "delegate deployed")
+    assert got == expected
+    assert any(item[0] == ("tools",) for item in got)
+
+
+async def test_v3_run_surfaces_the_sub_agent_as_langchains(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """``run.subagents``: the sub-agent's handle, its name, the tool call that ran it,
+    its own ``tool_calls`` and its output."""
+    lc_server, ll_server = servers
+
+    def record(agent: Any) -> list[Any]:
+        run = agent.stream_events(given("delegate v3"), version="v3")
+        seen: list[Any] = []
+        for handle in run.subagents:
+            calls = [(c.tool_name, list(c.output_deltas), c.output) for c in handle.tool_calls]
+            output = handle.output
+            seen.append((handle.name, handle.cause["type"], calls, len(output["messages"])))
+        seen.append([message_shape(m) for m in run.output["messages"]])
+        return seen
+
+    expected = await in_thread(lambda: record(langchain_supervisor(lc_server)))
+    speller = embedded_agent(ll_server, name="speller")
+    supervisor = create_agent(
+        chat_model(ll_server),
+        [sub_agent_tool(lambda: speller)],
+        name="supervisor",
+        settings=Settings(prefix=EMBEDDED_PREFIX),
+    )
+    got = await in_thread(lambda: record(supervisor))
+    assert got == expected
+    assert got[0][:3] == ("speller", "toolCall", [("spell", ["a", "b", "c"], "ABC")])
