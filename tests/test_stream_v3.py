@@ -131,7 +131,7 @@ def embedded_agent(server: ScriptedOpenAIServer, **kwargs: Any) -> Any:
     )
 
 
-def in_thread(record: Callable[[], list[tuple[Any, ...]]]) -> Any:
+def in_thread(record: Callable[[], Any]) -> Any:
     """A sync run's record, taken off the test's event loop (as a sync caller's)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
