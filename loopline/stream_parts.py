@@ -108,9 +108,9 @@ class Lifecycle:
         for node, written in update.items():
             if node == "model":
                 out.extend(self._model_start())
-                reply = (written or {}).get("messages") or []
-                if reply and isinstance(reply[-1], AIMessage):
-                    self.calls = {str(c["id"]): dict(c) for c in reply[-1].tool_calls}
+                replies = [m for m in _written_messages(written) if isinstance(m, AIMessage)]
+                if replies:
+                    self.calls = {str(c["id"]): dict(c) for c in replies[-1].tool_calls}
                 task_id, self.model_task = self.model_task, None
                 out.append(("tasks", self._result(str(task_id), node, written)))
             elif "." in node:  # a hook node: its whole task
@@ -170,6 +170,13 @@ class Lifecycle:
         return {"id": task_id, "name": name, "error": error, "result": result, "interrupts": []}
 
 
+def _written_messages(written: Any) -> list[Any]:
+    """The messages a node's update wrote: one update, or several (a ``wrap_model_call``
+    whose commands wrote beside the reply gives the model node a list of them)."""
+    updates = written if isinstance(written, list) else [written]
+    return [m for u in updates if isinstance(u, dict) for m in u.get("messages") or []]
+
+
 def _tool_result(data: Any) -> bool:
     message, meta = data
     return isinstance(message, ToolMessage) and meta.get("langgraph_node") == TOOLS_NODE
@@ -198,9 +205,10 @@ async def nested(
     and (``follow``) the items of the agents its tool calls ran under their namespaces
     (see the module's docstring); ``metadata``: its tasks' metadata."""
     lifecycle = Lifecycle(ns, metadata or {})
+    derived = any(m in DERIVED for m in modes)  # else the items pass as they are
     try:
         async for mode, data in items:
-            for extra_mode, extra in lifecycle.take(mode, data):
+            for extra_mode, extra in lifecycle.take(mode, data) if derived else ():
                 if extra_mode in modes:
                     yield ns, extra_mode, extra
             if mode == SUBTASK and follow is not None:
@@ -214,7 +222,7 @@ async def nested(
             elif mode in modes and mode not in (*DERIVED, SUBTASK):
                 yield ns, mode, data
     except Exception as exc:
-        for extra_mode, extra in lifecycle.failed(exc):
+        for extra_mode, extra in lifecycle.failed(exc) if derived else ():
             if extra_mode in modes:
                 yield ns, extra_mode, extra
         raise
