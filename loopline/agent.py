@@ -475,13 +475,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 max_steps = None  # derived from it where the task starts
             parent = await streamed_parent(client)
             if parent is not None:  # a sub-agent of a streamed task streams as its parent
-                writer, asked = parent
                 task_id = task_id or new_task_id()
-                stream_replies, stream_blocks = True, asked == BLOCKS
-                name = self.item_metadata(run).get("lc_agent_name")
-                inputs = [m.model_dump() for m in with_input_ids(task_id, messages)]
-                writer.subtask(Subtask(task_id=task_id, name=name, messages=inputs))
-            return await client.submit(
+                stream_replies, stream_blocks = True, parent[1] == BLOCKS
+            submitted = await client.submit(
                 agent,
                 messages,
                 # encoded as a task's state travels (services.spec.statecodec)
@@ -499,6 +495,11 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 recursion_limit=run.recursion_limit,
                 stream_blocks=stream_blocks,
             )
+            if parent is not None:  # the parent's stream follows it (once it exists)
+                name = self.item_metadata(run).get("lc_agent_name")
+                inputs = [m.model_dump() for m in with_input_ids(submitted, messages)]
+                parent[0].subtask(Subtask(task_id=submitted, name=name, messages=inputs))
+            return submitted
 
     async def aresult(
         self,
