@@ -1,4 +1,5 @@
-"""LangGraph's stream modes (``messages``, ``updates``, ``values``, ``custom``) from a task's
+"""LangGraph's stream modes (``messages``, ``updates``, ``values``, ``custom``, and the
+partial outputs of ``tools``, whose lifecycle ``loopline.stream_parts`` adds) from a task's
 log and chunk stream, in the order and shapes LangChain's ``create_agent(...).stream``
 gives them.
 
@@ -107,8 +108,8 @@ def tool_delta(call_id: str | None, delta: Any) -> dict[str, Any]:
 
 def modes_of(stream_mode: str | Sequence[str], *, internal: bool = False) -> tuple[list[str], bool]:
     """The modes asked for and whether items are ``(mode, data)`` tuples (a list);
-    ``internal``: LangGraph's v3 entry asks, which may also name ``tasks``
-    (``loopline.stream_parts.INTERNAL_ONLY``)."""
+    ``internal``: LangGraph's v3 entry asks, which may also name ``tasks`` (made for
+    its run object only: ``loopline.stream_parts.Lifecycle``)."""
     modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
     known = (*STREAM_MODES, "tasks") if internal else STREAM_MODES
     unknown = [m for m in modes if m not in known]
