@@ -368,3 +368,39 @@ async def test_v3_run_surfaces_the_sub_agent_as_langchains(
     got = await in_thread(lambda: record(supervisor))
     assert got == expected
     assert got[0][:3] == ("speller", "toolCall", [("spell", ["a", "b", "c"], "ABC")])
+
+
+# -- the tools stream mode ------------------------------------------------------------------
+
+SCRIPTS["tools mode"] = SPELL
+
+
+def tools_items(agent: Any) -> list[tuple[Any, ...]]:
+    """``stream_mode=["tools", "updates"]`` as comparable data."""
+    seen: list[tuple[Any, ...]] = []
+    for mode, data in agent.stream(given("tools mode"), stream_mode=["tools", "updates"]):
+        if mode == "tools":
+            output = data.get("output")
+            shown = output.content if isinstance(output, BaseMessage) else output
+            keys = ("tool_name", "input", "delta")
+            seen.append((mode, data["event"], *(data.get(k) for k in keys), shown))
+        else:
+            seen.append((mode, sorted(data)))
+    return seen
+
+
+async def test_tools_stream_mode_as_langchains(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """LangGraph's ``tools`` mode: each call's start (its name and input), partial
+    outputs and end (its tool message), in order among the nodes' updates."""
+    lc_server, ll_server = servers
+    lc_agent = lc_create_agent(chat_model(lc_server), TOOLS, system_prompt=SYSTEM_PROMPT)
+    expected = await in_thread(lambda: tools_items(lc_agent))
+    got = await in_thread(lambda: tools_items(embedded_agent(ll_server)))
+    assert got == expected
+    assert [item[1] for item in got if item[0] == "tools"] == [
+        "tool-started",
+        *["tool-output-delta"] * 3,
+        "tool-finished",
+    ]
