@@ -34,6 +34,12 @@ rather than chunks: the ``asked`` field of ``Names.task_streaming``, and the suf
 of its member of ``Names.stream_requested``."""
 
 
+SUBTASKS = "subtasks"
+"""The field of ``Names.task_streaming`` a client sets when it also streams the agents
+the task's tool calls run (a stream with subgraphs): those are noted on the task's chunk
+stream (``Subtask``) and streamed as the task is."""
+
+
 class Subtask(BaseModel):
     """An agent run inside a tool call of a streamed task (a sub-agent): its own task,
     streamed as its parent is."""

@@ -31,7 +31,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
 
 from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec, RunMode
-from contracts.chunks import BLOCKS, Subtask
+from contracts.chunks import BLOCKS, SUBTASKS, Subtask
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
@@ -439,6 +439,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         run_mode: RunMode | None = None,
         stream_replies: bool = False,
         stream_blocks: bool = False,
+        stream_subtasks: bool = False,
     ) -> str:
         """Submit a task (with ``config``'s thread: a run of it) and return its id at once.
         ``context``: the run's context (LangGraph's ``Runtime.context``): a dict, or an
@@ -446,7 +447,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
         variant of each middleware hook, as LangChain's ``invoke`` does, ``"async"`` the
         async one (``ainvoke``). ``stream_replies``: stream its model replies' tokens
         (``Client.stream_replies``), asked in the submit's round trip; ``stream_blocks``:
-        as content-block events (LangGraph's v3 streaming)."""
+        as content-block events (LangGraph's v3 streaming); ``stream_subtasks``: the
+        agents its tool calls run too (a stream with subgraphs)."""
         run = self._run_config(config)
         self._start_services()
         messages = _input_messages(input)
@@ -477,6 +479,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             if parent is not None:  # a sub-agent of a streamed task streams as its parent
                 task_id = task_id or new_task_id()
                 stream_replies, stream_blocks = True, parent[1] == BLOCKS
+                stream_subtasks = True  # its own sub-agents are followed too
             submitted = await client.submit(
                 agent,
                 messages,
@@ -494,6 +497,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 stream_ttl_s=self.settings.stream_ttl_s if stream_replies else None,
                 recursion_limit=run.recursion_limit,
                 stream_blocks=stream_blocks,
+                stream_subtasks=stream_subtasks,
             )
             if parent is not None:  # the parent's stream follows it (once it exists)
                 name = self.item_metadata(run).get("lc_agent_name")
@@ -758,6 +762,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             run_mode=run_mode,
             stream_replies=bool({"messages", "custom", "tools", SUBTASK} & set(modes)),
             stream_blocks=blocks,
+            stream_subtasks=SUBTASK in modes,
         )
         view = self.state_view(input)
         run = self._run_config(config)
@@ -794,7 +799,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
             state, answers = await _waiting_answers(client, thread_id, command)
             task_id = state.run_id
             if {"messages", "custom", "tools", SUBTASK} & set(modes):
-                await client.stream_replies(task_id, self.settings.stream_ttl_s, blocks=blocks)
+                ttl = self.settings.stream_ttl_s
+                subtasks = SUBTASK in modes
+                await client.stream_replies(task_id, ttl, blocks=blocks, subtasks=subtasks)
             checkpoint = [to_langchain(m) for m in state.messages]
             keys = state_codec(self.spec).decode(state.keys)
             resumption = await prepare_resume(
@@ -1142,17 +1149,19 @@ def langgraph_v3(
 
 
 async def streamed_parent(client: Client) -> tuple[Any, str] | None:
-    """Inside a tool call of a task a client streams (the tools service's writer of the
-    call, ``services.custom_stream``): the call's writer, where the run of an agent the
-    tool starts is noted for the parent's stream (``stream_parts.nested``), and what the
-    parent's client asked (chunks or ``BLOCKS``)."""
+    """Inside a tool call of a task a client streams with its sub-agents (subgraphs; the
+    tools service's writer of the call, ``services.custom_stream``): the call's writer,
+    where the run of an agent the tool starts is noted for the parent's stream
+    (``stream_parts.nested``), and what the parent's client asked (chunks or
+    ``BLOCKS``)."""
     from services.custom_stream import current
 
     writer = current()
     if writer is None or writer.stage != "tools" or writer.call_id is None:
         return None
-    asked: Any = await client.redis.hget(client.names.task_streaming(writer.task_id), "asked")
-    if asked is None:
+    key = client.names.task_streaming(writer.task_id)
+    asked, subtasks = await client.redis.hmget(key, ["asked", SUBTASKS])
+    if asked is None or subtasks is None:
         return None
     return writer, asked.decode() if isinstance(asked, bytes) else str(asked)
 

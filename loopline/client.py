@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio as aioredis
 
 from contracts.agent import AgentSpec, DeployedAgent, RunMode
-from contracts.chunks import BLOCKS, ChunkBatch
+from contracts.chunks import BLOCKS, SUBTASKS, ChunkBatch
 from contracts.events import (
     MULTITASK_STRATEGIES,
     AnyEvent,
@@ -245,6 +245,7 @@ class Client:
         recursion_limit: int | None = None,
         along: Callable[[Any], object] | None = None,
         stream_blocks: bool = False,
+        stream_subtasks: bool = False,
     ) -> str:
         """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
         ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
@@ -253,7 +254,8 @@ class Client:
         has a run going (see ``TaskSubmitted``); ``state``: the input's state keys
         besides the messages (those of the agent's input schema start its state);
         ``stream_ttl_s``: also ask for its token stream (``stream_replies``), in the same
-        round trip (``stream_blocks``: its content-block events); ``recursion_limit``:
+        round trip (``stream_blocks``: its content-block events; ``stream_subtasks``: the
+        agents its tool calls run too, as ``stream_replies``); ``recursion_limit``:
         LangChain's, the task's step limit derived from it;
         ``along``: queues more commands on the submission's pipeline (sent before the task,
         in the same round trip, only once the task passed its checks)."""
@@ -297,7 +299,13 @@ class Client:
             if along is not None:
                 along(pipe)
             if stream_ttl_s is not None:
-                self._ask_streaming(pipe, event.task_id, stream_ttl_s, blocks=stream_blocks)
+                self._ask_streaming(
+                    pipe,
+                    event.task_id,
+                    stream_ttl_s,
+                    blocks=stream_blocks,
+                    subtasks=stream_subtasks,
+                )
             pipe.xadd(self.names.tasks, {DATA_FIELD: data})
             await pipe.execute()
         return event.task_id
@@ -589,26 +597,40 @@ class Client:
     # -- token streaming (contracts.chunks) --
 
     async def stream_replies(
-        self, task_id: str, ttl_s: int | None = None, *, blocks: bool = False
+        self,
+        task_id: str,
+        ttl_s: int | None = None,
+        *,
+        blocks: bool = False,
+        subtasks: bool = False,
     ) -> None:
         """Ask for the task's model replies as they are generated, on its chunk stream
         (``chunks``): call before submitting the task (a task nobody asked for is not
         streamed), or submit with ``stream_ttl_s``. ``ttl_s``: how long the request lasts
         unless chunks renew it. ``blocks``: LangChain's content-block protocol events
         instead of chunks (LangGraph's v3 streaming; the model then replies as under
-        it, its content as content blocks)."""
+        it, its content as content blocks). ``subtasks``: the agents its tool calls run
+        stream too, and are noted on its chunk stream (a stream with subgraphs follows
+        them)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            self._ask_streaming(pipe, task_id, ttl_s, blocks=blocks)
+            self._ask_streaming(pipe, task_id, ttl_s, blocks=blocks, subtasks=subtasks)
             await pipe.execute()
 
     def _ask_streaming(
-        self, pipe: Any, task_id: str, ttl_s: int | None, *, blocks: bool = False
+        self,
+        pipe: Any,
+        task_id: str,
+        ttl_s: int | None,
+        *,
+        blocks: bool = False,
+        subtasks: bool = False,
     ) -> None:
         key = self.names.task_streaming(task_id)
         ttl = ttl_s or Settings().stream_ttl_s
         now = time.time()
         request = f"{task_id} {BLOCKS}" if blocks else task_id
-        pipe.hset(key, "asked", BLOCKS if blocks else "1")
+        asked = {"asked": BLOCKS if blocks else "1", **({SUBTASKS: "1"} if subtasks else {})}
+        pipe.hset(key, mapping=asked)
         pipe.expire(key, ttl)
         pipe.zadd(self.names.stream_requested, {request: now + ttl})
         if now - self._pruned_at >= PRUNE_EVERY_S:  # the set stays small, at no cost per run
