@@ -27,6 +27,32 @@ from pydantic import BaseModel, ConfigDict, Field
 CustomStage = Literal["before_model", "model", "after_model", "tools"]
 
 
+BLOCKS = "blocks"
+"""A client's request for a task's content-block events (LangGraph's v3 streaming)
+rather than chunks: the ``asked`` field of ``Names.task_streaming``, and the suffix
+(``"<task id> blocks"``) of the request's announcement on ``Names.stream_requests`` and
+of its member of ``Names.stream_requested``."""
+
+
+SUBTASKS = "subtasks"
+"""The field of ``Names.task_streaming`` a client sets when it also streams the agents
+the task's tool calls run (a stream with subgraphs): those are noted on the task's chunk
+stream (``Subtask``) and streamed as the task is."""
+
+
+class Subtask(BaseModel):
+    """An agent run inside a tool call of a streamed task (a sub-agent): its own task,
+    streamed as its parent is."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    task_id: str
+    name: str | None = None
+    """The agent's name (``create_agent(name=...)``: LangGraph's ``lc_agent_name``)."""
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    """Its input messages (``contracts.messages``), where its state starts."""
+
+
 class ChunkBatch(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -35,7 +61,10 @@ class ChunkBatch(BaseModel):
     attempt: int = Field(ge=1)
     """1 for the first model call of the step; each retry or redelivery counts up."""
     chunks: list[dict[str, Any]] = Field(default_factory=list)
-    """LangChain ``AIMessageChunk``s, each as ``model_dump(exclude_defaults=True)``."""
+    """LangChain ``AIMessageChunk``s, each as ``model_dump(exclude_defaults=True)`` (a
+    model that does not stream: its whole ``AIMessage``, typed ``ai``); for a task whose
+    client asked for ``BLOCKS``, LangChain's content-block protocol events of the call
+    (dicts with an ``event`` key: ``message-start``, ``content-block-delta``, ...)."""
     reset: bool = False
     """First batch of an attempt after the first: drop what earlier attempts streamed."""
     end: Literal["done", "failed"] | None = None
@@ -54,3 +83,8 @@ class ChunkBatch(BaseModel):
     wrap_tool_call chain, ``call_id``)."""
     call_id: str | None = None
     """For ``tools``: the call whose tool (or wrap_tool_call chain) wrote them."""
+    kind: Literal["custom", "deltas", "subtasks"] = "custom"
+    """What the ``custom`` items are: custom writes; for ``tools``, the call's partial
+    outputs (``deltas``: ``ToolRuntime.emit_output_delta``, LangGraph's ``tools`` stream
+    mode), or the agents the call ran (``subtasks``: ``Subtask``s, whose items a
+    client streaming with subgraphs shows under the call's namespace)."""

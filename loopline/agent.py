@@ -23,6 +23,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from types import UnionType
 from typing import Any, TypeVar, Union, get_args, get_origin
 
@@ -30,6 +31,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
 
 from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec, RunMode
+from contracts.chunks import BLOCKS, SUBTASKS, Subtask
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
@@ -39,6 +41,7 @@ from contracts.events import (
     new_task_id,
 )
 from contracts.messages import (
+    MESSAGE_ADAPTER,
     MESSAGE_TYPES,
     Message,
     SystemMessage,
@@ -59,7 +62,7 @@ from loopline.conversation import (
 )
 from loopline.errors import TaskFailedError, failure_of, refusal_of
 from loopline.graph import GRAPH_ATTRIBUTES, GraphArguments, reference_graph, refuse_unimplemented
-from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
+from loopline.stream_modes import MESSAGES_ONLY, SUBTASK, Item, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from loopline.threads import space_of
 from services.errors import ConfigurationError
@@ -435,13 +438,17 @@ class Agent(Runnable[Any, dict[str, Any]]):
         context: Any = None,
         run_mode: RunMode | None = None,
         stream_replies: bool = False,
+        stream_blocks: bool = False,
+        stream_subtasks: bool = False,
     ) -> str:
         """Submit a task (with ``config``'s thread: a run of it) and return its id at once.
         ``context``: the run's context (LangGraph's ``Runtime.context``): a dict, or an
         instance of the agent's ``context_schema``. ``run_mode``: ``"sync"`` runs the sync
         variant of each middleware hook, as LangChain's ``invoke`` does, ``"async"`` the
         async one (``ainvoke``). ``stream_replies``: stream its model replies' tokens
-        (``Client.stream_replies``), asked in the submit's round trip."""
+        (``Client.stream_replies``), asked in the submit's round trip; ``stream_blocks``:
+        as content-block events (LangGraph's v3 streaming); ``stream_subtasks``: the
+        agents its tool calls run too (a stream with subgraphs)."""
         run = self._run_config(config)
         self._start_services()
         messages = _input_messages(input)
@@ -468,7 +475,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
             max_steps = self.max_steps if self.embedded else None
             if run.recursion_limit is not None:
                 max_steps = None  # derived from it where the task starts
-            return await client.submit(
+            parent = await streamed_parent(client)
+            if parent is not None:  # a sub-agent of a streamed task streams as its parent
+                task_id = task_id or new_task_id()
+                stream_replies, stream_blocks = True, parent[1] == BLOCKS
+                stream_subtasks = True  # its own sub-agents are followed too
+            submitted = await client.submit(
                 agent,
                 messages,
                 # encoded as a task's state travels (services.spec.statecodec)
@@ -484,7 +496,14 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 run_mode=run_mode,
                 stream_ttl_s=self.settings.stream_ttl_s if stream_replies else None,
                 recursion_limit=run.recursion_limit,
+                stream_blocks=stream_blocks,
+                stream_subtasks=stream_subtasks,
             )
+            if parent is not None:  # the parent's stream follows it (once it exists)
+                name = self.item_metadata(run).get("lc_agent_name")
+                inputs = [m.model_dump() for m in with_input_ids(submitted, messages)]
+                parent[0].subtask(Subtask(task_id=submitted, name=name, messages=inputs))
+            return submitted
 
     async def aresult(
         self,
@@ -665,15 +684,46 @@ class Agent(Runnable[Any, dict[str, Any]]):
         **kwargs: Any,
     ) -> AsyncGenerator[Any, None]:
         from loopline.stream_modes import modes_of
+        from loopline.stream_parts import internal_modes, nested, parts_of
 
         subgraphs = bool(kwargs.pop("subgraphs", False))
-        modes, tagged = modes_of(stream_mode)
-        async for mode, data in self._stream_items(input, config, modes, kwargs, run_mode):
+        version = kwargs.pop("version", "v1")
+        if version not in ("v1", "v2"):
+            raise ValueError(f"stream version must be 'v1' or 'v2', not {version!r}")
+        refuse_breakpoints(kwargs)
+        config, messages_v2 = without_v3_flag(config)
+        modes, tagged = modes_of(stream_mode, internal=messages_v2)
+        read = internal_modes(modes, subgraphs=subgraphs)
+        items = self._stream_items(input, config, read, kwargs, run_mode, blocks=messages_v2)
+        follow = partial(self._follow_subtask, read) if subgraphs else None
+        run_meta = self.item_metadata(self._run_config(config))
+        triples = nested(items, modes, follow, metadata=run_meta)
+        if version == "v2":  # LangGraph's StreamPart dicts
+            async for part in parts_of(triples, messages_v2=messages_v2):
+                yield part
+            return
+        async for ns, mode, data in triples:
             item = (mode, data) if tagged else (data,)
-            if subgraphs:  # LangGraph's (namespace, ...) items: the agent's own are at ()
-                yield ((), *item)
+            if subgraphs:  # LangGraph's (namespace, ...) items
+                yield (ns, *item)
             else:
                 yield item if tagged else data
+
+    async def _follow_subtask(self, modes: list[str], link: Subtask) -> AsyncIterator[Item]:
+        """The items of an agent a tool call of this run ran (``stream_parts.nested``),
+        read from its own task's log and chunk stream; its ``values`` show its messages
+        (its agent's spec is the tools service's)."""
+        from loopline.stream_modes import stream_task
+        from loopline.stream_parts import subtask_metadata
+
+        inputs = [to_langchain(MESSAGE_ADAPTER.validate_python(m)) for m in link.messages]
+        async with self.client() as client:
+            meta = subtask_metadata(link)
+            stream = stream_task(
+                client, link.task_id, modes, inputs, view=MESSAGES_ONLY, metadata=meta
+            )
+            async for item in stream:
+                yield item
 
     async def _stream_items(
         self,
@@ -683,9 +733,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
         kwargs: dict[str, Any],
         run_mode: RunMode,
         task_id: str | None = None,
+        *,
+        blocks: bool = False,
     ) -> AsyncIterator[tuple[str, Any]]:
         """Submit ``input`` and yield its ``(mode, data)`` items (``astream``'s reading,
-        which ``astream_events`` builds on); hooks run their ``run_mode`` variants."""
+        which ``astream_events`` builds on); hooks run their ``run_mode`` variants;
+        ``blocks``: the model's replies stream as content-block events (v3)."""
         from loopline.stream_modes import stream_task
 
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
@@ -694,7 +747,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
-            async for item in self._stream_resumed(input, config, modes):
+            async for item in self._stream_resumed(input, config, modes, blocks=blocks):
                 yield item
             return
         task_id = task_id or new_task_id()
@@ -707,7 +760,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
             multitask_strategy=strategy,
             context=context,
             run_mode=run_mode,
-            stream_replies="messages" in modes or "custom" in modes,
+            stream_replies=bool({"messages", "custom", "tools", SUBTASK} & set(modes)),
+            stream_blocks=blocks,
+            stream_subtasks=SUBTASK in modes,
         )
         view = self.state_view(input)
         run = self._run_config(config)
@@ -727,7 +782,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
             await self._save_checkpoint({}, config)
 
     async def _stream_resumed(
-        self, command: Any, config: Mapping[str, Any] | None, modes: list[str]
+        self,
+        command: Any,
+        config: Mapping[str, Any] | None,
+        modes: list[str],
+        *,
+        blocks: bool = False,
     ) -> AsyncIterator[tuple[str, Any]]:
         """``Command(resume=...)`` streamed: the thread's waiting run gets its answers and
         goes on, streamed as LangGraph streams a resumed run (from the node that asked)."""
@@ -738,8 +798,10 @@ class Agent(Runnable[Any, dict[str, Any]]):
         async with self.client() as client:
             state, answers = await _waiting_answers(client, thread_id, command)
             task_id = state.run_id
-            if "messages" in modes or "custom" in modes:
-                await client.stream_replies(task_id, self.settings.stream_ttl_s)
+            if {"messages", "custom", "tools", SUBTASK} & set(modes):
+                ttl = self.settings.stream_ttl_s
+                subtasks = SUBTASK in modes
+                await client.stream_replies(task_id, ttl, blocks=blocks, subtasks=subtasks)
             checkpoint = [to_langchain(m) for m in state.messages]
             keys = state_codec(self.spec).decode(state.keys)
             resumption = await prepare_resume(
@@ -759,12 +821,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
 
     def item_metadata(self, run: RunConfig) -> dict[str, Any]:
         """What LangGraph puts in every stream item's metadata from the run's config:
-        the metadata LangChain's ``create_agent`` binds to its graph (``lc_agent_name``
-        when the agent has a name), then the call's own."""
-        bound: dict[str, Any] = dict(LS_INTEGRATION)
-        if self.spec.message_name:
-            bound["lc_agent_name"] = self.spec.message_name
-        return {**bound, **run.metadata}
+        the call's own, and what LangChain's ``create_agent`` binds to its graph
+        (``ls_integration``, ``lc_agent_name`` when the agent has a name)."""
+        named = {"lc_agent_name": self.spec.message_name} if self.spec.message_name else {}
+        # the agent's own name over one its run inherited (a sub-agent's, from its
+        # parent's tool); an unnamed agent shows the inherited one, as LangGraph's
+        return {**LS_INTEGRATION, **run.metadata, **named}
 
     async def _ended(self, task_id: str) -> bool:
         async with self.client() as client:
@@ -781,7 +843,46 @@ class Agent(Runnable[Any, dict[str, Any]]):
         except Exception:  # middleware or schemas this process cannot import: messages
             return MESSAGES_ONLY
 
-    async def astream_events(  # type: ignore[override]  # LangGraph's own signature
+    def astream_events(  # LangGraph's own signature
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        version: str = "v2",
+        transformers: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """LangChain's ``astream_events``. ``version="v2"``: the graph's and its nodes'
+        chain events, the chat model's start / stream / end and each tool's start / end,
+        as ``create_agent`` emits them (``loopline.stream_events``); ``config`` and
+        ``multitask_strategy`` as for ``ainvoke``. ``version="v3"``: an awaitable of
+        LangGraph's ``AsyncGraphRunStream``, built by LangGraph's own v3 entry over this
+        agent's ``astream`` (``loopline.stream_parts``): its projections (``values``,
+        ``messages``, ``tool_calls``, ``subagents``, a middleware's) and the agent's
+        ``stream_transformers`` with ``transformers`` after them."""
+        if version == "v3":
+            return langgraph_v3("_apregel_stream_v3", self, input, config, transformers, kwargs)
+        if transformers is not None:
+            raise ValueError("astream_events(transformers=...) is for version='v3'")
+        return self._astream_events_v2(input, config, version=version, **kwargs)
+
+    def stream_events(  # LangGraph's own signature
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        version: str = "v2",
+        transformers: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """LangGraph's ``stream_events``: ``version="v3"`` gives LangGraph's
+        ``GraphRunStream`` over this agent's ``stream`` (see ``astream_events``); v1 and v2
+        have no synchronous form, in LangChain as here (langchain-core raises)."""
+        if version == "v3":
+            return langgraph_v3("_pregel_stream_v3", self, input, config, transformers, kwargs)
+        return super().stream_events(input, config, version=version, **kwargs)  # type: ignore[call-overload]
+
+    async def _astream_events_v2(
         self,
         input: Any,
         config: Mapping[str, Any] | None = None,
@@ -789,14 +890,10 @@ class Agent(Runnable[Any, dict[str, Any]]):
         version: str = "v2",
         **kwargs: Any,
     ) -> AsyncIterator[dict[str, Any]]:
-        """LangChain's ``astream_events(version="v2")``: the graph's and its nodes' chain
-        events, the chat model's start / stream / end and each tool's start / end, as
-        ``create_agent`` emits them (``loopline.stream_events``); ``config`` and
-        ``multitask_strategy`` as for ``ainvoke``."""
         from loopline.stream_events import EVENTS_MODES, EventTranslator, events_of
 
         if version != "v2":
-            raise ValueError(f"astream_events supports version='v2' only, not {version!r}")
+            raise ValueError(f"astream_events supports version='v2' or 'v3', not {version!r}")
         task_id = new_task_id()
         inputs = [to_langchain(m) for m in _input_messages(input)]
         translator = EventTranslator(task_id, input, inputs, self.spec.system_prompt)
@@ -1032,6 +1129,67 @@ def inherited_context() -> Any:
     return getattr(runtime, "context", None)
 
 
+def langgraph_v3(
+    entry: str,
+    agent: Agent,
+    input: Any,
+    config: Mapping[str, Any] | None,
+    transformers: Sequence[Any] | None,
+    kwargs: dict[str, Any],
+) -> Any:
+    """LangGraph's own v3 entry (``Pregel._pregel_stream_v3`` or its async twin) run on
+    the agent: it builds LangGraph's ``StreamMux`` from its transformers, the agent's
+    ``stream_transformers`` and ``transformers``, and drives the agent's ``stream``."""
+    from langgraph.pregel import Pregel
+    from langgraph.pregel.main import _reject_v3_invariant_kwargs
+
+    _reject_v3_invariant_kwargs(kwargs)
+    run: Any = getattr(Pregel, entry)
+    return run(agent, input, config, transformers=transformers, **kwargs)
+
+
+async def streamed_parent(client: Client) -> tuple[Any, str] | None:
+    """Inside a tool call of a task a client streams with its sub-agents (subgraphs; the
+    tools service's writer of the call, ``services.custom_stream``): the call's writer,
+    where the run of an agent the tool starts is noted for the parent's stream
+    (``stream_parts.nested``), and what the parent's client asked (chunks or
+    ``BLOCKS``)."""
+    from services.custom_stream import current
+
+    writer = current()
+    if writer is None or writer.stage != "tools" or writer.call_id is None:
+        return None
+    key = client.names.task_streaming(writer.task_id)
+    asked, subtasks = await client.redis.hmget(key, ["asked", SUBTASKS])
+    if asked is None or subtasks is None:
+        return None
+    return writer, asked.decode() if isinstance(asked, bytes) else str(asked)
+
+
+def refuse_breakpoints(kwargs: dict[str, Any]) -> None:
+    """LangGraph's ``stream`` keywords the bus does not implement, taken when unset (as
+    LangGraph's v3 entry passes them): static breakpoints and run control."""
+    for name in ("interrupt_before", "interrupt_after", "control"):
+        if kwargs.pop(name, None) is not None:
+            raise NotImplementedError(
+                f"stream({name}=...) is not implemented on the bus: "
+                "HumanInTheLoopMiddleware or interrupt() stop a run for a human"
+            )
+
+
+def without_v3_flag(config: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, bool]:
+    """``config`` without LangGraph's internal flag that its v3 entry sets for its
+    ``stream`` call (``CONFIG_KEY_STREAM_MESSAGES_V2``: the ``messages`` mode as
+    content-block events), and whether it was set."""
+    from langgraph._internal._constants import CONFIG_KEY_STREAM_MESSAGES_V2
+
+    configurable = dict((config or {}).get("configurable") or {})
+    if CONFIG_KEY_STREAM_MESSAGES_V2 not in configurable:
+        return (dict(config) if config is not None else None), False
+    flag = bool(configurable.pop(CONFIG_KEY_STREAM_MESSAGES_V2))
+    return {**(config or {}), "configurable": configurable}, flag
+
+
 def _waiting_while(items: Iterator[T]) -> Iterator[T]:
     """``items``, with what a sub-agent's caller holds lent back while it iterates
     (``services.lending``)."""
@@ -1118,13 +1276,15 @@ def create_agent(
     ``runtime.context`` and tools as ``ToolRuntime.context`` (both travel by import
     path with REDIS_URL set); ``cache``: LangGraph's node cache, kept on the graph as
     LangChain keeps it (its agent's nodes declare no cache policy, so nothing is cached
-    there either); ``interrupt_before``, ``interrupt_after``, ``transformers`` and
-    ``debug=True`` are refused with the reason (``loopline.graph.REFUSED_KEYWORDS``)."""
+    there either); ``transformers``: LangGraph stream transformer factories, registered
+    after the agent's own (``ToolCallTransformer``, ``SubagentTransformer``, the
+    middleware's) for ``stream_events(version="v3")``, as LangChain registers them;
+    ``interrupt_before``, ``interrupt_after`` and ``debug=True`` are refused with the
+    reason (``loopline.graph.REFUSED_KEYWORDS``)."""
     refuse_unimplemented(
         {
             "interrupt_before": interrupt_before,
             "interrupt_after": interrupt_after,
-            "transformers": transformers,
             "debug": debug,
         }
     )
@@ -1157,6 +1317,7 @@ def create_agent(
         cache=cache,
         store=store,
         checkpointer=checkpointer,
+        transformers=tuple(transformers or ()),
     )
     agent = Agent(
         spec,

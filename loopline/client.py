@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio as aioredis
 
 from contracts.agent import AgentSpec, DeployedAgent, RunMode
-from contracts.chunks import ChunkBatch
+from contracts.chunks import BLOCKS, SUBTASKS, ChunkBatch
 from contracts.events import (
     MULTITASK_STRATEGIES,
     AnyEvent,
@@ -244,6 +244,8 @@ class Client:
         stream_ttl_s: int | None = None,
         recursion_limit: int | None = None,
         along: Callable[[Any], object] | None = None,
+        stream_blocks: bool = False,
+        stream_subtasks: bool = False,
     ) -> str:
         """Submit a task and return its id. ``agent``: a deployed agent's ``NAME`` or
         ``NAME@VERSION`` (with ``overrides`` its registration allows), or an inline spec
@@ -252,7 +254,9 @@ class Client:
         has a run going (see ``TaskSubmitted``); ``state``: the input's state keys
         besides the messages (those of the agent's input schema start its state);
         ``stream_ttl_s``: also ask for its token stream (``stream_replies``), in the same
-        round trip; ``recursion_limit``: LangChain's, the task's step limit derived from it;
+        round trip (``stream_blocks``: its content-block events; ``stream_subtasks``: the
+        agents its tool calls run too, as ``stream_replies``); ``recursion_limit``:
+        LangChain's, the task's step limit derived from it;
         ``along``: queues more commands on the submission's pipeline (sent before the task,
         in the same round trip, only once the task passed its checks)."""
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
@@ -295,7 +299,13 @@ class Client:
             if along is not None:
                 along(pipe)
             if stream_ttl_s is not None:
-                self._ask_streaming(pipe, event.task_id, stream_ttl_s)
+                self._ask_streaming(
+                    pipe,
+                    event.task_id,
+                    stream_ttl_s,
+                    blocks=stream_blocks,
+                    subtasks=stream_subtasks,
+                )
             pipe.xadd(self.names.tasks, {DATA_FIELD: data})
             await pipe.execute()
         return event.task_id
@@ -586,27 +596,48 @@ class Client:
 
     # -- token streaming (contracts.chunks) --
 
-    async def stream_replies(self, task_id: str, ttl_s: int | None = None) -> None:
+    async def stream_replies(
+        self,
+        task_id: str,
+        ttl_s: int | None = None,
+        *,
+        blocks: bool = False,
+        subtasks: bool = False,
+    ) -> None:
         """Ask for the task's model replies as they are generated, on its chunk stream
         (``chunks``): call before submitting the task (a task nobody asked for is not
         streamed), or submit with ``stream_ttl_s``. ``ttl_s``: how long the request lasts
-        unless chunks renew it."""
+        unless chunks renew it. ``blocks``: LangChain's content-block protocol events
+        instead of chunks (LangGraph's v3 streaming; the model then replies as under
+        it, its content as content blocks). ``subtasks``: the agents its tool calls run
+        stream too, and are noted on its chunk stream (a stream with subgraphs follows
+        them)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            self._ask_streaming(pipe, task_id, ttl_s)
+            self._ask_streaming(pipe, task_id, ttl_s, blocks=blocks, subtasks=subtasks)
             await pipe.execute()
 
-    def _ask_streaming(self, pipe: Any, task_id: str, ttl_s: int | None) -> None:
+    def _ask_streaming(
+        self,
+        pipe: Any,
+        task_id: str,
+        ttl_s: int | None,
+        *,
+        blocks: bool = False,
+        subtasks: bool = False,
+    ) -> None:
         key = self.names.task_streaming(task_id)
         ttl = ttl_s or Settings().stream_ttl_s
         now = time.time()
-        pipe.hset(key, "asked", "1")
+        request = f"{task_id} {BLOCKS}" if blocks else task_id
+        asked = {"asked": BLOCKS if blocks else "1", **({SUBTASKS: "1"} if subtasks else {})}
+        pipe.hset(key, mapping=asked)
         pipe.expire(key, ttl)
-        pipe.zadd(self.names.stream_requested, {task_id: now + ttl})
+        pipe.zadd(self.names.stream_requested, {request: now + ttl})
         if now - self._pruned_at >= PRUNE_EVERY_S:  # the set stays small, at no cost per run
             self._pruned_at = now
             pipe.zremrangebyscore(self.names.stream_requested, "-inf", now)
         # the model services learn of it at once, and need not ask Redis on every step
-        pipe.publish(self.names.stream_requests, task_id)
+        pipe.publish(self.names.stream_requests, request)
 
     async def chunks(
         self, task_id: str, *, after: str = "0", follow: bool = True, block_ms: int = 1000

@@ -13,6 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# bound at import: LangChain's own function, whatever later rebinds the name (a harness
+# that runs LangChain's tests on loopline swaps ``langchain.agents.create_agent``)
+from langchain.agents.factory import create_agent as langchain_create_agent
+
 GRAPH_ATTRIBUTES = frozenset(
     {
         "builder",
@@ -38,6 +42,7 @@ GRAPH_ATTRIBUTES = frozenset(
         "get_subgraphs",
         "aget_subgraphs",
         "aget_graph",
+        "stream_transformers",
     }
 )
 """What code reads off a compiled graph beyond ``Runnable``'s interface, answered by
@@ -53,10 +58,6 @@ REFUSED_KEYWORDS: dict[str, str] = {
         "interrupt_after (LangGraph's static breakpoints) is not implemented on the bus; "
         "HumanInTheLoopMiddleware(interrupt_on=...) or interrupt() in a hook or tool stop "
         "a run for a human"
-    ),
-    "transformers": (
-        "transformers (LangGraph's stream transformers for stream_events version 'v3') are "
-        "not implemented: loopline streams stream_mode items and astream_events v2"
     ),
     "debug": (
         "debug=True (LangGraph's printed trace of every step) is not implemented; "
@@ -89,11 +90,13 @@ class GraphArguments:
     cache: Any = None
     store: Any = None
     checkpointer: Any = field(default=None, compare=False)
+    transformers: Sequence[Any] = ()
+    """``create_agent(transformers=...)``: LangChain registers them on its graph's
+    ``stream_transformers``, which the agent's v3 streaming reads."""
 
 
 def reference_graph(arguments: GraphArguments) -> Any:
     """LangChain's compiled graph for ``arguments``, with a model that cannot answer."""
-    from langchain.agents import create_agent as langchain_create_agent
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
     return langchain_create_agent(
@@ -108,6 +111,7 @@ def reference_graph(arguments: GraphArguments) -> Any:
         store=arguments.store,
         name=arguments.name,
         cache=arguments.cache,
+        transformers=list(arguments.transformers) or None,
     )
 
 

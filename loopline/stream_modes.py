@@ -1,4 +1,5 @@
-"""LangGraph's stream modes (``messages``, ``updates``, ``values``, ``custom``) from a task's
+"""LangGraph's stream modes (``messages``, ``updates``, ``values``, ``custom``, and the
+partial outputs of ``tools``, whose lifecycle ``loopline.stream_parts`` adds) from a task's
 log and chunk stream, in the order and shapes LangChain's ``create_agent(...).stream``
 gives them.
 
@@ -55,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 
 from contracts.agent import AgentSpec
-from contracts.chunks import ChunkBatch
+from contracts.chunks import ChunkBatch, Subtask
 from contracts.events import (
     AnyEvent,
     ApprovalRequested,
@@ -88,19 +89,30 @@ from services.spec.channels import NO_CHANNELS, StateChannels
 if TYPE_CHECKING:
     from langgraph.types import Interrupt
 
-STREAM_MODES = ("messages", "updates", "values", "custom")
+STREAM_MODES = ("messages", "updates", "values", "custom", "tools")
 Item = tuple[str, Any]
 INTERRUPT = "__interrupt__"
 JUMP = "jump_to"
 TOOLS_NODE = "tools"
+SUBTASK = "subtask"
+"""An internal mode: a tool call ran an agent (``(call id, Subtask)``), whose items a
+stream with subgraphs shows under the call's namespace."""
 AFTER_HOOKS = (".after_model", ".after_agent")
 """The hooks that run on a model's reply (a wait there keeps the reply beside the log)."""
 
 
-def modes_of(stream_mode: str | Sequence[str]) -> tuple[list[str], bool]:
-    """The modes asked for and whether items are ``(mode, data)`` tuples (a list)."""
+def tool_delta(call_id: str | None, delta: Any) -> dict[str, Any]:
+    """LangGraph's ``tools`` item for a partial output of a running tool call."""
+    return {"event": "tool-output-delta", "tool_call_id": call_id, "delta": delta}
+
+
+def modes_of(stream_mode: str | Sequence[str], *, internal: bool = False) -> tuple[list[str], bool]:
+    """The modes asked for and whether items are ``(mode, data)`` tuples (a list);
+    ``internal``: LangGraph's v3 entry asks, which may also name ``tasks`` (made for
+    its run object only: ``loopline.stream_parts.Lifecycle``)."""
     modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
-    unknown = [m for m in modes if m not in STREAM_MODES]
+    known = (*STREAM_MODES, "tasks") if internal else STREAM_MODES
+    unknown = [m for m in modes if m not in known]
     if unknown or not modes:
         raise ValueError(f"stream_mode must be one or a list of {STREAM_MODES}, not {unknown}")
     return modes, not isinstance(stream_mode, str)
@@ -441,6 +453,16 @@ class ModeTranslator:
 
     def _batch_items(self, batch: ChunkBatch) -> list[Item]:
         """One batch's items: a stage's custom writes, or the model's chunks."""
+        if batch.kind == "deltas":  # a tool's partial outputs (LangGraph's ``tools`` mode)
+            if "tools" not in self.modes:
+                return []
+            return [("tools", tool_delta(batch.call_id, item)) for item in batch.custom]
+        if batch.kind == "subtasks":  # agents a tool call ran (``stream_parts.nested``)
+            if SUBTASK not in self.modes:
+                return []
+            return [
+                (SUBTASK, (batch.call_id, Subtask.model_validate(link))) for link in batch.custom
+            ]
         if batch.stage is not None:
             return [("custom", item) for item in batch.custom] if "custom" in self.modes else []
         return self._chunk_items(batch) if "messages" in self.modes else []
@@ -776,9 +798,12 @@ def _shown(message: BaseMessage) -> BaseMessage:
     return shown
 
 
-def _streamed(raw: dict[str, Any]) -> BaseMessage:
-    """One item of the chunk stream: an ``AIMessageChunk``, or the whole ``AIMessage`` of a
-    model that does not stream (typed ``ai``), which LangGraph yields as it is."""
+def _streamed(raw: dict[str, Any]) -> BaseMessage | dict[str, Any]:
+    """One item of the chunk stream: an ``AIMessageChunk``, the whole ``AIMessage`` of a
+    model that does not stream (typed ``ai``), which LangGraph yields as it is, or a
+    content-block protocol event (``contracts.chunks.BLOCKS``), as it is."""
+    if "event" in raw:
+        return raw
     if raw.get("type") == "ai":
         return AIMessage(**raw)
     return AIMessageChunk(**raw)

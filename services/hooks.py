@@ -137,10 +137,7 @@ def hooks_for(agent_id: str, spec: AgentSpec) -> HookSet:
             context=schemas.run_context(spec),
             state_schema=schemas.state_schema(spec),
             mode=spec.run_mode,
-            run_config={
-                **(spec.run_config or {}),
-                "recursion_limit": spec.recursion_limit or AGENT_RECURSION_LIMIT,
-            },
+            run_config=agent_run_config(spec),
         )
         if len(_cache) >= HOOK_SETS_CACHED:
             _cache.clear()
@@ -175,6 +172,19 @@ current_thread: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 """The thread of the task whose hooks run (set by the loop around them): a node's
 ``config["configurable"]["thread_id"]``."""
+
+
+def agent_run_config(spec: AgentSpec) -> dict[str, Any]:
+    """The run's config as LangChain's agent runs with it: the task's (tags, metadata),
+    its recursion limit, and what ``create_agent`` binds to its graph (``lc_agent_name``
+    when the agent is named), which its nodes and the agents its tools run inherit."""
+    config: dict[str, Any] = {
+        **(spec.run_config or {}),
+        "recursion_limit": spec.recursion_limit or AGENT_RECURSION_LIMIT,
+    }
+    if spec.message_name:
+        config["metadata"] = {**(config.get("metadata") or {}), "lc_agent_name": spec.message_name}
+    return config
 
 
 def node_config(run_config: Mapping[str, Any], node: str, thread_id: str | None) -> Any:

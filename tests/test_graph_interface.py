@@ -188,7 +188,6 @@ def test_an_empty_system_prompt_is_sent_as_langchain_sends_it(
         ("interrupt_before", ["tools"]),
         ("interrupt_after", ["model"]),
         ("debug", True),
-        ("transformers", [object()]),
     ],
 )
 def test_keywords_the_bus_does_not_implement_are_refused_with_the_reason(

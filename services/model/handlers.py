@@ -57,6 +57,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                 rt.settings,
                 task_id=event.task_id,
                 step=event.step,
+                blocks=requests.blocks(event.task_id),
             )
 
         return call

@@ -28,9 +28,12 @@ import redis.asyncio as aioredis
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
-from langchain_core.tracers._streaming import _StreamingCallbackHandler
+from langchain_core.tracers._streaming import (
+    _StreamingCallbackHandler,
+    _V2StreamingCallbackHandler,
+)
 
-from contracts.chunks import ChunkBatch
+from contracts.chunks import BLOCKS, ChunkBatch
 from contracts.streams import DATA_FIELD, Names
 from services.connection import Connection
 from services.runtime import Runtime
@@ -42,10 +45,14 @@ log = logging.getLogger("loopline.model")
 T = TypeVar("T")
 
 
-async def wanted(connection: Connection, names: Names, task_id: str) -> bool:
-    """Whether a client asked to see this task's replies as they are generated (asked
-    Redis: what ``StreamRequests`` falls back to while it may have missed a request)."""
-    return bool(await connection.command("EXISTS", names.task_streaming(task_id)))
+async def asked_for(connection: Connection, names: Names, task_id: str) -> str | None:
+    """What a client asked of the task's replies as they are generated: ``"1"``
+    (chunks), ``BLOCKS``, or nothing (asked Redis: what ``StreamRequests`` falls back to
+    while it may have missed a request)."""
+    found: Any = await connection.command("HGET", names.task_streaming(task_id), "asked")
+    if found is None:
+        return None
+    return found.decode() if isinstance(found, bytes) else str(found)
 
 
 PRUNE_AT = 10_000
@@ -65,6 +72,8 @@ class StreamRequests(ChannelListener):
         self.rt = rt
         self.ttl_s = rt.settings.stream_ttl_s
         self.asked: dict[str, float] = {}  # task id -> when the request lapses (monotonic)
+        self.in_blocks: set[str] = set()
+        """Tasks whose client asked for content-block events (``BLOCKS``)."""
 
     async def wanted(self, task_id: str) -> bool:
         now = time.monotonic()
@@ -75,17 +84,27 @@ class StreamRequests(ChannelListener):
             # lapsed here, yet streaming (the chunk writes renew the request in Redis,
             # not in every replica), or possibly missed: Redis knows
             self.asked.pop(task_id, None)
-            found = await wanted(self.rt.connection, self.rt.names, task_id)
+            found = await asked_for(self.rt.connection, self.rt.names, task_id)
             if found:
-                self.heard(task_id)
-            return found
+                self.heard(task_id if found != BLOCKS else f"{task_id} {BLOCKS}")
+            return bool(found)
         return False
 
+    def blocks(self, task_id: str) -> bool:
+        """Whether the task's client asked for content-block events (LangGraph's v3
+        streaming) rather than chunks (``wanted`` first)."""
+        return task_id in self.in_blocks
+
     def heard(self, data: str) -> None:
+        """A request: ``task_id``, or ``task_id blocks`` (``Client.stream_replies``)."""
+        task_id, _, kind = data.partition(" ")
+        if kind == BLOCKS:
+            self.in_blocks.add(task_id)
         now = time.monotonic()
-        self.asked[data] = max(self.asked.get(data, 0.0), now + self.ttl_s)
+        self.asked[task_id] = max(self.asked.get(task_id, 0.0), now + self.ttl_s)
         if len(self.asked) > PRUNE_AT:
             self.asked = {t: at for t, at in self.asked.items() if at > now}
+            self.in_blocks &= set(self.asked)
 
     async def caught_up(self) -> None:
         """The requests made before this subscription heard them (from the sorted set);
@@ -95,9 +114,12 @@ class StreamRequests(ChannelListener):
             self.rt.names.stream_requested, now, "+inf", withscores=True
         )
         offset = time.monotonic() - now
-        for task_id, lapses in found:
-            name = task_id.decode() if isinstance(task_id, bytes) else str(task_id)
-            self.asked[name] = max(self.asked.get(name, 0.0), float(lapses) + offset)
+        for member, lapses in found:
+            name = member.decode() if isinstance(member, bytes) else str(member)
+            task_id, _, kind = name.partition(" ")
+            if kind == BLOCKS:
+                self.in_blocks.add(task_id)
+            self.asked[task_id] = max(self.asked.get(task_id, 0.0), float(lapses) + offset)
 
 
 def model_metadata(runnable: Any) -> dict[str, Any]:
@@ -153,6 +175,15 @@ class ChunkPublisher:
         self.buffer: list[dict[str, Any]] = []
         self._timer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # FIFO: batches reach the stream in the order cut
+
+    def add_event(self, event: dict[str, Any]) -> None:
+        """Buffer one of LangChain's content-block protocol events of the call (a client
+        of LangGraph's v3 streaming asked for them): batched as chunks are."""
+        self.buffer.append(dict(event))
+        if self._timer is None:
+            delay = max(0.0, self._cut_at + self.batch_s - time.monotonic()) if self.shown else 0.0
+            self.shown = self.shown or event.get("event") == "content-block-delta"
+            self._timer = asyncio.create_task(self._flush_later(delay))
 
     def add(self, chunk: AIMessage) -> None:
         """Buffer a chunk. It goes out at once when no batch was cut in the last
@@ -262,11 +293,29 @@ class ChunkRelay(BaseCallbackHandler, _StreamingCallbackHandler[Any]):
         return output
 
 
-async def relayed_call(runnable: Any, prompt: Any, publisher: ChunkPublisher) -> Any:
-    """``runnable.ainvoke(prompt)`` with its chunks published; a reply that was not
-    streamed goes out whole, as LangGraph's ``messages`` mode yields it once the model
-    ends. A failure ends the attempt as failed."""
-    relay = ChunkRelay(publisher)
+class BlockRelay(ChunkRelay, _V2StreamingCallbackHandler):
+    """The chat model's content-block protocol events to the publisher, as LangGraph's
+    v3 streaming gets them (``StreamMessagesHandlerV2``): declaring itself a v2
+    handler routes the model's ``ainvoke`` through LangChain's event generator, so the
+    events and the reply they assemble (its content as v1 content blocks) are
+    LangChain's own under ``stream_events(version="v3")``."""
+
+    def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
+        """No v1 chunks on a v2 call, as LangGraph's v2 handler takes none."""
+
+    def on_stream_event(self, event: Any, **kwargs: Any) -> None:
+        self.publisher.add_event(event)
+        self.relayed = True
+
+
+async def relayed_call(
+    runnable: Any, prompt: Any, publisher: ChunkPublisher, *, blocks: bool = False
+) -> Any:
+    """``runnable.ainvoke(prompt)`` with its chunks published (``blocks``: its
+    content-block events, ``BlockRelay``); a reply that was not streamed goes out
+    whole, as LangGraph's ``messages`` mode yields it once the model ends. A failure
+    ends the attempt as failed."""
+    relay = BlockRelay(publisher) if blocks else ChunkRelay(publisher)
     try:
         reply = await runnable.ainvoke(prompt, {"callbacks": [relay]})
         if not relay.relayed and isinstance(reply, AIMessage):
@@ -287,8 +336,10 @@ async def streamed_call(
     *,
     task_id: str,
     step: int,
+    blocks: bool = False,
 ) -> Any:
-    """One model call of a streamed task, its chunks published (``relayed_call``)."""
+    """One model call of a streamed task, its chunks (or content-block events)
+    published (``relayed_call``)."""
     attempt = asyncio.ensure_future(next_attempt(connection.redis, names, task_id, step))
     publisher = ChunkPublisher(
         connection,
@@ -299,4 +350,4 @@ async def streamed_call(
         attempt=attempt,
         model=model_metadata(runnable),
     )
-    return await relayed_call(runnable, prompt, publisher)
+    return await relayed_call(runnable, prompt, publisher, blocks=blocks)
