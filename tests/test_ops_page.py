@@ -228,3 +228,48 @@ async def test_the_json_refuses_what_it_cannot_serve(
         assert no_task.status_code == 404
         empty = await http.post("/ui/api/ops/approvals/nope", json={})
         assert empty.status_code in (404, 422)
+
+
+async def test_threads_are_searched_by_status_and_metadata_with_their_runs(
+    deployment: tuple[ServiceProcesses, GatewayProcess], tab: Any
+) -> None:
+    from playwright.async_api import expect
+
+    _, api = deployment
+    team = f"team-{id(tab)}"
+    async with httpx.AsyncClient(base_url=api.url, timeout=60) as http:
+        waiting = (await http.post("/threads", json={"metadata": {"team": team}})).json()
+        other = (await http.post("/threads", json={"metadata": {"team": "other"}})).json()
+        ran = await http.post(
+            f"/threads/{waiting['thread_id']}/runs/wait",
+            json={"assistant_id": "gated", "input": {"messages": [("user", "add 3 4")]}},
+        )
+        assert ran.status_code == 200, ran.text
+        run = (await http.get(f"/threads/{waiting['thread_id']}/runs")).json()[0]
+
+    await tab.fill("#thread-metadata", json.dumps({"team": team}))
+    await tab.select_option("#thread-status", "interrupted")
+    await tab.click("#thread-search button[type=submit]")
+    rows = tab.locator("#threads tbody tr")
+    await expect(rows).to_have_count(1)
+    row = tab.locator(f"#threads tr[data-thread='{waiting['thread_id']}']")
+    await expect(row.locator(".status-cell")).to_have_text("interrupted")
+    await expect(row.locator(".runs")).to_contain_text(f"{run['run_id'][:8]} {run['status']}")
+    link = row.locator("a")
+    await expect(link).to_have_attribute("href", f"/ui?thread={waiting['thread_id']}")
+
+    await tab.select_option("#thread-status", "idle")  # the same team, no idle thread
+    await tab.click("#thread-search button[type=submit]")
+    await expect(rows).to_have_count(0)
+    await tab.fill("#thread-metadata", json.dumps({"team": "other"}))
+    await tab.click("#thread-search button[type=submit]")
+    await expect(tab.locator(f"#threads tr[data-thread='{other['thread_id']}']")).to_be_visible()
+    async with httpx.AsyncClient(base_url=api.url, timeout=60) as http:  # nothing left waiting
+        done = await http.post(
+            f"/threads/{waiting['thread_id']}/runs/wait",
+            json={
+                "assistant_id": "gated",
+                "command": {"resume": {"decisions": [{"type": "reject"}]}},
+            },
+        )
+        assert done.status_code == 200, done.text
