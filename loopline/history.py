@@ -221,8 +221,15 @@ class ThreadHistory:
     def metadata(self, checkpoint: Checkpoint) -> dict[str, Any]:
         """LangGraph's ``CheckpointMetadata``: the run's config metadata with
         ``create_agent``'s, then ``source``, ``step``, ``parents``."""
+        from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS
+
+        given = {
+            k: v
+            for k, v in checkpoint.metadata.items()
+            if k not in EXCLUDED_METADATA_KEYS and not k.startswith("__")
+        }
         return {
-            **checkpoint.metadata,
+            **given,
             "source": checkpoint.source,
             "step": checkpoint.step,
             "parents": {},
@@ -234,7 +241,7 @@ class ThreadHistory:
 
         tasks = []
         pushed = 0
-        for task in checkpoint.tasks:
+        for task in checkpoint.tasks or tuple(Task(name) for name in checkpoint.next):
             task_id = str(uuid.uuid5(uuid.NAMESPACE_OID, f"{checkpoint.id}:{len(tasks)}"))
             if task.name == TOOLS:  # one task per call, sent to the tools node
                 path: tuple[Any, ...] = ("__pregel_push", pushed, False)
@@ -430,6 +437,10 @@ class _Fold:
                 channels.apply(keys, others) if channels is not None else {**keys, **dict(others)}
             )
         as_node = _text(raw.get(NODE_FIELD)) or None
+        if parent is not None:
+            # written as a node the parent had next: that task's result, as LangGraph
+            # shows an update in place of the node's run (None stands for the model)
+            parent.tasks = _with_result(parent, as_node or MODEL, dict(values))
         checkpoint = Checkpoint(
             checkpoint_id(entry.at, 0, entry.entry_id),
             parent.id if parent is not None else None,
@@ -564,6 +575,16 @@ def _joined(view: StateView, keys: dict[str, Any], writes: list[tuple[str, Any]]
         return view.channels.apply(keys, writes)
     except Exception:  # refused where the run started: it failed there
         return dict(keys)
+
+
+def _with_result(checkpoint: Checkpoint, node: str, result: Any) -> tuple[Task, ...]:
+    """The checkpoint's tasks, the first one of ``node`` without a result given one."""
+    tasks = list(checkpoint.tasks) or [Task(name) for name in checkpoint.next]
+    for i, task in enumerate(tasks):
+        if task.name == node and task.result is None:
+            tasks[i] = Task(node, result)
+            return tuple(tasks)
+    return tuple(checkpoint.tasks)
 
 
 def _as_list(value: Any) -> list[Any]:
