@@ -44,7 +44,10 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from contracts.agent import AgentSpec
 from contracts.events import (
     AnyEvent,
+    ApprovalRequested,
     DecisionsRefused,
+    ModelResponded,
+    NodesUpdated,
     TaskCompleted,
     TaskFailed,
     TaskSubmitted,
@@ -52,7 +55,8 @@ from contracts.events import (
 )
 from contracts.messages import to_langchain
 from contracts.streams import DATA_FIELD
-from loopline.stream_modes import ModeTranslator, StateView, state_view
+from loopline.conversation import HITL_NODE
+from loopline.stream_modes import ModeTranslator, StateView, interrupt_of, state_view
 from loopline.threads import ThreadReader
 from services.hooks import LS_INTEGRATION, hooks_for, merge_messages, without_stand_in_ids
 from services.tasks.thread_runs import untracked_keys
@@ -99,6 +103,8 @@ class Task:
 
     name: str
     result: Any = None
+    interrupts: tuple[Any, ...] = ()
+    """What the node asked a human when it ran (``Interrupt``s)."""
 
 
 @dataclass
@@ -239,7 +245,7 @@ class ThreadHistory:
     def snapshot(self, thread_id: str, checkpoint: Checkpoint) -> StateSnapshot:
         from langgraph.types import PregelTask, StateSnapshot
 
-        tasks = []
+        tasks: list[PregelTask] = []
         pushed = 0
         for task in checkpoint.tasks or tuple(Task(name) for name in checkpoint.next):
             task_id = str(uuid.uuid5(uuid.NAMESPACE_OID, f"{checkpoint.id}:{len(tasks)}"))
@@ -248,7 +254,9 @@ class ThreadHistory:
                 pushed += 1
             else:
                 path = ("__pregel_pull", task.name)
-            tasks.append(PregelTask(task_id, task.name, path, result=task.result))
+            tasks.append(
+                PregelTask(task_id, task.name, path, interrupts=task.interrupts, result=task.result)
+            )
         parent = checkpoint.parent_id
         return StateSnapshot(
             values=self.values(checkpoint),
@@ -339,22 +347,43 @@ class ThreadHistory:
         return entries
 
     async def _logs(self, run_ids: Sequence[str]) -> dict[str, list[AnyEvent]]:
-        """Each run's log (one round trip for all)."""
+        """Each run's log (one round trip for all), with the reply a human is asked
+        about where it waits beside the log (``stream_modes.with_asked_replies``)."""
         if not run_ids:
             return {}
+        names = self.reader.names
         pipe = self.reader.redis.pipeline(transaction=False)
         for run_id in run_ids:
-            pipe.xrange(self.reader.names.task_log(run_id))
+            pipe.xrange(names.task_log(run_id))
+            pipe.hget(names.task_state(run_id), "pending")
         found = await pipe.execute()
         logs = {}
-        for run_id, entries in zip(run_ids, found, strict=True):
+        for i, run_id in enumerate(run_ids):
+            entries, pending = found[2 * i], found[2 * i + 1]
             events = []
             for _, raw in entries:
                 data = raw.get(DATA_FIELD.encode())
                 if data is not None:
                     events.append(parse_event(data))
-            logs[run_id] = events
+            logs[run_id] = _with_waiting_reply(events, parse_event(pending) if pending else None)
         return logs
+
+
+def _with_waiting_reply(events: list[AnyEvent], pending: AnyEvent | None) -> list[AnyEvent]:
+    """A run waiting for a human on a model's reply: the reply (kept in the task's state
+    until decided) before the request, after the hooks that ran on it logged with it."""
+    if not isinstance(pending, ModelResponded) or not events:
+        return events
+    asked = events[-1]
+    if not isinstance(asked, ApprovalRequested) or asked.step != pending.step:
+        return events
+    if any(isinstance(e, ModelResponded) and e.step == pending.step for e in events):
+        return events
+    at = len(events) - 1
+    before = events[at - 1] if at else None
+    if isinstance(before, NodesUpdated) and before.step == asked.step:
+        at -= 1
+    return [*events[:at], pending, *events[at:]]
 
 
 _MISSING = object()
@@ -505,6 +534,8 @@ class _RunFold:
         self.place = 0
         self.last = head
         self.pending: list[Task] = []
+        self.asked: dict[str, list[Any]] = {}
+        """Node -> the interrupts it asked that its task does not hold yet."""
 
     def made(
         self, source: str, at: float, messages: Sequence[BaseMessage], keys: Mapping[str, Any]
@@ -533,6 +564,9 @@ class _RunFold:
             ended = ended or isinstance(event, TaskCompleted)
             if isinstance(event, (TaskFailed, DecisionsRefused)):
                 break
+            if isinstance(event, ApprovalRequested):  # kept with the task that asked
+                node = TOOLS if event.per_call else (event.node or HITL_NODE)
+                self.asked.setdefault(node, []).append(interrupt_of(event))
             try:
                 items = self.translator._event(event)
             except Exception:  # a failure the run reported: its checkpoints end here
@@ -542,8 +576,12 @@ class _RunFold:
                     self._updates(data, event.at)
                 elif mode == "values" and self.pending:
                     self._close(event.at, data)
-        if not ended and self.last is not None and self.pending:
-            self.last.next = tuple(t.name for t in self.pending)  # under way, or waiting
+        if ended or self.last is None:
+            return
+        waiting = [Task(node, None, tuple(asked)) for node, asked in self.asked.items()]
+        if self.pending or waiting:  # under way, or waiting for a human
+            self.last.next = tuple(t.name for t in [*self.pending, *waiting])
+            self.last.tasks = (*self.pending, *waiting)
 
     def _updates(self, data: Mapping[str, Any], at: float) -> None:
         for node, update in data.items():
@@ -551,16 +589,48 @@ class _RunFold:
                 continue
             if node != TOOLS and self.pending:  # the superstep before ended
                 self._close(at)
-            self.pending.append(Task(node, update))
-            if node != TOOLS and update is None:  # a node that wrote nothing: no values
+            asked = tuple(self.asked.pop(node, ()))
+            if node == TOOLS:
+                update = self._with_todos(update)
+            # a node that returned nothing wrote {} (LangGraph's task result)
+            self.pending.append(Task(node, {} if update is None else update, asked))
+            if node != TOOLS and update is None:  # no values follow
                 self._close(at)
+
+    def _in_call_order(self, tasks: list[Task]) -> list[Task]:
+        """A tools superstep's tasks in the order of the calls (LangGraph's), not the
+        order they ended in."""
+        order: dict[str, int] = {}
+        for message in self.translator.state:
+            for call in getattr(message, "tool_calls", None) or []:
+                order[call["id"]] = len(order)
+
+        def place(task: Task) -> int:
+            messages = (task.result or {}).get("messages") or [None]
+            return order.get(getattr(messages[0], "tool_call_id", ""), len(order))
+
+        return sorted(tasks, key=place) if any(t.name == TOOLS for t in tasks) else tasks
+
+    def _with_todos(self, update: Any) -> Any:
+        """A ``write_todos`` call's task result with the list it set: loopline's todos
+        service applies it (no ``Command`` of the tool's says so)."""
+        messages = (update or {}).get("messages") or []
+        done = [m for m in messages if isinstance(m, ToolMessage) and m.name == "write_todos"]
+        if not done or done[0].status == "error" or "todos" in update:
+            return update
+        for message in reversed(self.translator.state):
+            for call in getattr(message, "tool_calls", None) or []:
+                if call["id"] == done[0].tool_call_id:
+                    return {**update, "todos": call["args"].get("todos")}
+        return update
 
     def _close(self, at: float, values: Mapping[str, Any] | None = None) -> None:
         """A superstep ended: the checkpoint before it learns its ``next`` and
         ``tasks``; the one after it holds the state."""
         if self.last is not None:
-            self.last.next = tuple(t.name for t in self.pending)
-            self.last.tasks = tuple(self.pending)
+            tasks = self._in_call_order(self.pending)
+            self.last.next = tuple(t.name for t in tasks)
+            self.last.tasks = tuple(tasks)
         self.pending = []
         translator = self.translator
         shown = dict(values) if values is not None else translator._values()

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent as lc_create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware, TodoListMiddleware
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import StateUpdate
+from langgraph.types import Command, StateUpdate
 
 from contracts.replies import Reply, ScriptedToolCall
 from loopline import create_agent
@@ -30,11 +32,21 @@ from tests.test_thread_checkpoints import POSTGRES_URL, need_postgres, postgres_
 
 pytestmark = pytest.mark.fast
 
+HITL = "HumanInTheLoopMiddleware.after_model"
+
 
 def RESPONDER(body: dict[str, Any]) -> Reply:
     """A user's message gets a tool call, a tool's result an answer counting the
     messages it was sent."""
     last = body["messages"][-1]
+    if last["role"] == "user" and str(last["content"]).startswith("plan"):
+        todos = {"todos": [{"content": "sum", "status": "in_progress"}]}
+        return Reply(
+            tool_calls=(
+                ScriptedToolCall("write_todos", todos),
+                ScriptedToolCall("add", {"a": 1, "b": 2}),
+            )
+        )
     if last["role"] == "user":
         return Reply(tool_calls=(ScriptedToolCall("add", {"a": 1, "b": 2}),))
     return Reply(content=f"answer after {len(body['messages'])}")
@@ -82,17 +94,17 @@ def shape(state: Any) -> tuple[Any, ...]:
         {k: v for k, v in (state.metadata or {}).items()},
         messages,
         sorted(k for k in state.values if k != "messages"),
-        [(t.name, t.path[0], sorted(t.result) if t.result else t.result) for t in state.tasks],
+        [
+            (t.name, t.path[0], sorted(t.result) if t.result else t.result, bool(t.interrupts))
+            for t in state.tasks
+        ],
         state.parent_config is None,
     )
 
 
 def linked(history: list[Any]) -> bool:
     """Each state's parent is the one before it (a thread without forks)."""
-    return all(
-        newer.parent_config == older.config
-        for newer, older in zip(history, history[1:], strict=False)
-    )
+    return all(newer.parent_config == older.config for newer, older in pairwise(history))
 
 
 def sent(server: ScriptedOpenAIServer, since: int) -> list[Any]:
@@ -125,6 +137,40 @@ def test_history_is_a_checkpoint_per_superstep_as_langgraphs(
         assert shape(at) == shape(past) and at.config == past.config
 
 
+@pytest.mark.parametrize("kind", ["todos", "approval"])
+def test_middleware_nodes_and_interrupts_in_the_history_as_langgraphs(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer], kind: str
+) -> None:
+    """Each hook is a node with a superstep of its own; a run waiting for a human shows
+    the node that asked next, its task with the interrupt, and keeps it once answered."""
+    middleware: list[Any] = (
+        [TodoListMiddleware()]
+        if kind == "todos"
+        else [HumanInTheLoopMiddleware(interrupt_on={"add": True})]
+    )
+    cfgs, got = configs(), []
+    agents = [
+        lc_create_agent(
+            model(servers[0]), [tooling.add], middleware=middleware, checkpointer=InMemorySaver()
+        ),
+        create_agent(
+            model(servers[1]), [tooling.add], middleware=middleware, checkpointer=InMemorySaver()
+        ),
+    ]
+    for agent, config in zip(agents, cfgs, strict=True):
+        agent.invoke({"messages": "plan a sum"}, config)
+        shapes = [[shape(s) for s in agent.get_state_history(config)]]
+        if kind == "approval":
+            agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+            shapes.append([shape(s) for s in agent.get_state_history(config)])
+        got.append(shapes)
+    assert got[1] == got[0]
+    nodes = {t[0] for state in got[0][-1] for t in state[4]}
+    assert ("TodoListMiddleware.after_model" if kind == "todos" else HITL) in nodes
+    if kind == "approval":  # the waiting state: the node that asked, with its interrupt
+        assert got[0][0][0][0] == (HITL,) and got[0][0][0][4][0][3] is True
+
+
 def test_filter_before_and_limit_as_langgraphs(
     embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> None:
@@ -136,7 +182,7 @@ def test_filter_before_and_limit_as_langgraphs(
 
     for agent, config in zip(agents, cfgs, strict=True):
         history = list(agent.get_state_history(config))
-        asked = [
+        asked: list[dict[str, Any]] = [
             {"filter": {"source": "input"}},
             {"filter": {"source": "loop", "step": 2}},
             {"filter": {"source": "update"}},
