@@ -149,7 +149,7 @@ def test_middleware_nodes_and_interrupts_in_the_history_as_langgraphs(
         else [HumanInTheLoopMiddleware(interrupt_on={"add": True})]
     )
     cfgs, got = configs(), []
-    agents = [
+    agents: list[Any] = [
         lc_create_agent(
             model(servers[0]), [tooling.add], middleware=middleware, checkpointer=InMemorySaver()
         ),
