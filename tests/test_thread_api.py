@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 import warnings
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -218,7 +219,7 @@ def test_state_history_and_a_fork_as_langgraphs_deployed(
                 [(s.next, s.metadata["step"]) for s in after],
             )
         )
-        assert all(n.parent_config == o.config for n, o in zip(history, history[1:], strict=False))
+        assert all(n.parent_config == o.config for n, o in pairwise(history))
     assert got[1] == got[0]
     assert len(got[0][0]) == 8  # gated: input, start, model, tools, model; two: 3 more
     assert [m[1] for m in got[0][2]] == [

@@ -76,7 +76,7 @@ def saver_bytes(saver: InMemorySaver) -> tuple[int, int]:
     total, count = 0, 0
     for namespaces in saver.storage.values():
         for checkpoints in namespaces.values():
-            for (kind, data), (_, meta), _parent in checkpoints.values():
+            for (_, data), (_, meta), _parent in checkpoints.values():
                 total += len(data) + len(meta)
                 count += 1
     total += sum(len(data) for _, data in saver.blobs.values())
