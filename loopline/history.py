@@ -33,6 +33,7 @@ whose log is gone give no checkpoints, and the next one starts from its own tran
 from __future__ import annotations
 
 import datetime
+import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -166,6 +167,7 @@ class ThreadHistory:
     def __init__(self, reader: ThreadReader, spec: AgentSpec | None = None) -> None:
         self.reader = reader
         self.spec = spec
+        self._views: dict[tuple[int, str], StateView] = {}
 
     # -- reading -------------------------------------------------------------------------
 
@@ -274,13 +276,26 @@ class ThreadHistory:
         of a new thread holds nothing)."""
         if checkpoint.source == "input" and not checkpoint.messages and not checkpoint.keys:
             return {}
-        values: dict[str, Any] = {"messages": list(checkpoint.messages)}
+        values: dict[str, Any] = {"messages": without_stand_in_ids(checkpoint.messages)}
         values.update(checkpoint.keys)
         return values
 
     # -- the parts --------------------------------------------------------------------------
 
     def _view(self, submitted: TaskSubmitted | None) -> StateView:
+        """The run's view of the state keys: its agent's, from its input's keys (one
+        per agent and input keys: most runs give none)."""
+        given = submitted.state if submitted is not None else {}
+        agent = submitted.agent if submitted is not None else None
+        key = (
+            id(agent) if self.spec is None else 0,
+            json.dumps(given, sort_keys=True, default=str),
+        )
+        if key not in self._views:
+            self._views[key] = self._new_view(submitted)
+        return self._views[key]
+
+    def _new_view(self, submitted: TaskSubmitted | None) -> StateView:
         spec = self.spec
         if spec is None and submitted is not None and isinstance(submitted.agent, AgentSpec):
             spec = submitted.agent
@@ -551,7 +566,7 @@ class _RunFold:
                 source,
                 self.run_id,
                 at,
-                without_stand_in_ids(list(messages)),
+                list(messages),
                 self.fold._keys(keys),
                 metadata=self.metadata,
             )
@@ -600,16 +615,18 @@ class _RunFold:
     def _in_call_order(self, tasks: list[Task]) -> list[Task]:
         """A tools superstep's tasks in the order of the calls (LangGraph's), not the
         order they ended in."""
-        order: dict[str, int] = {}
-        for message in self.translator.state:
-            for call in getattr(message, "tool_calls", None) or []:
-                order[call["id"]] = len(order)
+        if not any(t.name == TOOLS for t in tasks):
+            return tasks
+        reply = next(
+            (m for m in reversed(self.translator.state) if getattr(m, "tool_calls", None)), None
+        )
+        order = {call["id"]: i for i, call in enumerate(getattr(reply, "tool_calls", []))}
 
         def place(task: Task) -> int:
             messages = (task.result or {}).get("messages") or [None]
             return order.get(getattr(messages[0], "tool_call_id", ""), len(order))
 
-        return sorted(tasks, key=place) if any(t.name == TOOLS for t in tasks) else tasks
+        return sorted(tasks, key=place)
 
     def _with_todos(self, update: Any) -> Any:
         """A ``write_todos`` call's task result with the list it set: loopline's todos
