@@ -223,8 +223,15 @@ class ThreadHistory:
         return out
 
     async def snapshot_at(self, thread_id: str, checkpoint_id: str) -> StateSnapshot:
-        """LangGraph's ``get_state`` of a config with a ``checkpoint_id``."""
-        return self.snapshot(thread_id, await self.find(thread_id, checkpoint_id))
+        """LangGraph's ``get_state`` of a config with a ``checkpoint_id``: an empty state
+        for an id the thread does not have, as LangGraph answers it."""
+        from langgraph.types import StateSnapshot
+
+        try:
+            return self.snapshot(thread_id, await self.find(thread_id, checkpoint_id))
+        except ValueError:
+            config = checkpoint_config(thread_id, checkpoint_id)
+            return StateSnapshot({}, (), config, None, None, None, (), ())  # type: ignore[arg-type]
 
     def metadata(self, checkpoint: Checkpoint) -> dict[str, Any]:
         """LangGraph's ``CheckpointMetadata``: the run's config metadata with

@@ -355,3 +355,16 @@ def test_a_copied_thread_has_every_checkpoint_and_goes_on_alone(
     ll.invoke({"messages": "only the copy"}, {"configurable": {"thread_id": target}})
     assert len(list(ll.get_state_history({"configurable": {"thread_id": source}}))) == 5
     assert len(list(ll.get_state_history({"configurable": {"thread_id": target}}))) == 10
+
+
+def test_a_checkpoint_the_thread_does_not_have_reads_empty_as_langgraphs(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    agents, cfgs = both(servers, (InMemorySaver(), InMemorySaver())), configs()
+    got = []
+    for agent, config in zip(agents, cfgs, strict=True):
+        agent.invoke({"messages": "first"}, config)
+        missing = {"configurable": {**config["configurable"], "checkpoint_id": str(uuid.uuid4())}}
+        state = agent.get_state(missing)
+        got.append((state.values, state.next, state.metadata, state.tasks, state.parent_config))
+    assert got[1] == got[0] == ({}, (), None, (), None)
