@@ -60,6 +60,7 @@ from loopline.conversation import HITL_NODE
 from loopline.stream_modes import ModeTranslator, StateView, interrupt_of, state_view
 from loopline.threads import ThreadReader
 from services.hooks import LS_INTEGRATION, hooks_for, merge_messages, without_stand_in_ids
+from services.tasks.store import call_of_interrupt
 from services.tasks.thread_runs import untracked_keys
 
 if TYPE_CHECKING:
@@ -391,6 +392,22 @@ class ThreadHistory:
         return logs
 
 
+def _asker(event: ApprovalRequested) -> str:
+    """Which task an interrupt belongs to: a hook's node, or a tool call's
+    (``tools:<call id>``)."""
+    if event.per_call or event.node == TOOLS:
+        return f"{TOOLS}:{call_of_interrupt(event.call_id)}"
+    return event.node or HITL_NODE
+
+
+def _task_key(node: str, update: Any) -> str:
+    """The key ``_asker`` gives the task of a node's update."""
+    if node != TOOLS:
+        return node
+    messages = (update or {}).get("messages") or [None]
+    return f"{TOOLS}:{getattr(messages[0], 'tool_call_id', '')}"
+
+
 def _with_waiting_reply(events: list[AnyEvent], pending: AnyEvent | None) -> list[AnyEvent]:
     """A run waiting for a human on a model's reply: the reply (kept in the task's state
     until decided) before the request, after the hooks that ran on it logged with it."""
@@ -587,8 +604,7 @@ class _RunFold:
             if isinstance(event, (TaskFailed, DecisionsRefused)):
                 break
             if isinstance(event, ApprovalRequested):  # kept with the task that asked
-                node = TOOLS if event.per_call else (event.node or HITL_NODE)
-                self.asked.setdefault(node, []).append(interrupt_of(event))
+                self.asked.setdefault(_asker(event), []).append(interrupt_of(event))
             try:
                 items = self.translator._event(event)
             except Exception:  # a failure the run reported: its checkpoints end here
@@ -596,14 +612,21 @@ class _RunFold:
             for mode, data in items:
                 if mode == "updates":
                     self._updates(data, event.at)
-                elif mode == "values" and self.pending:
+                elif mode == "values" and self.pending and not self._waiting(data):
                     self._close(event.at, data)
         if ended or self.last is None:
             return
-        waiting = [Task(node, None, tuple(asked)) for node, asked in self.asked.items()]
+        waiting = [
+            Task(node.partition(":")[0], None, tuple(asked)) for node, asked in self.asked.items()
+        ]
         if self.pending or waiting:  # under way, or waiting for a human
             self.last.next = tuple(t.name for t in [*self.pending, *waiting])
             self.last.tasks = (*self.pending, *waiting)
+
+    def _waiting(self, values: Mapping[str, Any]) -> bool:
+        """``values`` shown while the run stops for a human, mid-superstep (a tools
+        step whose other calls wait): no superstep ended."""
+        return "__interrupt__" in values or self.translator.tools is not None
 
     def _updates(self, data: Mapping[str, Any], at: float) -> None:
         for node, update in data.items():
@@ -611,7 +634,7 @@ class _RunFold:
                 continue
             if node != TOOLS and self.pending:  # the superstep before ended
                 self._close(at)
-            asked = tuple(self.asked.pop(node, ()))
+            asked = tuple(self.asked.pop(_task_key(node, update), ()))
             if node == TOOLS:
                 update = self._with_todos(update)
             # a node that returned nothing wrote {} (LangGraph's task result)

@@ -137,17 +137,23 @@ def test_history_is_a_checkpoint_per_superstep_as_langgraphs(
         assert shape(at) == shape(past) and at.config == past.config
 
 
-@pytest.mark.parametrize("kind", ["todos", "approval"])
+@pytest.mark.parametrize("kind", ["todos", "approval", "approval per call"])
 def test_middleware_nodes_and_interrupts_in_the_history_as_langgraphs(
     embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer], kind: str
 ) -> None:
     """Each hook is a node with a superstep of its own; a run waiting for a human shows
-    the node that asked next, its task with the interrupt, and keeps it once answered."""
-    middleware: list[Any] = (
-        [TodoListMiddleware()]
-        if kind == "todos"
-        else [HumanInTheLoopMiddleware(interrupt_on={"add": True})]
-    )
+    the node (or the tool call) that asked next, its task with the interrupt, and keeps
+    it once answered."""
+    middleware: list[Any] = [TodoListMiddleware()]
+    resume: Any = None
+    if kind == "approval":
+        middleware = [HumanInTheLoopMiddleware(interrupt_on={"add": True})]
+        resume = {"decisions": [{"type": "approve"}]}
+    elif kind == "approval per call":
+        middleware = [
+            HumanInTheLoopMiddleware(interrupt_on={"add": True}, interrupt_mode="per_call")
+        ]
+        resume = {"type": "approve"}
     cfgs, got = configs(), []
     agents: list[Any] = [
         lc_create_agent(
@@ -160,15 +166,17 @@ def test_middleware_nodes_and_interrupts_in_the_history_as_langgraphs(
     for agent, config in zip(agents, cfgs, strict=True):
         agent.invoke({"messages": "plan a sum"}, config)
         shapes = [[shape(s) for s in agent.get_state_history(config)]]
-        if kind == "approval":
-            agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+        if resume is not None:
+            agent.invoke(Command(resume=resume), config)
             shapes.append([shape(s) for s in agent.get_state_history(config)])
         got.append(shapes)
     assert got[1] == got[0]
-    nodes = {t[0] for state in got[0][-1] for t in state[4]}
-    assert ("TodoListMiddleware.after_model" if kind == "todos" else HITL) in nodes
-    if kind == "approval":  # the waiting state: the node that asked, with its interrupt
-        assert got[0][0][0][0] == (HITL,) and got[0][0][0][4][0][3] is True
+    asked = [t for state in got[0][-1] for t in state[4] if t[3]]
+    if kind == "todos":
+        nodes = {t[0] for state in got[0][-1] for t in state[4]}
+        assert "TodoListMiddleware.after_model" in nodes and not asked
+    else:  # the task that asked keeps its interrupt
+        assert [t[0] for t in asked] == [HITL if kind == "approval" else "tools"]
 
 
 def test_filter_before_and_limit_as_langgraphs(
