@@ -1092,7 +1092,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
         copy before the run (``loopline.checkpoints``)."""
         if is_saver(self.checkpointer):
             key = client.space.key(thread_id)
-            await take_in(client.redis, client.names, key, self.checkpointer, thread_id)
+            given = await take_in(client.redis, client.names, key, self.checkpointer, thread_id)
+            if given is not None:  # the thread's history goes on from the saver's state
+                await record_update(client.threads(), thread_id, given, None, None, replace=True)
 
     async def _save_checkpoint(self, result: dict[str, Any], config: Any) -> None:
         """A thread's run ended: its final state goes to the checkpointer as LangGraph's

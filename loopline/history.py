@@ -76,6 +76,7 @@ to the model)."""
 UPDATE_KIND, FORK_KIND = "update", "fork"
 KIND_FIELD, AFTER_FIELD, PARENT_FIELD = "kind", "after_run", "parent"
 NODE_FIELD, TYPE_FIELD, VALUES_FIELD, RESUME_FIELD = "as_node", "type", "values", "resume"
+REPLACE_FIELD = "replace"
 RESUME_COPY, RESUME_CONTINUE = "copy", "continue"
 """A fork's way on without an input: from a copy of an earlier checkpoint, or from the
 newest itself."""
@@ -497,6 +498,8 @@ class _Fold:
         values = JsonPlusSerializer().loads_typed((_text(raw[TYPE_FIELD]), raw[VALUES_FIELD]))
         messages = list(parent.messages) if parent is not None else []
         keys = dict(parent.keys) if parent is not None else {}
+        if _text(raw.get(REPLACE_FIELD)):  # the whole state, as a saver held it
+            messages, keys = [], {}
         if "messages" in values:
             messages = merge_messages(messages, _as_list(values["messages"]))
         others = [(k, v) for k, v in values.items() if k != "messages"]
@@ -749,10 +752,14 @@ async def record_update(
     values: Mapping[str, Any],
     as_node: str | None,
     parent_id: str | None,
+    *,
+    replace: bool = False,
 ) -> str:
     """An ``update_state`` on the thread (after its last run, from checkpoint
     ``parent_id``, None: its newest): the values as given (LangGraph's serializer), so
-    the fold applies them through the reducers. The new checkpoint's id."""
+    the fold applies them through the reducers; ``replace``: they are the whole state
+    (a saver's newest checkpoint that LangGraph wrote, taken in). The new checkpoint's
+    id."""
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     kind, data = JsonPlusSerializer().dumps_typed(dict(values))
@@ -763,6 +770,7 @@ async def record_update(
         NODE_FIELD: as_node or "",
         TYPE_FIELD: kind,
         VALUES_FIELD: data,
+        REPLACE_FIELD: "1" if replace else "",
     }
     key = reader.names.thread_updates(reader.space.key(thread_id))
     entry_id = _text(await reader.redis.xadd(key, fields))  # type: ignore[arg-type]

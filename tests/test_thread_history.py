@@ -376,3 +376,29 @@ def test_a_checkpoint_the_thread_does_not_have_reads_empty_as_langgraphs(
         state = agent.get_state(missing)
         got.append((state.values, state.next, state.metadata, state.tasks, state.parent_config))
     assert got[1] == got[0] == ({}, (), None, (), None)
+
+
+def test_a_turn_langgraph_ran_on_the_saver_joins_the_history(
+    embedded: None,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    savers: tuple[Any, Any],
+) -> None:
+    """A thread's turn run by LangChain's agent on the saver: loopline's history goes on
+    from it (its state taken in), so an update and the next run keep it."""
+    saver = savers[0]
+    lc, ll = both(servers, (saver, saver))
+    config = configs()[1]
+    ll.invoke({"messages": "first"}, config)
+    lc.invoke({"messages": "second"}, config)
+    ll.update_state(config, {"messages": [HumanMessage("a note", id="note")]})
+    state = ll.get_state(config)
+    said = [m.content for m in state.values["messages"] if isinstance(m, HumanMessage)]
+    assert said == ["first", "second", "a note"]
+    newest = next(iter(ll.get_state_history(config)))
+    assert newest.config == state.config and newest.metadata["source"] == "update"
+    assert [m.content for m in newest.values["messages"]] == [
+        m.content for m in state.values["messages"]
+    ]
+    result = ll.invoke({"messages": "third"}, config)
+    said = [m.content for m in result["messages"] if isinstance(m, HumanMessage)]
+    assert said == ["first", "second", "a note", "third"]
