@@ -32,10 +32,12 @@ whose log is gone give no checkpoints, and the next one starts from its own tran
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -160,33 +162,58 @@ class _Entry:
     at: float = 0.0
     entry_id: str = ""
 
+    @property
+    def mark(self) -> str:
+        """What names the entry among the thread's (``_Memo.marks``)."""
+        return f"run:{self.run_id}" if self.kind == "run" else f"{self.kind}:{self.entry_id}"
+
 
 class ThreadHistory:
     """The checkpoints of the threads ``reader`` reads, for runs of the agent ``spec``
     (None: an agent whose middleware this process cannot load: its state keys as
     stored, no reducers)."""
 
-    def __init__(self, reader: ThreadReader, spec: AgentSpec | None = None) -> None:
+    def __init__(
+        self, reader: ThreadReader, spec: AgentSpec | None = None, *, remember: bool = True
+    ) -> None:
         self.reader = reader
         self.spec = spec
+        self.remember = remember
+        """Go on from the fold kept of the thread's ended runs (False: fold it all)."""
         self._views: dict[tuple[int, str], StateView] = {}
 
     # -- reading -------------------------------------------------------------------------
 
     async def checkpoints(self, thread_id: str) -> list[Checkpoint]:
         """Every checkpoint of the thread, oldest first (forks' branches included, as
-        LangGraph's saver lists them)."""
+        LangGraph's saver lists them). What ended runs and updates made is kept between
+        calls (``_Memo``): a call folds only what came since."""
         entries = await self._entries(thread_id)
-        logs = await self._logs([e.run_id for e in entries if e.kind == "run"])
-        fold = _Fold(self._view, self._untracked())
-        for entry in entries:
+        key = (self.reader.names.prefix, self.reader.space.key(thread_id), self._spec_id())
+        memo = _MEMOS.get(key) if self.remember else None
+        marks = [e.mark for e in entries]
+        if memo is not None and marks[: len(memo.marks)] == memo.marks:
+            fold, done = memo.restore(self), len(memo.marks)
+        else:
+            fold, done = _Fold(self._view, self._untracked()), 0
+        rest = entries[done:]
+        logs = await self._logs([e.run_id for e in rest if e.kind == "run"])
+        final = done + next((i for i, e in enumerate(rest) if not _ended(e, logs)), len(rest))
+        for i, entry in enumerate(rest, start=done):
+            if i == final:
+                _remember(key, _Memo.of(fold, marks[:final]))
             if entry.kind == "run":
                 fold.run(entry, logs.get(entry.run_id, []))
             elif entry.kind == UPDATE_KIND:
                 fold.update(entry, self._channels())
             else:
                 fold.fork(entry)
+        if final == len(entries) and final > done:
+            _remember(key, _Memo.of(fold, marks))
         return fold.made
+
+    def _spec_id(self) -> str:
+        return self.spec.agent_id if self.spec is not None else ""
 
     async def find(self, thread_id: str, checkpoint_id: str) -> Checkpoint:
         """The thread's checkpoint of that id; ``ValueError`` when it has none (LangGraph
@@ -356,9 +383,16 @@ class ThreadHistory:
             between.setdefault(_text(fields.get(AFTER_FIELD)), []).append(entry)
         entries = list(between.pop("", []))
         seen: set[str] = set()
-        for _, raw in log:
-            data = raw.get(DATA_FIELD.encode())
-            event = parse_event(data) if data is not None else None
+        parsed = _PARSED.setdefault((reader.names.prefix, key), {})
+        _PARSED.move_to_end((reader.names.prefix, key))
+        while len(_PARSED) > MEMO_THREADS:
+            _PARSED.popitem(last=False)
+        for entry_id, raw in log:
+            event = parsed.get(entry_id, _MISSING)
+            if event is _MISSING:  # read once: a log entry never changes
+                data = raw.get(DATA_FIELD.encode())
+                found = parse_event(data) if data is not None else None
+                event = parsed[entry_id] = found if isinstance(found, TaskSubmitted) else None
             if not isinstance(event, TaskSubmitted) or event.task_id in seen:
                 continue
             seen.add(event.task_id)
@@ -427,6 +461,56 @@ def _with_waiting_reply(events: list[AnyEvent], pending: AnyEvent | None) -> lis
 
 
 _MISSING = object()
+
+MEMO_THREADS = 256
+"""Threads whose fold is kept (the most recently read)."""
+
+
+@dataclass
+class _Memo:
+    """A thread's fold through the entries that no longer change (ended runs, updates,
+    forks), named by ``marks``; its checkpoints are copied out to each call that goes on
+    from it (a later entry sets what comes ``next`` on the last of them)."""
+
+    marks: list[str]
+    made: list[Checkpoint]
+    head: int
+    resume_next: bool
+
+    @classmethod
+    def of(cls, fold: _Fold, marks: list[str]) -> _Memo:
+        made = [dataclasses.replace(c) for c in fold.made]
+        head = next((i for i, c in enumerate(fold.made) if c is fold.head), -1)
+        return cls(list(marks), made, head, fold.resume_next)
+
+    def restore(self, history: ThreadHistory) -> _Fold:
+        fold = _Fold(history._view, history._untracked())
+        fold.made = [dataclasses.replace(c) for c in self.made]
+        fold.head = fold.made[self.head] if self.head >= 0 else None
+        fold.resume_next = self.resume_next
+        return fold
+
+
+_MEMOS: OrderedDict[tuple[str, str, str], _Memo] = OrderedDict()
+_PARSED: OrderedDict[tuple[str, str], dict[Any, Any]] = OrderedDict()
+"""Each thread's log entries as parsed: a run's ``TaskSubmitted`` (None: another
+event), by entry id."""
+
+
+def _remember(key: tuple[str, str, str], memo: _Memo) -> None:
+    _MEMOS[key] = memo
+    _MEMOS.move_to_end(key)
+    while len(_MEMOS) > MEMO_THREADS:
+        _MEMOS.popitem(last=False)
+
+
+def _ended(entry: _Entry, logs: Mapping[str, list[AnyEvent]]) -> bool:
+    """Whether what the entry makes can no longer change: an update or fork, a run that
+    ended (or whose log is gone)."""
+    if entry.kind != "run":
+        return True
+    events = logs.get(entry.run_id, [])
+    return not events or isinstance(events[-1], (TaskCompleted, TaskFailed))
 
 
 def _newest(made: Sequence[Checkpoint]) -> Checkpoint | None:

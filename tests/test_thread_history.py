@@ -402,3 +402,56 @@ def test_a_turn_langgraph_ran_on_the_saver_joins_the_history(
     result = ll.invoke({"messages": "third"}, config)
     said = [m.content for m in result["messages"] if isinstance(m, HumanMessage)]
     assert said == ["first", "second", "a note", "third"]
+
+
+def test_the_fold_kept_between_reads_is_the_fold_of_the_whole_thread(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """Reads go on from the fold of the thread's ended runs (``loopline.history``'s
+    memo): after runs, an update, a fork and a waiting run, the same checkpoints as
+    folding the whole thread again."""
+    ll = create_agent(
+        model(servers[1]),
+        [tooling.add],
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"add": True})],
+        checkpointer=InMemorySaver(),
+    )
+    config = configs()[1]
+    thread_id = config["configurable"]["thread_id"]
+
+    async def both_folds() -> tuple[list[Any], list[Any]]:
+        async with ll.client() as client:
+            kept = ThreadHistory(client.threads(), ll.spec)
+            fresh = ThreadHistory(client.threads(), ll.spec, remember=False)
+            return await kept.checkpoints(thread_id), await fresh.checkpoints(thread_id)
+
+    from loopline.syncrun import run_sync
+
+    def same() -> int:
+        kept, fresh = run_sync(ll._on_private_loop(both_folds()))
+        assert [repr(c) for c in kept] == [repr(c) for c in fresh]
+        return len(kept)
+
+    ll.invoke({"messages": "first"}, config)  # waits for a human
+    waiting = same()
+    ll.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    assert same() > waiting
+    history = list(ll.get_state_history(config))
+    ll.update_state(config, {"messages": [HumanMessage("noted", id="n1")]})
+    same()
+    model_next = next(s for s in history if s.next == ("model",))
+    ll.invoke(None, model_next.config)  # a fork from a checkpoint before a model call
+    same()
+
+
+def test_running_on_from_a_checkpoint_before_the_tools_is_refused_with_the_reason(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    ll = create_agent(model(servers[1]), [tooling.add], checkpointer=InMemorySaver())
+    config = configs()[1]
+    ll.invoke({"messages": "first"}, config)
+    before_tools = next(s for s in ll.get_state_history(config) if s.next == ("tools",))
+    with pytest.raises(NotImplementedError, match="next node is the tools"):
+        ll.invoke(None, before_tools.config)
+    with pytest.raises(ValueError, match="has no checkpoint"):
+        ll.invoke(None, {"configurable": {**config["configurable"], "checkpoint_id": "nope"}})
