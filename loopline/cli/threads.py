@@ -71,8 +71,8 @@ async def _history(reader: Any, thread_id: str, *, limit: int | None, as_json: b
     rows = [
         {
             "checkpoint_id": s.config["configurable"]["checkpoint_id"],
-            "step": s.metadata["step"],
-            "source": s.metadata["source"],
+            "step": (s.metadata or {}).get("step"),
+            "source": (s.metadata or {}).get("source"),
             "next": list(s.next),
             "messages": len(s.values.get("messages", [])),
             "created_at": s.created_at,
