@@ -60,6 +60,7 @@ from loopline.conversation import (
 )
 from loopline.errors import TaskFailedError, failure_of, refusal_of
 from loopline.graph import GRAPH_ATTRIBUTES, GraphArguments, reference_graph, refuse_unimplemented
+from loopline.history import START as START_NODE
 from loopline.history import UPDATE_NODES, ThreadHistory, record_fork, record_update
 from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
@@ -705,8 +706,11 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 yield item
             return
         if self._travels(input, config):
-            if await self._travel(input, config) is not None:
-                return  # nothing runs from that checkpoint
+            values = await self._travel(input, config)
+            if values is not None:  # nothing runs from that checkpoint: its state
+                if "values" in modes:
+                    yield ("values", values)
+                return
             input = {"messages": []} if input is None else input
         task_id = task_id or new_task_id()
         inputs = [to_langchain(m) for m in with_input_ids(task_id, _input_messages(input))]
@@ -1049,8 +1053,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 target = next((c for c in made if c.id == run.checkpoint_id), None)
                 if target is None:
                     raise ValueError(f"thread {thread_id} has no checkpoint {run.checkpoint_id}")
-            if target is None:  # a new thread: nothing to go on from
-                return None if input is not None else {}
+            if target is None and input is None:  # a new thread: nothing to go on from
+                from langgraph.errors import EmptyInputError
+
+                raise EmptyInputError(f"Received no input for {START_NODE}")
+            if target is None:
+                return None
             if input is None and TOOLS_NODE in target.next:
                 raise NotImplementedError(
                     "running on from a checkpoint whose next node is the tools is not "

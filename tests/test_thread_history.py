@@ -455,3 +455,30 @@ def test_running_on_from_a_checkpoint_before_the_tools_is_refused_with_the_reaso
         ll.invoke(None, before_tools.config)
     with pytest.raises(ValueError, match="has no checkpoint"):
         ll.invoke(None, {"configurable": {**config["configurable"], "checkpoint_id": "nope"}})
+
+
+def test_no_input_where_nothing_is_next_as_langgraphs(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    """``invoke(None)`` on a new thread: LangGraph's ``EmptyInputError``; on a thread
+    whose newest checkpoint has nothing next: its values, run nothing."""
+    from langgraph.errors import EmptyInputError
+
+    agents, cfgs = both(servers, (InMemorySaver(), InMemorySaver())), configs()
+    got = []
+    for agent, config, server in zip(agents, cfgs, servers, strict=True):
+        with pytest.raises(EmptyInputError, match="Received no input for __start__"):
+            agent.invoke(None, config)
+        agent.invoke({"messages": "first"}, config)
+        before = len(server.chat_requests())
+        result = agent.invoke(None, config)
+        streamed = list(agent.stream(None, config, stream_mode="values"))
+        got.append(
+            (
+                [m.content for m in result["messages"]],
+                [[m.content for m in item["messages"]] for item in streamed],
+                len(server.chat_requests()) - before,
+            )
+        )
+    assert got[1] == got[0]
+    assert got[0][2] == 0 and len(got[0][1]) == 1
