@@ -54,6 +54,7 @@ from loopline.conversation import (
     answers_of,
     is_command,
     snapshot,
+    snapshot_values,
     state_codec,
     waiting_interrupts,
     with_pending,
@@ -964,7 +965,10 @@ class Agent(Runnable[Any, dict[str, Any]]):
                     "update_state applies to a thread between runs"
                 )
             # what the reducers refuse is refused here, before anything is recorded
-            updated_values(await reader.current(thread_id), values, channels)
+            current = await reader.current(thread_id)
+            updated_values(current, values, channels)
+            if at is None:
+                await self._align_history(client, thread_id, current)
             made = await record_update(reader, thread_id, values, as_node, at)
             checkpoint = await self._history(client).find(thread_id, made)
             await self._set_working_copy(reader, thread_id, checkpoint)
@@ -1073,6 +1077,17 @@ class Agent(Runnable[Any, dict[str, Any]]):
             if input is None and not target.next:
                 return history.values(target)
         return None
+
+    async def _align_history(self, client: Client, thread_id: str, current: Any) -> None:
+        """Before an update of the newest state: where the history's newest checkpoint
+        does not hold the thread's state (the logs of the runs that made it are past the
+        retention), the state as it is becomes a checkpoint, so the update applies to
+        it, not to what is left of the history."""
+        latest = await self._history(client).latest(thread_id)
+        folded = len(latest.messages) if latest is not None else 0
+        if current.messages and folded != len(current.messages):
+            values = snapshot_values(self.spec, current)
+            await record_update(client.threads(), thread_id, values, None, None, replace=True)
 
     async def _set_working_copy(self, reader: Any, thread_id: str, checkpoint: Any) -> None:
         """The thread's working copy in Redis (what its next run starts from) becomes the

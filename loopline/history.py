@@ -191,6 +191,8 @@ class ThreadHistory:
         entries = await self._entries(thread_id)
         key = (self.reader.names.prefix, self.reader.space.key(thread_id), self._spec_id())
         memo = _MEMOS.get(key) if self.remember else None
+        if memo is not None and not await memo.kept(self.reader):
+            memo = None  # its oldest run's log is gone (retention): fold what is left
         marks = [e.mark for e in entries]
         if memo is not None and marks[: len(memo.marks)] == memo.marks:
             fold, done = memo.restore(self), len(memo.marks)
@@ -482,6 +484,12 @@ class _Memo:
         made = [dataclasses.replace(c) for c in fold.made]
         head = next((i for i, c in enumerate(fold.made) if c is fold.head), -1)
         return cls(list(marks), made, head, fold.resume_next)
+
+    async def kept(self, reader: ThreadReader) -> bool:
+        """Whether the runs it folded checkpoints of still have their logs: the oldest
+        one's is the first to expire."""
+        first = next((c.run_id for c in self.made if c.run_id), None)
+        return first is None or bool(await reader.redis.exists(reader.names.task_log(first)))
 
     def restore(self, history: ThreadHistory) -> _Fold:
         fold = _Fold(history._view, history._untracked())

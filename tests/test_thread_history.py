@@ -482,3 +482,27 @@ def test_no_input_where_nothing_is_next_as_langgraphs(
         )
     assert got[1] == got[0]
     assert got[0][2] == 0 and len(got[0][1]) == 1
+
+
+def test_an_update_after_the_runs_logs_are_gone_keeps_the_conversation(
+    embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer], redis_url: str
+) -> None:
+    """Runs' logs last the retention time; the thread's state lasts longer. An update
+    of a thread whose history lost its runs applies to the state the thread has."""
+    import redis as syncredis
+
+    from contracts.streams import Names
+    from tests.support import EMBEDDED_PREFIX
+
+    ll = create_agent(model(servers[1]), [tooling.add], checkpointer=InMemorySaver())
+    config = configs()[1]
+    result = ll.invoke({"messages": "first"}, config)
+    r = syncredis.Redis.from_url(redis_url)
+    r.delete(*Names(EMBEDDED_PREFIX).task_keys(result["task_id"]))  # as the retention does
+    assert list(ll.get_state_history(config)) == []
+    ll.update_state(config, {"messages": [HumanMessage("noted", id="n1")]})
+    said = [m.content for m in ll.get_state(config).values["messages"]]
+    assert said == ["first", "", "3", "answer after 3", "noted"]
+    history = list(ll.get_state_history(config))
+    assert [s.metadata["source"] for s in history] == ["update", "update"]
+    assert [m.content for m in history[0].values["messages"]] == said
