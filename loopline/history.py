@@ -2,8 +2,9 @@
 already records instead of stored: the thread's log of runs (``Names.thread_log``), each
 run's own ordered event log (``Names.task_log``), and the thread's few entries that no
 run wrote (``Names.thread_updates``: an ``update_state``, a run from an earlier
-checkpoint). A thread of N supersteps costs the events of its N supersteps, where
-LangGraph's savers store the whole state at each (N² in the length of the conversation).
+checkpoint, a saver's state that LangGraph wrote and loopline took in). A thread of N
+supersteps costs the events of its N supersteps, where LangGraph's savers store the
+whole state at each (N² in the length of the conversation).
 
 The fold is LangGraph's checkpoint sequence for a run of ``create_agent``'s graph: the
 input's checkpoint (``source`` "input", ``next`` ``('__start__',)``), the one after
@@ -26,8 +27,13 @@ same ids. What this module offers the Python API, the gateway and the CLI:
 - ``copy_thread``: a thread's keys under another id, its runs' logs shared (they do not
   change once a run ended).
 
+A read folds only what came since the last one in this process (``_Memo``: the fold
+through the thread's ended runs, which do not change, for the most recently read
+threads).
+
 Limits: a run's log lasts the deployment's retention (``Settings.retention_s``): runs
-whose log is gone give no checkpoints, and the next one starts from its own transcript.
+whose log is gone give no checkpoints (an update then starts from the thread's state as
+it is, ``Agent._align_history``).
 """
 
 from __future__ import annotations
