@@ -327,6 +327,11 @@ async def test_async_history_and_time_travel_on_an_async_postgres_saver(
             history = [s async for s in agent.aget_state_history(config)]
             result = await agent.ainvoke({"messages": "again"}, history[-2].config)
             at = await agent.aget_state(history[2].config)
+            note = {"messages": [ToolMessage("by hand", tool_call_id="none", id="t1")]}
+            await agent.aupdate_state(config, note, as_node="tools")
+            await agent.abulk_update_state(
+                config, [[StateUpdate({"messages": [HumanMessage("bulk", id="b1")]}, None)]]
+            )
             got.append(
                 (
                     [shape(s) for s in history],
