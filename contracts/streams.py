@@ -236,8 +236,14 @@ class Names:
         """Hash: task id -> TaskSubmitted (JSON) of a run that waited for the thread."""
         return self.thread_key(thread_id, "pending")
 
+    def thread_updates(self, thread_id: str) -> str:
+        """Stream: what changed the thread between its runs (``update_state``, a run from
+        an earlier checkpoint), read with the runs' logs to fold the thread's
+        checkpoints (``loopline.history``). Written by the client that asked."""
+        return self.thread_key(thread_id, "updates")
+
     def thread_keys(self, thread_id: str) -> list[str]:
-        parts = ("state", "messages", "todos", "runs", "log", "queue", "pending")
+        parts = ("state", "messages", "todos", "runs", "log", "queue", "pending", "updates")
         return [self.thread_key(thread_id, p) for p in parts]
 
     # -- the HTTP gateway's records (loopline.api): LangGraph's threads and runs by id --

@@ -52,16 +52,20 @@ from contracts.messages import (
 from loopline.checkpoints import is_saver, take_in, write_final
 from loopline.client import Client
 from loopline.conversation import (
+    TOOLS_NODE,
     RunConfig,
     answers_of,
     is_command,
     snapshot,
+    snapshot_values,
     state_codec,
     waiting_interrupts,
     with_pending,
 )
 from loopline.errors import TaskFailedError, failure_of, refusal_of
 from loopline.graph import GRAPH_ATTRIBUTES, GraphArguments, reference_graph, refuse_unimplemented
+from loopline.history import START as START_NODE
+from loopline.history import UPDATE_NODES, ThreadHistory, record_fork, record_update
 from loopline.stream_modes import MESSAGES_ONLY, SUBTASK, Item, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from loopline.threads import space_of
@@ -635,6 +639,11 @@ class Agent(Runnable[Any, dict[str, Any]]):
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
         if is_command(input):
             return await self._aresume_thread(input, config)
+        if self._travels(input, config):
+            ended = await self._travel(input, config)
+            if ended is not None:
+                return ended
+            input = {"messages": []} if input is None else input
         task_id = await self.asubmit(
             input, config=config, multitask_strategy=strategy, context=context, run_mode=run_mode
         )
@@ -750,6 +759,13 @@ class Agent(Runnable[Any, dict[str, Any]]):
             async for item in self._stream_resumed(input, config, modes, blocks=blocks):
                 yield item
             return
+        if self._travels(input, config):
+            values = await self._travel(input, config)
+            if values is not None:  # nothing runs from that checkpoint: its state
+                if "values" in modes:
+                    yield ("values", values)
+                return
+            input = {"messages": []} if input is None else input
         task_id = task_id or new_task_id()
         inputs = [to_langchain(m) for m in with_input_ids(task_id, _input_messages(input))]
         self._start_services()
@@ -953,24 +969,53 @@ class Agent(Runnable[Any, dict[str, Any]]):
 
     # -- threads (LangGraph's checkpointer API) ----------------------------------------
 
+    def _travels(self, input: Any, config: Mapping[str, Any] | None) -> bool:
+        """A thread's run from a checkpoint: an earlier one named, or no input (going on
+        from the newest, as LangGraph's ``invoke(None, config)``)."""
+        run = self._run_config(config)
+        return run.thread_id is not None and (input is None or run.checkpoint_id is not None)
+
     def _thread_id(self, config: Mapping[str, Any] | None) -> str:
         thread_id = self._run_config(config).thread_id
         if thread_id is None:
             raise ValueError('config needs {"configurable": {"thread_id": ...}}')
         return thread_id
 
+    def _history(self, client: Client) -> ThreadHistory:
+        """The thread model's reading of the agent's threads (``loopline.history``)."""
+        return ThreadHistory(client.threads(), self.spec)
+
     async def aget_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
         """The thread's ``StateSnapshot``: ``values`` (messages, todos, the middleware's
-        state), ``next`` and ``tasks`` (with the interrupts a waiting run asked)."""
+        state), ``next`` and ``tasks`` (with the interrupts a waiting run asked); with a
+        ``checkpoint_id`` in the config, the state at that checkpoint (one per
+        superstep, folded from the runs' logs: ``loopline.history``)."""
         thread_id = self._thread_id(config)
+        at = self._run_config(config).checkpoint_id
         async with self.client() as client:
             await self._take_in_saved(client, thread_id)
+            history = self._history(client)
+            if at is not None:
+                return await history.snapshot_at(thread_id, at)
             reader = client.threads()
             state = await reader.current(thread_id)
             waits = await waiting_interrupts(client, state)
-            runs = await reader.run_ids(thread_id)
-        parent = runs[runs.index(state.run_id) - 1] if state.run_id in runs[1:] else ""
-        return snapshot(self.spec, state, waits, parent_run=parent)
+            latest = await history.latest(thread_id)
+        live = snapshot(self.spec, state, waits)
+        if latest is None:
+            return live
+        # the values as the run left them (or stands now), the checkpoint's identity
+        # and, between runs, what comes next (an update may have set it)
+        folded = history.snapshot(thread_id, latest)
+        between = state.status != "running"
+        return live._replace(
+            config=folded.config,
+            parent_config=folded.parent_config,
+            metadata=folded.metadata,
+            created_at=folded.created_at if between else live.created_at,
+            next=folded.next if between else live.next,
+            tasks=folded.tasks if between else live.tasks,
+        )
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
         return run_sync(self._on_private_loop(self.aget_state(config, subgraphs=subgraphs)))
@@ -982,39 +1027,52 @@ class Agent(Runnable[Any, dict[str, Any]]):
         as_node: str | None = None,
         task_id: str | None = None,
     ) -> RunnableConfig:
-        """LangGraph's ``update_state`` on a thread between runs: ``values`` go through
-        the state's reducers (``messages`` through ``add_messages``, the middleware's
-        keys through theirs), ``get_state`` shows them and the next run starts from them;
-        with a checkpointer that persists, they are saved to it. Returns the config of
-        the thread's new state. ``as_node`` and ``task_id`` (which node the update is
-        written as, which next nodes follow) are refused: the bus's next step is the
-        model's, whatever wrote the state."""
-        if as_node is not None or task_id is not None:
+        """LangGraph's ``update_state`` on a thread between runs: a new checkpoint whose
+        values are the given checkpoint's (the newest without ``checkpoint_id``) with
+        ``values`` through the state's reducers (``messages`` through ``add_messages``),
+        written as node ``as_node`` (``model``, ``tools`` or None), which decides what
+        runs next (``next``). ``get_state`` shows it and the next run starts from it; with
+        a checkpointer that persists, its values are saved to it. Returns the config of
+        the new checkpoint. ``as_node`` naming a middleware's hook and ``task_id`` are
+        refused: the bus runs on from the model or the tools only."""
+        if task_id is not None:
             raise NotImplementedError(
-                "update_state(as_node=..., task_id=...) is not implemented: an update is "
-                "applied between runs and the next run starts at the model"
+                "update_state(task_id=...) is not implemented: an update is applied "
+                "between runs, as a node's whole write"
             )
+        if as_node not in UPDATE_NODES:
+            raise NotImplementedError(
+                f"update_state(as_node={as_node!r}) is not implemented: an update is "
+                "written as the model's or the tools' (as_node='model', 'tools' or None)"
+            )
+        if values is None:
+            values = {}
         if not isinstance(values, dict):
             raise TypeError(f"update_state takes a dict of state values, not {values!r}")
         thread_id = self._thread_id(config)
+        at = self._run_config(config).checkpoint_id
         channels = hooks_for(self.spec.agent_id, self.spec).channels
         async with self.client() as client:
             await self._take_in_saved(client, thread_id)
             reader = client.threads()
-            state = await reader.current(thread_id)
-            messages, todos, extra = updated_values(state, values, channels)
-            await reader.replace(thread_id, messages, todos, channels.codec.dumps(extra))
+            info = await reader.info(thread_id)
+            if info is not None and info.active:
+                raise ValueError(
+                    f"thread {thread_id} has a run going or waiting ({info.active}): "
+                    "update_state applies to a thread between runs"
+                )
+            # what the reducers refuse is refused here, before anything is recorded
+            current = await reader.current(thread_id)
+            updated_values(current, values, channels)
+            if at is None:
+                await self._align_history(client, thread_id, current)
+            made = await record_update(reader, thread_id, values, as_node, at)
+            checkpoint = await self._history(client).find(thread_id, made)
+            await self._set_working_copy(reader, thread_id, checkpoint)
         if is_saver(self.checkpointer):
             snap = await self.aget_state(config)
-            checkpoint_id = await write_final(self.checkpointer, thread_id, snap.values)
-            return {
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": "",
-                    "checkpoint_id": checkpoint_id,
-                }
-            }
-        return {"configurable": {"thread_id": thread_id}}
+            await write_final(self.checkpointer, thread_id, snap.values)
+        return checkpoint.config(thread_id)  # type: ignore[return-value]
 
     def update_state(
         self,
@@ -1026,23 +1084,115 @@ class Agent(Runnable[Any, dict[str, Any]]):
         update = self.aupdate_state(config, values, as_node, task_id)
         return run_sync(self._on_private_loop(update))
 
+    async def abulk_update_state(
+        self, config: Mapping[str, Any], supersteps: Sequence[Sequence[Any]]
+    ) -> RunnableConfig:
+        """LangGraph's ``bulk_update_state``: each superstep's update applied in turn,
+        each from the checkpoint the one before made. A superstep of several updates
+        (several nodes writing at once) is refused: loopline writes one node's."""
+        if not supersteps:
+            raise ValueError("No supersteps provided")
+        if any(len(updates) == 0 for updates in supersteps):
+            raise ValueError("No updates provided")
+        if any(len(updates) > 1 for updates in supersteps):
+            raise NotImplementedError(
+                "bulk_update_state with several updates in one superstep is not "
+                "implemented: give each its own superstep"
+            )
+        current: Mapping[str, Any] = config
+        for (update,) in supersteps:
+            values, as_node, *rest = update
+            current = await self.aupdate_state(current, values, as_node, *(rest[:1] or [None]))
+        return dict(current)  # type: ignore[return-value]
+
+    def bulk_update_state(
+        self, config: Mapping[str, Any], supersteps: Sequence[Sequence[Any]]
+    ) -> RunnableConfig:
+        return run_sync(self._on_private_loop(self.abulk_update_state(config, supersteps)))
+
     async def aget_state_history(
-        self, config: Mapping[str, Any], **kwargs: Any
+        self,
+        config: Mapping[str, Any],
+        *,
+        filter: dict[str, Any] | None = None,
+        before: Mapping[str, Any] | None = None,
+        limit: int | None = None,
     ) -> AsyncIterator[Any]:
-        """The thread's states by run, newest first (LangGraph lists one per superstep;
-        loopline keeps one per run, for the retention time of the run)."""
+        """The thread's states, one per superstep as LangGraph checkpoints them, newest
+        first (``loopline.history``): those whose metadata has every item of ``filter``,
+        older than the checkpoint of ``before``, at most ``limit``. Runs whose log the
+        deployment no longer keeps (``Settings.retention_s``) are not in it."""
         thread_id = self._thread_id(config)
-        limit = kwargs.get("limit")
+        before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
         async with self.client() as client:
-            states = await client.threads().history(thread_id)
-        for i, state in enumerate(states):
-            if limit is not None and i >= limit:
-                return
-            parent = states[i + 1].run_id if i + 1 < len(states) else ""
-            yield snapshot(self.spec, state, parent_run=parent)
+            await self._take_in_saved(client, thread_id)
+            history = self._history(client)
+            states = await history.snapshots(
+                thread_id, filter=filter, before=before_id, limit=limit
+            )
+        for state in states:
+            yield state
 
     def get_state_history(self, config: Mapping[str, Any], **kwargs: Any) -> Iterator[Any]:
         return iter_sync(self._iter_on_private_loop(self.aget_state_history(config, **kwargs)))
+
+    async def _travel(self, input: Any, config: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """A run from a checkpoint (LangGraph's time travel): ``checkpoint_id`` in the
+        config names an earlier one, whose state becomes the thread's (a fork: the
+        checkpoints after it stay in the history); ``input`` None goes on from the
+        checkpoint's next node (none: nothing runs, and its values are the result).
+        None: a run is to be submitted (with no input: ``{"messages": []}``)."""
+        run = self._run_config(config)
+        thread_id = self._thread_id(config)
+        async with self.client() as client:
+            await self._take_in_saved(client, thread_id)
+            reader, history = client.threads(), self._history(client)
+            made = await history.checkpoints(thread_id)
+            latest = max(made, key=lambda c: c.id) if made else None
+            target = latest
+            if run.checkpoint_id is not None:
+                target = next((c for c in made if c.id == run.checkpoint_id), None)
+                if target is None:
+                    raise ValueError(f"thread {thread_id} has no checkpoint {run.checkpoint_id}")
+            if target is None and input is None:  # a new thread: nothing to go on from
+                from langgraph.errors import EmptyInputError
+
+                raise EmptyInputError(f"Received no input for {START_NODE}")
+            if target is None:
+                return None
+            if input is None and TOOLS_NODE in target.next:
+                raise NotImplementedError(
+                    "running on from a checkpoint whose next node is the tools is not "
+                    "implemented: the bus starts a run at the model"
+                )
+            if target is latest:
+                if input is None and target.next:
+                    await record_fork(reader, thread_id, target.id, resume="continue")
+                return history.values(target) if input is None and not target.next else None
+            await self._set_working_copy(reader, thread_id, target)
+            await record_fork(reader, thread_id, target.id, resume="copy" if input is None else "")
+            if input is None and not target.next:
+                return history.values(target)
+        return None
+
+    async def _align_history(self, client: Client, thread_id: str, current: Any) -> None:
+        """Before an update of the newest state: where the history's newest checkpoint
+        does not hold the thread's state (the logs of the runs that made it are past the
+        retention), the state as it is becomes a checkpoint, so the update applies to
+        it, not to what is left of the history."""
+        latest = await self._history(client).latest(thread_id)
+        folded = len(latest.messages) if latest is not None else 0
+        if current.messages and folded != len(current.messages):
+            values = snapshot_values(self.spec, current)
+            await record_update(client.threads(), thread_id, values, None, None, replace=True)
+
+    async def _set_working_copy(self, reader: Any, thread_id: str, checkpoint: Any) -> None:
+        """The thread's working copy in Redis (what its next run starts from) becomes the
+        checkpoint's state."""
+        keys = dict(checkpoint.keys)
+        todos = keys.pop("todos", None)
+        messages = [from_langchain(m) for m in checkpoint.messages]
+        await reader.replace(thread_id, messages, todos, state_codec(self.spec).dumps(keys))
 
     async def _aresume_thread(
         self, command: Any, config: Mapping[str, Any] | None
@@ -1062,7 +1212,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
         copy before the run (``loopline.checkpoints``)."""
         if is_saver(self.checkpointer):
             key = client.space.key(thread_id)
-            await take_in(client.redis, client.names, key, self.checkpointer, thread_id)
+            given = await take_in(client.redis, client.names, key, self.checkpointer, thread_id)
+            if given is not None:  # the thread's history goes on from the saver's state
+                await record_update(client.threads(), thread_id, given, None, None, replace=True)
 
     async def _save_checkpoint(self, result: dict[str, Any], config: Any) -> None:
         """A thread's run ended: its final state goes to the checkpointer as LangGraph's

@@ -94,23 +94,25 @@ async def write_final(saver: Any, thread_id: str, values: Mapping[str, Any]) -> 
 
 async def take_in(
     redis: aioredis.Redis, names: Names, key: str, saver: Any, thread_id: str
-) -> bool:
+) -> dict[str, Any] | None:
     """Before a run or a read: the working copy becomes the values of the saver's newest
     checkpoint of the thread (messages, todos, the other keys as middleware state) when
     someone else wrote that one (not taken in yet), or when Redis has no working copy
     (it expired: an in-process saver's). Left as it is while a run of the thread is
-    active (a waiting one included: its state is loopline's). True when taken in."""
+    active (a waiting one included: its state is loopline's). The values taken in (the
+    state's keys, LangGraph's private channels left out), None when nothing was."""
     found = await latest(saver, thread_id)
     if found is None:
-        return False
+        return None
     checkpoint_id = str(found.config["configurable"]["checkpoint_id"])
     state_key = names.thread_state(key)
     known: Any = await redis.hmget(state_key, SAVER_FIELD, "active", "created")
     taken, active, exists = (_text(v) for v in known)
     ours = (found.metadata or {}).get("writer") == WRITER["writer"]
     if active or (exists and (ours or taken == checkpoint_id)):
-        return False
+        return None
     values = dict(found.checkpoint.get("channel_values") or {})
+    given = {k: v for k, v in values.items() if not k.startswith(("__", "branch:"))}
     messages = [from_langchain(m).model_dump_json() for m in values.pop("messages", [])]
     todos = values.pop("todos", None)
     extra = {k: v for k, v in values.items() if not k.startswith(("__", "branch:"))}
@@ -129,7 +131,7 @@ async def take_in(
         pipe.hsetnx(state_key, "active", "")
         pipe.hsetnx(state_key, "created", time.time())
         await pipe.execute()
-    return True
+    return given
 
 
 def _json(value: Any) -> Any:

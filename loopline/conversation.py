@@ -56,6 +56,8 @@ class RunConfig:
     """What loopline takes from a LangChain ``RunnableConfig``."""
 
     thread_id: str | None = None
+    checkpoint_id: str | None = None
+    """An earlier checkpoint of the thread to read or run from (time travel)."""
     recursion_limit: int | None = None
     run_name: str | None = None
     tags: tuple[str, ...] = ()
@@ -77,6 +79,9 @@ class RunConfig:
             raise ValueError(f"recursion_limit must be a positive integer, not {limit!r}")
         return cls(
             thread_id=None if thread_id is None else str(thread_id),
+            checkpoint_id=str(configurable["checkpoint_id"])
+            if configurable.get("checkpoint_id")
+            else None,
             recursion_limit=limit,
             run_name=config.get("run_name"),
             tags=tuple(config.get("tags") or ()),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 import warnings
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -187,20 +188,48 @@ def test_recursion_limit_counts_as_langgraph_counts(
     assert ll_error == lc_error, f"recursion_limit={limit}"
 
 
-def test_state_history_lists_the_threads_states_by_run(
+def test_state_history_and_a_fork_as_langgraphs_deployed(
     stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> None:
-    _, ll = agents(stack, servers, [])
+    """Deployed (every service its own process): a checkpoint per superstep, read back
+    by id, and a run from an earlier one, as LangChain's agent has them."""
+    sides = agents(stack, servers, [])
     config = {"configurable": {"thread_id": f"hist-{uuid.uuid4().hex[:6]}"}}
-    for word in ("one", "two", "three"):
-        ll.invoke({"messages": word}, config)
-    history = list(ll.get_state_history(config))
-    assert [len(s.values["messages"]) for s in history] == [6, 4, 2]  # newest first
-    assert history[0].values["messages"][-1].content == "answer to three"
-    assert history[0].parent_config == history[1].config
-    assert history[-1].parent_config is None
-    now = ll.get_state(config)
-    assert now.config == history[0].config and now.next == ()
+    got = []
+    for agent in sides:
+        for word in ("gated", "two"):
+            agent.invoke({"messages": word}, config)
+        history = list(agent.get_state_history(config))
+        at = agent.get_state(history[5].config)
+        forked = agent.invoke({"messages": "three"}, history[3].config)  # after "gated"
+        after = list(agent.get_state_history(config))
+        got.append(
+            (
+                [
+                    (
+                        s.next,
+                        s.metadata["source"],
+                        s.metadata["step"],
+                        shape(s.values.get("messages", [])),
+                    )
+                    for s in history
+                ],
+                (at.next, shape(at.values["messages"])),
+                shape(forked["messages"]),
+                [(s.next, s.metadata["step"]) for s in after],
+            )
+        )
+        assert all(n.parent_config == o.config for n, o in pairwise(history))
+    assert got[1] == got[0]
+    assert len(got[0][0]) == 8  # gated: input, start, model, tools, model; two: 3 more
+    assert [m[1] for m in got[0][2]] == [
+        "gated",
+        "",
+        "5",
+        "2 + 3 is 5.",
+        "three",
+        "answer to three",
+    ]
 
 
 def test_run_name_tags_and_metadata_travel_with_the_run_to_its_trace(

@@ -385,6 +385,17 @@ async def test_cli_runs_on_a_thread_and_shows_lists_and_removes_it(
         "answer to say second",
     ]
     assert sorted(state["runs"].values()) == ["completed", "completed"]
+    history = await asyncio.to_thread(run_cli, stack, "threads", "history", thread, "--json")
+    assert history.returncode == 0, history.stderr
+    checkpoints = json.loads(history.stdout)  # each turn: its input, __start__, the model
+    assert [(c["step"], c["source"], c["next"], c["messages"]) for c in checkpoints] == [
+        (4, "loop", [], 4),
+        (3, "loop", ["model"], 3),
+        (2, "input", ["__start__"], 2),
+        (1, "loop", [], 2),
+        (0, "loop", ["model"], 1),
+        (-1, "input", ["__start__"], 0),
+    ]
     listed = await asyncio.to_thread(run_cli, stack, "threads", "list", "--json")
     assert thread in [t["thread_id"] for t in json.loads(listed.stdout)]
     removed = await asyncio.to_thread(run_cli, stack, "threads", "rm", thread)

@@ -78,9 +78,12 @@ def test_a_removal_and_a_new_thread_as_langgraphs(
     assert sent(servers[1], "Seeded.") == lc_sent
 
 
-def test_as_node_is_refused_with_the_reason(
+def test_as_node_naming_a_hook_and_task_id_are_refused_with_the_reason(
     embedded: None, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
 ) -> None:
     _, ours = pair(servers, "Refused.")
+    config = {"configurable": {"thread_id": "x"}}
     with pytest.raises(NotImplementedError, match="as_node"):
-        ours.update_state({"configurable": {"thread_id": "x"}}, {"messages": []}, as_node="tools")
+        ours.update_state(config, {"messages": []}, as_node="SomeMiddleware.before_model")
+    with pytest.raises(NotImplementedError, match="task_id"):
+        ours.update_state(config, {"messages": []}, as_node="tools", task_id="t1")

@@ -216,8 +216,11 @@ def _task_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print how the task ended as JSON")
     p.set_defaults(func=cmd_cancel)
 
-    p = sub.add_parser("threads", help="conversations: list them, show one, remove one")
-    p.add_argument("action", choices=("list", "show", "rm"))
+    p = sub.add_parser(
+        "threads", help="conversations: list them, show one, its checkpoints, remove one"
+    )
+    p.add_argument("action", choices=("list", "show", "history", "rm"))
     p.add_argument("thread_id", nargs="?")
+    p.add_argument("--limit", type=int, default=None, help="history: the newest N checkpoints")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_threads)

@@ -1,4 +1,6 @@
-"""``loopline threads list|show|rm``: the deployment's conversations."""
+"""``loopline threads list|show|history|rm``: the deployment's conversations; ``history``
+lists a thread's checkpoints, one per superstep, as ``get_state_history`` does
+(``loopline.history``)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
     current = settings()
     if not current.redis_url:
         raise UsageError("threads needs REDIS_URL: the deployment whose threads to read")
-    if args.action in ("show", "rm") and not args.thread_id:
+    if args.action in ("show", "history", "rm") and not args.thread_id:
         raise UsageError(f"threads {args.action} needs a thread id")
     return asyncio.run(_threads(args, current.redis_url, current.prefix))
 
@@ -53,7 +55,40 @@ async def _threads(args: argparse.Namespace, url: str, prefix: str) -> int:
                 raise UsageError(f"no thread {args.thread_id!r}")
             print(f"removed thread {args.thread_id}")
             return 0
+        if args.action == "history":
+            return await _history(reader, args.thread_id, limit=args.limit, as_json=args.json)
         return await _show(reader, args.thread_id, as_json=args.json)
+
+
+async def _history(reader: Any, thread_id: str, *, limit: int | None, as_json: bool) -> int:
+    """The thread's checkpoints, newest first: id, step, source, what runs next, and
+    how many messages the state holds."""
+    from loopline.history import ThreadHistory
+
+    if await reader.info(thread_id) is None:
+        raise UsageError(f"no thread {thread_id!r}")
+    states = await ThreadHistory(reader).snapshots(thread_id, limit=limit)
+    rows = [
+        {
+            "checkpoint_id": s.config["configurable"]["checkpoint_id"],
+            "step": (s.metadata or {}).get("step"),
+            "source": (s.metadata or {}).get("source"),
+            "next": list(s.next),
+            "messages": len(s.values.get("messages", [])),
+            "created_at": s.created_at,
+        }
+        for s in states
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return 0
+    for row in rows:
+        upcoming = ", ".join(row["next"]) or "-"
+        print(
+            f"{row['checkpoint_id']}  step {row['step']:>3} {row['source']:<6} "
+            f"next {upcoming}  ({row['messages']} messages)"
+        )
+    return 0
 
 
 async def _show(reader: Any, thread_id: str, *, as_json: bool) -> int:
