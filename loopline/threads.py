@@ -299,19 +299,6 @@ class ThreadReader:
             pipe.zadd(names.threads, {key: now})
             await pipe.execute()
 
-    async def copy(self, source: str, thread_id: str) -> None:
-        """A new thread ``thread_id`` holding ``source``'s values now (LangGraph's thread
-        copy); a source with no values yet gives a thread with none."""
-        state = await self.current(source)
-        if not state.run_id and await self.info(source) is None:
-            return
-        extra = json.dumps(state.extra) if state.extra else ""
-        await self.replace(thread_id, state.messages, state.todos, extra)
-        # the copy's state is the one the source's last run left: naming that run lets
-        # a reader find the agent whose state keys the values have
-        key = self.space.key(thread_id)
-        await self.redis.hset(self.names.thread_state(key), "last_run", state.run_id)
-
     async def remove(self, thread_id: str) -> bool:
         """Delete a thread's keys (its runs' task keys expire on their own). A thread with
         an active run is refused: cancel the run first."""

@@ -36,6 +36,7 @@ from loopline.api.runs import state_values, thread_ids, was_stopped
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
 from loopline.conversation import snapshot, waiting_interrupts
+from loopline.history import copy_thread
 from loopline.threads import ThreadValues
 from services.hooks import hooks_for
 
@@ -155,8 +156,9 @@ async def update(request: Request) -> Response:
 
 
 async def copy(request: Request) -> Response:
-    """``POST /threads/{id}/copy``: a new thread with the same metadata and values (409
-    for a thread that does not exist, as LangGraph's server answers)."""
+    """``POST /threads/{id}/copy``: a new thread with the same metadata, values and every
+    checkpoint (``loopline.history.copy_thread``; 409 for a thread that does not exist,
+    as LangGraph's server answers, and for one with a run going)."""
     parse(NoParams, request.query_params)
     tenant = await tenant_of(request)
     source = request.path_params["thread_id"]
@@ -165,7 +167,11 @@ async def copy(request: Request) -> Response:
     except NotFound as exc:
         return JSONResponse({"detail": str(exc)}, status_code=409)
     thread_id = str(uuid.uuid4())
-    await tenant.threads.copy(source, thread_id)
+    if await tenant.threads.info(source) is not None:  # no run yet: nothing on the bus
+        try:
+            await copy_thread(tenant.threads, source, thread_id)
+        except ValueError as exc:  # a run going
+            return JSONResponse({"detail": str(exc)}, status_code=409)
     await tenant.records.save_thread(ThreadRecord(thread_id, metadata=shown["metadata"]))
     return JSONResponse(await thread_json(tenant, thread_id))
 
