@@ -125,9 +125,6 @@ REFERENCE_WEBHOOK_FIELDS = {
     "webhook_sent_at",
 }
 """The body a webhook receiver got for a run that succeeded."""
-LOOPLINE_RUNS_LACK = {"langsmith_session_name"}
-"""A run field LangGraph's server shows that loopline's runs do not carry (a LangSmith
-tracing session); the webhook body is loopline's run with LangGraph's additions."""
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT")
@@ -455,12 +452,13 @@ async def test_a_webhook_arrives_once_per_run_and_a_refused_host_is_never_called
         await asyncio.sleep(0.2)
     await asyncio.sleep(1.0)  # a second delivery would arrive now
     bodies = receiver.to(f"/hook/{thread}?x=1")
-    # the thread's run twice (a 503, then its retry), the stateless run's once
+    # each run's once, and the one sent first twice (a 503, then its retry): the sender
+    # may find both runs ended in one sweep, so either may meet the 503
     posted = [b["run_id"] for b in bodies]
-    assert len(posted) == 3 and posted.count(run["run_id"]) == 2, posted
-    assert len(set(posted)) == 2
+    assert len(posted) == 3 and run["run_id"] in posted, posted
+    assert sorted(posted.count(r) for r in set(posted)) == [1, 2], posted
     body = [b for b in bodies if b["run_id"] == run["run_id"]][-1]
-    assert set(body) == REFERENCE_WEBHOOK_FIELDS - LOOPLINE_RUNS_LACK
+    assert set(body) == REFERENCE_WEBHOOK_FIELDS
     assert body["status"] == "success" and body["thread_id"] == thread
     assert body["kwargs"]["webhook"] == url
     assert [m["content"] for m in body["values"]["messages"]] == ["hooked", "answer to hooked"]

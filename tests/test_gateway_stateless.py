@@ -85,6 +85,7 @@ async def test_a_batch_starts_every_run_or_none(sdk: Any, scripted: Any) -> None
     await asyncio.sleep(1.0)  # a run the batch had started would have asked the model by now
     prompts = [str(r["messages"][-1]["content"]) for r in scripted.chat_requests()]
     assert "never" not in prompts
-    with pytest.raises(httpx.HTTPStatusError) as unimplemented:
+    with pytest.raises(httpx.HTTPStatusError) as bad_webhook:  # refused before any run starts
         await sdk.runs.create_batch([{"assistant_id": "agent", "input": hello(), "webhook": "x"}])
-    assert "webhook" in unimplemented.value.response.json()["detail"]
+    assert bad_webhook.value.response.status_code == 422
+    assert "Webhook URL must be http or https" in bad_webhook.value.response.json()["detail"]
