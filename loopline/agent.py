@@ -57,7 +57,7 @@ from loopline.conversation import (
     waiting_interrupts,
     with_pending,
 )
-from loopline.errors import TaskFailedError, failure_of, refusal_of
+from loopline.errors import TaskFailedError, decision_refusal_of, failure_of, refusal_of
 from loopline.graph import GRAPH_ATTRIBUTES, GraphArguments, reference_graph, refuse_unimplemented
 from loopline.stream_modes import MESSAGES_ONLY, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
@@ -514,7 +514,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             if isinstance(outcome, DecisionsRefused):
                 raise refusal_of(outcome)
             if isinstance(outcome, ToolInterrupted):  # a decision the call's schema refused
-                raise ValueError(f"decision for call {outcome.call.id} refused: {outcome.error}")
+                raise decision_refusal_of(outcome)
             open_calls = []
             per_call = isinstance(outcome, ApprovalRequested) and outcome.per_call
             if per_call:

@@ -6,8 +6,16 @@ provider's error may echo the key it was given)."""
 
 from __future__ import annotations
 
-from contracts.events import ExceptionInfo
+import json
+
+from pydantic import ValidationError
+
+from contracts.events import ExceptionInfo, ValidationDetails
 from services.secrets import scrub
+
+MAX_VALIDATION_BYTES = 64 * 1024
+"""A ``ValidationError``'s line errors travel up to this size (they hold the input that
+failed); a bigger one is raised again as its text only."""
 
 
 def exception_info(exc: BaseException) -> ExceptionInfo:
@@ -15,7 +23,25 @@ def exception_info(exc: BaseException) -> ExceptionInfo:
     cls = type(exc)
     args = exc.args
     message = args[0] if len(args) == 1 and isinstance(args[0], str) else str(exc)
-    return ExceptionInfo(type=f"{cls.__module__}:{cls.__qualname__}", message=scrub(message))
+    return ExceptionInfo(
+        type=f"{cls.__module__}:{cls.__qualname__}",
+        message=scrub(message),
+        validation=validation_details(exc) if isinstance(exc, ValidationError) else None,
+    )
+
+
+def validation_details(exc: ValidationError) -> ValidationDetails | None:
+    """The error's title and line errors as JSON, secrets hidden (its ``json()``
+    stringifies what JSON cannot hold); None when too big or when hiding a secret broke
+    the JSON."""
+    text = scrub(exc.json(include_url=False))
+    if len(text) > MAX_VALIDATION_BYTES:
+        return None
+    try:
+        errors = json.loads(text)
+    except ValueError:
+        return None
+    return ValidationDetails(title=scrub(exc.title), errors=errors)
 
 
 def own_exception_info(exc: BaseException) -> ExceptionInfo:

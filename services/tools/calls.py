@@ -72,6 +72,8 @@ class Parked:
     decision: Any = None
     answered: int = 0
     """How many of the call's interrupts were answered before this one."""
+    exception: ExceptionInfo | None = None
+    """With ``error``: what refusing the decision raised (the resume raises it again)."""
 
 
 @dataclass(frozen=True)
@@ -356,6 +358,7 @@ class ToolCalls:
                 error=f"the decision does not fit this call: {refused}",
                 decision=answers[-1],
                 answered=len(answers) - 1,
+                exception=exception_info(refused.__cause__ or refused),
             )
         except Exception as exc:  # the tool's (or a wrapper's) exception: the task fails
             if is_waiting(exc):

@@ -164,6 +164,7 @@ class ToolsService:
                 response_schema=parked.response_schema,
                 error=parked.error,
                 decision=parked.decision,
+                exception=parked.exception,
                 answered=parked.answered,
             ),
         )
