@@ -110,8 +110,9 @@ class Job:
     step: int = 0
     context: Any = None
     writer: Callable[[Any], None] | None = None
-    available: tuple[str, ...] = ()
-    """The agent's tool names, for the answer to an unknown tool."""
+    tools: tuple[BaseTool, ...] = ()
+    """The agent's tools (its own and its middleware's), as LangGraph's tool node has
+    them: ``ToolRuntime.tools``, and their names answer a call to an unknown tool."""
     mode: str | None = None
     """The run's ``AgentSpec.run_mode``: which variant of ``wrap_tool_call`` runs."""
     channels: StateChannels = NO_CHANNELS
@@ -392,7 +393,7 @@ class ToolCalls:
             before_tool=tool_starts,
             limit=job.limit,
             runtime=self._runtime_of(job, state),
-            available=job.available,
+            available=[t.name for t in job.tools],
             mode=job.mode,
         )
 
@@ -449,6 +450,7 @@ class ToolCalls:
             context=job.context,
             config=config,
             stream_writer=job.writer,
+            tools=job.tools,
         )
 
     # -- records -----------------------------------------------------------------------

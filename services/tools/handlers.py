@@ -139,7 +139,7 @@ class ToolsService:
             step=event.step,
             context=hooks.context,
             writer=writer,
-            available=tuple(tools),
+            tools=tuple(tools.values()),
             mode=hooks.mode,
             channels=hooks.channels,
             run_config=hooks.run_config,
