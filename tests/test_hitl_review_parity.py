@@ -39,7 +39,7 @@ SCRIPTS: dict[str, list[Reply]] = {
         Reply(content="the reviewer chose another tool"),
     ],
 }
-TOOLS = [tooling.add, tooling.big_output]
+TOOLS: list[Any] = [tooling.add, tooling.big_output]
 TOOL_PATHS = ["tests.tooling:add", "tests.tooling:big_output"]
 NOT_AN_EDIT = {"type": "edit"}  # no edited_action: the schema refuses it
 EDIT_ADD = {"type": "edit", "edited_action": {"name": "add", "args": {"a": 10, "b": 20}}}
