@@ -19,6 +19,11 @@ so the name chooses no code:
   constructor would set.
 
 Anything else raises ``TaskFailedError``, whose ``error_type`` keeps the class's name.
+
+Where the service that failed the task runs in the client's process (the embedded
+default), nothing is rebuilt: ``invoke`` raises the very exception the tool, the model
+or the hook raised (``services.failures.original``), its attributes and class intact
+(one defined inside a function included), as LangChain's does.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from contracts.events import (
     ToolInterrupted,
     ValidationDetails,
 )
+from services.failures import original
 from services.spec import imports
 
 
@@ -55,6 +61,9 @@ def failure_of(event: TaskFailed) -> Exception:
     info = event.exception
     if info is None:
         return TaskFailedError(event)
+    same = original(event.task_id, info)
+    if isinstance(same, Exception):  # the services run in this process: the very one
+        return same
     cls = exception_class(info.type)
     rebuilt = _instance(cls, info) if cls is not None else None
     if rebuilt is None:

@@ -86,8 +86,8 @@ class Failed:
     exception: ExceptionInfo
 
     @classmethod
-    def of(cls, exc: Exception) -> Failed:
-        return cls(failure_text(exc), exception_info(exc))
+    def of(cls, exc: Exception, task_id: str | None = None) -> Failed:
+        return cls(failure_text(exc), exception_info(exc, task_id))
 
 
 Outcome = Answered | Parked | Failed
@@ -364,7 +364,7 @@ class ToolCalls:
         except Exception as exc:  # the tool's (or a wrapper's) exception: the task fails
             if is_waiting(exc):
                 raise  # a wait the node did not turn into NodeInterrupted: not a failure
-            return Failed.of(exc)
+            return Failed.of(exc, job.task_id)
 
     async def _run_tool(self, job: Job, lease: Lease | None) -> Answered:
         call = job.call
