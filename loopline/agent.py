@@ -540,6 +540,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
         if self.spec.response_format is not None:
             # LangChain's key is there, None, when the agent ended without one
             result["structured_response"] = self._structured(structured_json) if given else None
+        elif structured_json is not None:  # set by a wrap_model_call's response
+            result["structured_response"] = structured_json
         if isinstance(outcome, ApprovalRequested):
             requests = [r.request for r in open_calls] or [outcome.request]
             result["__interrupt__"] = requests
