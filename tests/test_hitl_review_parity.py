@@ -7,7 +7,9 @@ process), against twin scripted servers:
   own pydantic ``ValidationError`` from the resume, with the same text; nothing runs and
   the call still waits, so a decision that fits runs it once;
 - batched, an edit naming another of the agent's tools runs that tool (LangChain looks it
-  up in ``request.runtime.tools``); the model is told what ran instead.
+  up in ``request.runtime.tools``); the model is told what ran instead;
+- a later step's call reusing an edited call's id (models do reuse ids) runs with its
+  own arguments, without the earlier edit or the earlier call's result.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ SCRIPTS: dict[str, list[Reply]] = {
     "redirect": [
         Reply(tool_calls=(ScriptedToolCall("add", {"a": 3, "b": 4}),)),
         Reply(content="the reviewer chose another tool"),
+    ],
+    "reused id": [
+        Reply(tool_calls=(ScriptedToolCall("add", {"a": 1, "b": 1}, id="same"),)),
+        # the same id on a tool that is not gated: nothing to review this turn
+        Reply(tool_calls=(ScriptedToolCall("big_output", {"n": 2}, id="same"),)),
+        Reply(content="both ran"),
     ],
 }
 TOOLS: list[Any] = [tooling.add, tooling.big_output]
@@ -160,3 +168,37 @@ def test_an_edit_to_another_tool_runs_that_tool_deployed(
     lc = redirected(langchain_agent(lc_server, batched()), "redirect")
     check_redirected(lc, redirected(deployed_agent(stack, batched()), "redirect"))
     assert requests_of(ll_server, "redirect")[before:] == requests_of(lc_server, "redirect")[-2:]
+
+
+def reused(agent: Any, prompt: str) -> list[tuple[str, Any]]:
+    config: Any = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:8]}"}}
+    agent.invoke({"messages": [{"role": "user", "content": prompt}]}, config)
+    final = agent.invoke(Command(resume={"decisions": [EDIT_ADD]}), config)
+    return [(m.type, m.content) for m in final["messages"]]
+
+
+def check_reused(lc: list[tuple[str, Any]], ours: list[tuple[str, Any]]) -> None:
+    assert ours == lc
+    assert lc[2][1].endswith("30") and lc[4] == ("tool", "xx")  # edited add, then its own
+
+
+def test_a_reused_call_id_runs_its_own_call_embedded(
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+) -> None:
+    lc_server, ll_server = servers
+    lc = reused(langchain_agent(lc_server, batched()), "reused id")
+    agent = embedded_agent(redis_url, monkeypatch, ll_server, tools=TOOLS, middleware=[batched()])
+    check_reused(lc, reused(agent, "reused id"))
+    assert requests_of(ll_server, "reused id") == requests_of(lc_server, "reused id")
+
+
+def test_a_reused_call_id_runs_its_own_call_deployed(
+    stack: ServiceProcesses, servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer]
+) -> None:
+    lc_server, ll_server = servers
+    before = len(requests_of(ll_server, "reused id"))
+    lc = reused(langchain_agent(lc_server, batched()), "reused id")
+    check_reused(lc, reused(deployed_agent(stack, batched()), "reused id"))
+    assert requests_of(ll_server, "reused id")[before:] == requests_of(lc_server, "reused id")[-3:]
