@@ -23,12 +23,22 @@ KEPT_ORIGINALS = 256
 """How many tasks' original exceptions a process keeps for a client in it."""
 
 _originals: OrderedDict[str, tuple[ExceptionInfo, BaseException]] = OrderedDict()
+_keeping = False
+
+
+def keep_originals() -> None:
+    """Keep failed tasks' exceptions for clients in this process (``original``): the
+    embedded services call it; a service process, whose clients are elsewhere, holds
+    no exception (nor the objects its traceback reaches)."""
+    global _keeping
+    _keeping = True
 
 
 def exception_info(exc: BaseException, task_id: str | None = None) -> ExceptionInfo:
     """Where ``exc``'s class lives and its message, without a secret of this process.
-    With ``task_id``, the exception itself is kept for a client in this process
-    (``original``): embedded, ``invoke`` raises the very exception, as LangChain's."""
+    With ``task_id`` (and ``keep_originals``), the exception itself is kept for a
+    client in this process (``original``): embedded, ``invoke`` raises the very
+    exception, as LangChain's."""
     cls = type(exc)
     args = exc.args
     message = args[0] if len(args) == 1 and isinstance(args[0], str) else str(exc)
@@ -37,7 +47,7 @@ def exception_info(exc: BaseException, task_id: str | None = None) -> ExceptionI
         message=scrub(message),
         validation=validation_details(exc) if isinstance(exc, ValidationError) else None,
     )
-    if task_id is not None:
+    if task_id is not None and _keeping:
         _originals[task_id] = (info, exc)
         _originals.move_to_end(task_id)
         while len(_originals) > KEPT_ORIGINALS:
