@@ -1,6 +1,8 @@
 """What ``invoke`` returns and raises, as LangChain's ``create_agent`` has it, the same
 agent through LangChain (twin scripted servers) and through loopline:
 
+- every message of the result has an id, as LangGraph's state gives one (a tool's result
+  too);
 - the result's keys are the output state's: no ``todos`` until ``write_todos`` wrote them, no
   ``task_id`` key (loopline's task id is the result's ``task_id`` attribute, and
   ``result["task_id"]`` still reads it), embedded and deployed;
@@ -48,10 +50,11 @@ def langchain_result(server: ScriptedOpenAIServer, prompt: str, **kwargs: Any) -
 
 
 def shown(result: Any) -> dict[str, Any]:
-    """The result's keys and its messages' types and contents."""
+    """The result's keys and its messages' types, contents and whether each has an id
+    (LangGraph's ``add_messages`` gives every message one; their values are random)."""
     return {
         "keys": sorted(result),
-        "messages": [(m.type, m.content) for m in result["messages"]],
+        "messages": [(m.type, m.content, bool(m.id)) for m in result["messages"]],
         "todos": result.get("todos"),
     }
 

@@ -20,6 +20,7 @@ LangChain's own code acts on them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -166,6 +167,16 @@ class AgentState:
     extra: dict[str, Any]
     messages: list[Message]
     thread_id: str | None
+
+
+def with_message_id(answer: Answered, job: Job) -> Answered:
+    """The answer with an id on its tool message: LangGraph's ``add_messages`` gives
+    every message that joins the state one (a uuid); here it derives from the call, so
+    a redelivery that runs the call again gives the same."""
+    if answer.message.id:
+        return answer
+    message = answer.message.model_copy(update={"id": f"{job.scope}:tool"})
+    return dataclasses.replace(answer, message=message)
 
 
 def parked_field(record: str) -> str:
@@ -352,7 +363,7 @@ class ToolCalls:
         try:
             runtime = lg_runtime(job.context)
             with interrupts.node("tools", job.scope, answers, runtime, job.run_config):
-                return await self._run_tool(job, lease)
+                return with_message_id(await self._run_tool(job, lease), job)
         except NodeInterrupted as waiting:
             asked = waiting.asked
             return Parked(asked.value, asked.response_schema, answered=len(answers))
