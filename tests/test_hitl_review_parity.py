@@ -4,7 +4,8 @@ loopline, embedded (every service in this process) and deployed (each service it
 process), against twin scripted servers:
 
 - per call, a decision that does not fit the call's ``response_schema`` raises LangGraph's
-  own pydantic ``ValidationError`` from the resume, with the same text; nothing runs and
+  own pydantic ``ValidationError`` from the resume (``invoke`` and ``stream``), with the
+  same text; nothing runs and
   the call still waits, so a decision that fits runs it once;
 - batched, an edit naming another of the agent's tools runs that tool (LangChain looks it
   up in ``request.runtime.tools``); the model is told what ran instead;
@@ -89,6 +90,9 @@ def refused_then_fitting(agent: Any, prompt: str) -> dict[str, Any]:
     ]
     with pytest.raises(ValidationError) as raised:
         agent.invoke(Command(resume={asked.id: NOT_AN_EDIT}), config)
+    with pytest.raises(ValidationError) as streamed:  # stream raises as invoke does
+        list(agent.stream(Command(resume={asked.id: NOT_AN_EDIT}), config, stream_mode="updates"))
+    assert str(streamed.value) == str(raised.value)
     [still] = agent.get_state(config).interrupts
     final = agent.invoke(Command(resume={asked.id: EDIT_ADD}), config)
     return {
