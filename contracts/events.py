@@ -287,6 +287,18 @@ class ModelResumed(Event):
     answers: list[Any]
 
 
+class ValidationDetails(BaseModel):
+    """A pydantic ``ValidationError`` as data: ``title`` and ``errors`` as its ``json()``
+    gives them (each error's ``type``, ``loc``, ``input`` and ``ctx``). A client passes
+    them to ``ValidationError.from_exception_data``, which reads them as data: the
+    error types are pydantic's own, none is looked up by name."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    title: str = Field(max_length=4096)
+    errors: list[dict[str, Any]]
+
+
 class ExceptionInfo(BaseModel):
     """The exception a task failed with, as data: where its class lives and its message.
 
@@ -304,6 +316,9 @@ class ExceptionInfo(BaseModel):
     message: str
     """The exception's one argument when it had one string argument (so ``str()`` of the
     rebuilt exception is the original's, ``KeyError`` included), else its ``str()``."""
+    validation: ValidationDetails | None = None
+    """For a pydantic ``ValidationError`` (whose class takes no message): its title and
+    line errors, from which a client builds the same error again."""
 
     @property
     def name(self) -> str:
@@ -389,6 +404,9 @@ class ToolInterrupted(Event):
     response_schema: dict[str, Any] | None = None
     error: str | None = None
     decision: Any = None
+    exception: ExceptionInfo | None = None
+    """With ``error``: the exception the refused decision raised (LangGraph's
+    ``ValidationError`` against ``response_schema``), which the resume raises again."""
     answered: int = Field(default=0, ge=0)
     """How many earlier interrupts of this call were answered (it asks again on resume
     when it calls ``interrupt()`` once more: each asks in its turn)."""

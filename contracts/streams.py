@@ -184,7 +184,8 @@ class Names:
         return self.task_key(task_id, "tokens")
 
     def task_calls(self, task_id: str) -> str:
-        """Hash: tool call id -> {state: running|done, message}: a tool runs at most once."""
+        """Hash: ``<tool call id>@<step>`` -> {state: running|done, message}: a tool runs
+        at most once (``services.tasks.issued.record_field``)."""
         return self.task_key(task_id, "calls")
 
     def task_chunks(self, task_id: str) -> str:

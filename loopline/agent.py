@@ -62,13 +62,15 @@ from loopline.conversation import (
     waiting_interrupts,
     with_pending,
 )
-from loopline.errors import TaskFailedError, failure_of, refusal_of
+from loopline.errors import TaskFailedError, decision_refusal_of, failure_of, refusal_of
 from loopline.graph import GRAPH_ATTRIBUTES, GraphArguments, reference_graph, refuse_unimplemented
 from loopline.history import START as START_NODE
 from loopline.history import UPDATE_NODES, ThreadHistory, record_fork, record_update
+from loopline.result import AgentResult
 from loopline.stream_modes import MESSAGES_ONLY, SUBTASK, Item, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from loopline.threads import space_of
+from services.agent_view import has_todos
 from services.errors import ConfigurationError
 from services.hooks import LS_INTEGRATION, hooks_for
 from services.lending import waiting_on_runs
@@ -517,7 +519,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
         answered: Sequence[str] = (),
         answering: bool = False,
     ) -> dict[str, Any]:
-        """Wait for the task and return ``{"messages": [...], "todos": [...]}``; a task
+        """Wait for the task and return its output state as LangChain's (``messages``,
+        ``todos`` once TodoListMiddleware's tool wrote them, the schemas' keys; the task's id as
+        ``task_id``, ``loopline.result``); a task
         waiting for an answer returns with ``"__interrupt__"`` (LangChain's key) instead:
         the value a hook's ``interrupt()`` asked (HITL's HITLRequest in batched mode), or
         each waiting tool call's (per-call mode: its ToolApprovalRequest). ``answered``:
@@ -537,14 +541,14 @@ class Agent(Runnable[Any, dict[str, Any]]):
             if isinstance(outcome, DecisionsRefused):
                 raise refusal_of(outcome)
             if isinstance(outcome, ToolInterrupted):  # a decision the call's schema refused
-                raise ValueError(f"decision for call {outcome.call.id} refused: {outcome.error}")
+                raise decision_refusal_of(outcome)
             open_calls = []
             per_call = isinstance(outcome, ApprovalRequested) and outcome.per_call
             if per_call:
                 await client.step_settled(task_id)
                 open_calls = await client.waiting_calls(task_id)
             messages = await client.messages(task_id)
-            todos = await client.todos(task_id)
+            todos = await client.written_todos(task_id) if has_todos(self.spec) else None
             codec = state_codec(self.spec)
             state = codec.decode(await client.state(task_id))
             if per_call:  # what the step's ended calls gave: LangGraph's state at the
@@ -552,15 +556,15 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 messages += written.messages
                 state = with_pending(self.spec, state, codec.decode_pairs(written.writes))
         given, structured_json = "structured_response" in state, state.get("structured_response")
-        result: dict[str, Any] = {
-            "messages": [to_langchain(m) for m in messages],
-            "todos": todos,
-            "task_id": task_id,
-        }
+        result = AgentResult(task_id, messages=[to_langchain(m) for m in messages])
+        if todos is not None:  # TodoListMiddleware's key, once write_todos wrote it
+            result["todos"] = todos
         result.update(self._output_state(state))
         if self.spec.response_format is not None:
             # LangChain's key is there, None, when the agent ended without one
             result["structured_response"] = self._structured(structured_json) if given else None
+        elif structured_json is not None:  # set by a wrap_model_call's response
+            result["structured_response"] = structured_json
         if isinstance(outcome, ApprovalRequested):
             requests = [r.request for r in open_calls] or [outcome.request]
             result["__interrupt__"] = requests

@@ -591,8 +591,13 @@ class Client:
         return "structured_response" in state, state.get("structured_response")
 
     async def todos(self, task_id: str) -> list[dict[str, Any]]:
+        return await self.written_todos(task_id) or []
+
+    async def written_todos(self, task_id: str) -> list[dict[str, Any]] | None:
+        """The task's todo list, None while nothing wrote one (LangChain's state has
+        no ``todos`` key until ``write_todos`` runs)."""
         raw = await self.redis.get(self.names.task_todos(task_id))
-        return list(json.loads(raw)) if raw else []
+        return list(json.loads(raw)) if raw else None
 
     # -- token streaming (contracts.chunks) --
 

@@ -65,8 +65,10 @@ class ServiceThread:
 
     def __init__(self, url: str, settings: Settings, services: tuple[str, ...] = SERVICES):
         from services.app import build_app
+        from services.failures import keep_originals
         from services.registry import factory
 
+        keep_originals()  # the callers share this process: they raise the very exception
         self.app, self.runtime = build_app(services, factory, url=url, settings=settings)
         self._loop = asyncio.new_event_loop()
         self._started: Future[None] = Future()

@@ -19,6 +19,11 @@ so the name chooses no code:
   constructor would set.
 
 Anything else raises ``TaskFailedError``, whose ``error_type`` keeps the class's name.
+
+Where the service that failed the task runs in the client's process (the embedded
+default), nothing is rebuilt: ``invoke`` raises the very exception the tool, the model
+or the hook raised (``services.failures.original``), its attributes and class intact
+(one defined inside a function included), as LangChain's does.
 """
 
 from __future__ import annotations
@@ -28,7 +33,16 @@ import importlib
 import sys
 from typing import Any
 
-from contracts.events import DecisionsRefused, ExceptionInfo, TaskFailed
+from pydantic import ValidationError
+
+from contracts.events import (
+    DecisionsRefused,
+    ExceptionInfo,
+    TaskFailed,
+    ToolInterrupted,
+    ValidationDetails,
+)
+from services.failures import original
 from services.spec import imports
 
 
@@ -47,6 +61,9 @@ def failure_of(event: TaskFailed) -> Exception:
     info = event.exception
     if info is None:
         return TaskFailedError(event)
+    same = original(event.task_id, info)
+    if isinstance(same, Exception):  # the services run in this process: the very one
+        return same
     cls = exception_class(info.type)
     rebuilt = _instance(cls, info) if cls is not None else None
     if rebuilt is None:
@@ -63,6 +80,19 @@ def refusal_of(event: DecisionsRefused) -> Exception:
     rebuilt = _instance(cls, info) if cls is not None and info is not None else None
     if rebuilt is None:
         rebuilt = ValueError(event.reason)
+    rebuilt.add_note(f"loopline: task {event.task_id} still waits at step {event.step}")
+    return rebuilt
+
+
+def decision_refusal_of(event: ToolInterrupted) -> Exception:
+    """What a resume raises whose decision a waiting call refused: the exception the
+    call's ``interrupt()`` raised (LangGraph's ``ValidationError`` against the
+    interrupt's ``response_schema``) where it can be rebuilt, else a ValueError."""
+    info = event.exception
+    cls = exception_class(info.type) if info is not None else None
+    rebuilt = _instance(cls, info) if cls is not None and info is not None else None
+    if rebuilt is None:
+        rebuilt = ValueError(f"decision for call {event.call.id} refused: {event.error}")
     rebuilt.add_note(f"loopline: task {event.task_id} still waits at step {event.step}")
     return rebuilt
 
@@ -102,7 +132,9 @@ def _module(name: str) -> Any:
 
 def _instance(cls: type[Exception], info: ExceptionInfo) -> Exception | None:
     """``cls(message)``; when that does not take (or reads differently), the instance
-    without its constructor."""
+    without its constructor. A pydantic ``ValidationError`` is built from its details."""
+    if issubclass(cls, ValidationError) and info.validation is not None:
+        return _validation_error(info.validation)
     try:
         made = cls(info.message)
         if made.args == (info.message,):
@@ -115,3 +147,21 @@ def _instance(cls: type[Exception], info: ExceptionInfo) -> Exception | None:
         return None
     bare.args = (info.message,)
     return bare
+
+
+_LINE_ERROR_KEYS = ("type", "loc", "input", "ctx")
+"""What ``ValidationError.from_exception_data`` takes of each line error."""
+
+
+def _validation_error(details: ValidationDetails) -> Exception | None:
+    """The ``ValidationError`` again, its text as the original's; None when pydantic
+    does not take the errors (a custom error type, say)."""
+    line_errors: Any = [
+        {k: v for k, v in error.items() if k in _LINE_ERROR_KEYS}
+        | {"loc": tuple(error.get("loc") or ())}
+        for error in details.errors
+    ]
+    try:
+        return ValidationError.from_exception_data(details.title, line_errors)
+    except (TypeError, ValueError, KeyError):
+        return None

@@ -69,13 +69,14 @@ from contracts.events import (
     TaskFailed,
     TodosUpdated,
     ToolCompleted,
+    ToolInterrupted,
     parse_event,
 )
 from contracts.messages import MESSAGE_ADAPTER, from_langchain, to_langchain
 from contracts.messages import AIMessage as Reply
 from contracts.messages import ToolMessage as ToolResult
 from loopline.client import Client, LostTaskWatch
-from loopline.errors import TaskFailedError, failure_of, refusal_of
+from loopline.errors import TaskFailedError, decision_refusal_of, failure_of, refusal_of
 from services.hooks import (
     HookSet,
     hooks_for,
@@ -519,6 +520,8 @@ class ModeTranslator:
             raise failure_of(event)
         elif isinstance(event, DecisionsRefused) and self.resumed:
             raise refusal_of(event)  # the answer this stream's resume sent
+        elif isinstance(event, ToolInterrupted) and event.error and self.resumed:
+            raise decision_refusal_of(event)  # a waiting call refused this resume's answer
         return []
 
     def _model_responded(self, event: ModelResponded) -> list[Item]:

@@ -8,7 +8,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, NotRequired
 
-from langchain.agents.middleware import AgentMiddleware, AgentState, ExtendedModelResponse
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelResponse,
+)
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
@@ -56,9 +61,7 @@ class AddsMessages(AgentMiddleware):
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         return self._extended(request, handler(request))
 
-    async def awrap_model_call(
-        self, request: Any, handler: Callable[[Any], Awaitable[Any]]
-    ) -> Any:
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         return self._extended(request, await handler(request))
 
 
@@ -69,3 +72,25 @@ class SeesAfterModel(AgentMiddleware):
 
     def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         return {"seen": [m.type for m in state["messages"]]}
+
+
+class GivesStructured(AgentMiddleware):
+    """Returns the reply with a ``structured_response`` of its own (an agent without a
+    ``response_format``); with ``conflict``, a command sets the key too."""
+
+    def __init__(self, conflict: bool = False) -> None:
+        super().__init__()
+        self.conflict = conflict
+
+    def _given(self, response: Any) -> Any:
+        given = ModelResponse(result=response.result, structured_response={"from": "model"})
+        if not self.conflict:
+            return ExtendedModelResponse(model_response=given)
+        command = Command(update={"structured_response": {"from": "command"}})
+        return ExtendedModelResponse(model_response=given, command=command)
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return self._given(handler(request))
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        return self._given(await handler(request))

@@ -202,7 +202,11 @@ async def audit_call(
         audit.unknown_calls += 1
         if count > 1:
             audit.problem(f"{tag}: {key} (unknown outcome) ran {count} times")
-        raw = await client.redis.hget(client.names.task_calls(task_id), call.id)
+        records = await client.redis.hgetall(client.names.task_calls(task_id))
+        # the call's record, whichever step made it (``record_field``: ``<id>@<step>``)
+        raw = next(
+            (v for k, v in records.items() if k.decode().rpartition("@")[0] == call.id), None
+        )
         record = json.loads(raw) if raw else {}
         if record.get("message", {}).get("status") == "success":
             audit.spurious_unknown += 1

@@ -31,7 +31,7 @@ from services.runner import EntryRunner
 from services.runtime import Runtime
 from services.seal import Sealer
 from services.settings import Settings
-from services.tasks.issued import call_digest, call_seal
+from services.tasks.issued import call_digest, call_seal, record_field
 from services.tasks.loop import Loop
 from services.tools.handlers import handlers as tools_handlers
 from tests.support import issue_calls
@@ -159,7 +159,7 @@ async def test_a_tool_call_no_state_issued_never_runs(rt: Runtime, tmp_path: Pat
     await run_entry(rt, "tools", rt.names.tools, request("t3", "issued"))
     assert len(record.read_text().splitlines()) == 2
     assert len(await dead_letters(rt)) == 5
-    done = json.loads(await rt.redis.hget(rt.names.task_calls("t3"), "issued"))
+    done = json.loads(await rt.redis.hget(rt.names.task_calls("t3"), record_field(1, "issued")))
     assert done["state"] == "done"
 
 

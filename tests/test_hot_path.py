@@ -22,7 +22,7 @@ from contracts.messages import AIMessage, ToolCall, ToolMessage
 from contracts.streams import DATA_FIELD
 from services.fastredis import FastRedis, FastScript, stream_entries
 from services.runtime import Runtime
-from services.tasks.issued import call_seal
+from services.tasks.issued import call_seal, record_field
 from services.tasks.loop import LAST_RESULT_MAX_BYTES, Loop
 from services.tools.handlers import handlers as tools_handlers
 from tests.support import (
@@ -267,7 +267,7 @@ async def test_an_idempotent_tool_runs_without_a_lease_and_another_with_one(
         await issue_calls(rt.redis, rt.names, "lease", agent_id, [call.id])
 
         async def outcome() -> Any:
-            return await rt.redis.hget(calls_key, call_id)
+            return await rt.redis.hget(calls_key, record_field(1, call_id))
 
         running = asyncio.ensure_future(run_entry(rt, "tools", event, on_tool, probe=outcome))
         await asyncio.sleep(0.15)  # the tool sleeps in its thread now
@@ -300,7 +300,7 @@ async def test_a_sealed_idempotent_call_leaves_no_record(rt: Runtime, tmp_path: 
         event = ToolRequested(task_id=task_id, step=1, agent_id=agent_id, call=call, seal=seal)
         await run_entry(rt, "tools", event, on_tool)
         assert await pending_on(rt.redis, rt.names.tools, "tools") == 0
-        recorded = await rt.redis.hget(rt.names.task_calls(task_id), call.id)
+        recorded = await rt.redis.hget(rt.names.task_calls(task_id), record_field(1, call.id))
         assert (recorded is None) is sealed
     assert [json.loads(line)["what"] for line in marks.read_text().splitlines()] == [
         "start",

@@ -15,6 +15,7 @@ from contracts.events import ToolCompleted, ToolInterrupted, ToolRequested
 from contracts.messages import ToolCall
 from loopline.agentfile import agent_from_dict
 from services.runtime import Runtime
+from services.tasks.issued import record_field
 from services.tools.handlers import handlers as tools_handlers
 from tests.support import MakeRuntime, events_on, issue_calls, pending_on, run_entry
 
@@ -46,7 +47,7 @@ async def redeliver_after_death(rt: Runtime, task_id: str, record: dict[str, Any
     agent_id = await rt.save_agent(GATED_SPEC)
     call = ToolCall(id="c1", name="slow_effect", args={"tag": "t", "seconds": 0, "record": "-"})
     left = {"state": "running", "consumer": "dead", "until": time.time() - 1, **record}
-    await rt.redis.hset(rt.names.task_calls(task_id), "c1", json.dumps(left))
+    await rt.redis.hset(rt.names.task_calls(task_id), record_field(1, "c1"), json.dumps(left))
     await issue_calls(rt.redis, rt.names, task_id, agent_id, ["c1"])
     event = ToolRequested(task_id=task_id, step=1, agent_id=agent_id, call=call)
     await run_entry(rt, "tools", event, on_tool)
@@ -60,7 +61,9 @@ async def test_a_call_whose_worker_died_in_its_middleware_is_asked_again(rt: Run
     published = await redeliver_after_death(rt, "died-early", {"started": False})
     assert isinstance(published, ToolInterrupted)  # parked for the human, not answered
     assert published.request["name"] == "slow_effect"
-    record = json.loads(await rt.redis.hget(rt.names.task_calls("died-early"), "c1"))
+    record = json.loads(
+        await rt.redis.hget(rt.names.task_calls("died-early"), record_field(1, "c1"))
+    )
     assert record == {"state": "waiting"}
 
 

@@ -20,7 +20,7 @@ from langchain.agents import create_agent as lc_create_agent
 from loopline import create_agent
 from services.settings import Settings
 from tests import tooling
-from tests.command_middleware import AddsMessages, SeesAfterModel
+from tests.command_middleware import AddsMessages, GivesStructured, SeesAfterModel
 from tests.custom_models import InvokeOnlyModel
 from tests.support import EMBEDDED_PREFIX
 from tests.test_custom_models import script
@@ -135,3 +135,15 @@ def test_two_writes_of_a_plain_key_raise_as_langchain(embedded: None) -> None:
     lc = run(lc_create_agent, both, None)
     assert lc["out"]["raised"][0] == "InvalidUpdateError"
     assert ours([AddsMessages("outer", note=True), AddsMessages("inner", note=True)], None) == lc
+
+
+def test_a_structured_response_the_chain_gives_is_kept_as_langchain(embedded: None) -> None:
+    """No ``response_format``: the chain's ``structured_response`` is written to the
+    state (the result holds it); a command writing the key as well is a second write of
+    a plain key in one step: LangGraph's InvalidUpdateError."""
+    lc = run(lc_create_agent, [GivesStructured()], None)
+    assert lc["out"]["structured_response"] == {"from": "model"}
+    assert ours([GivesStructured()], None) == lc
+    clash = run(lc_create_agent, [GivesStructured(conflict=True)], None)
+    assert clash["out"]["raised"][0] == "InvalidUpdateError"
+    assert ours([GivesStructured(conflict=True)], None) == clash

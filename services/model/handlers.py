@@ -121,7 +121,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     agent_id=event.agent_id,
                     # a provider may echo the key it was given: no secret on the bus
                     error=scrub(failure_text(exc)),
-                    exception=exception_info(exc),
+                    exception=exception_info(exc, event.task_id),
                 ),
             )
             return

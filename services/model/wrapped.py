@@ -188,13 +188,19 @@ class StateCommands:
             return ModelResponse(result=[result])
         return result
 
-    def update(self, channels: StateChannels, state: dict[str, Any]) -> dict[str, Any] | None:
+    def update(
+        self,
+        channels: StateChannels,
+        state: dict[str, Any],
+        first: Sequence[tuple[str, Any]] = (),
+    ) -> dict[str, Any] | None:
         """The state keys the commands set, with the values they have once the model
         node's writes are applied to ``state`` (its keys besides ``messages``), as
-        LangGraph applies them: each command's update in order, folded by the key's
-        reducer (two writes to a key without one: LangGraph's ``InvalidUpdateError``);
-        LangChain's errors for what it does not support."""
-        writes: list[tuple[str, Any]] = []
+        LangGraph applies them: ``first`` (the node's own write of the response's
+        ``structured_response``), then each command's update in order, folded by the
+        key's reducer (two writes to a key without one: LangGraph's
+        ``InvalidUpdateError``); LangChain's errors for what it does not support."""
+        writes: list[tuple[str, Any]] = list(first)
         for command in self.commands:
             if command.goto:
                 raise NotImplementedError(
@@ -259,6 +265,14 @@ def _added(given: Any, taken: set[str]) -> list[Message]:
             taken.add(message.id)
         out.append(from_langchain(message))
     return out
+
+
+def _given_structured(rf: Any, response: Any) -> list[tuple[str, Any]]:
+    """An agent without a ``response_format`` whose ``wrap_model_call`` chain returned a
+    ``structured_response`` anyway: LangChain's model node writes it to the state (with
+    a format, the reply's structured outcome carries it)."""
+    value = getattr(response, "structured_response", None)
+    return [("structured_response", value)] if rf is None and value is not None else []
 
 
 def _tool_names(spec: AgentSpec) -> list[str]:
@@ -374,6 +388,6 @@ async def call_with_middleware(
     last = from_langchain(replies[-1])
     if not isinstance(last, AIMessage):
         raise TypeError("the wrap_model_call chain returned no AI message")
-    update = commands.update(hooks.channels, extra)
+    update = commands.update(hooks.channels, extra, _given_structured(rf, response))
     writes = commands.writes(replies[-1], transcript, hooks.channels.codec)
     return last, outcomes.get(id(replies[-1])), update, writes

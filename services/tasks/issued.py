@@ -30,7 +30,8 @@ log = logging.getLogger("loopline.tools")
 
 # KEYS: the task's state hash, its calls hash. ARGV: step, call id, agent id, lease
 # marker ("": check only), "resume" to require an accepted decision for the call, the
-# call's digest (checked against the one its step recorded, when it recorded any).
+# call's digest (checked against the one its step recorded, when it recorded any), the
+# field of the call's record (``record_field``).
 # Replies -1: not a call the state waits for; 1: issued (and the lease taken, if asked);
 # 0: issued, but its record exists already (another delivery took the lease).
 ADMIT_LUA = """
@@ -50,10 +51,18 @@ if ARGV[5] == 'resume' and
   return -1
 end
 if ARGV[4] == '' then return 1 end
-return redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[4])
+return redis.call('HSETNX', KEYS[2], ARGV[7], ARGV[4])
 """
 
 CallEvent = ToolRequested | ToolResumed
+
+
+def record_field(step: int, call_id: str) -> str:
+    """The field of a call's record in the task's calls hash: its id at its step, so a
+    later step's call reusing the id (models do reuse them) runs afresh instead of
+    finding the earlier call's result. ``<call id>@<step>`` parses one way (the step is
+    what follows the last ``@``), and no other field of the hash ends in digits."""
+    return f"{call_id}@{step}"
 
 
 def call_digest(call: ToolCall) -> str:
@@ -126,6 +135,7 @@ class IssuedCalls:
                     lease,
                     "resume" if isinstance(event, ToolResumed) else "",
                     call_digest(event.call),
+                    record_field(event.step, call_id),
                 ],
             )
         )
@@ -142,7 +152,7 @@ class IssuedCalls:
         names = self.rt.names
         async with self.rt.redis.pipeline(transaction=False) as pipe:
             pipe.hget(names.task_state(event.task_id), "status")
-            pipe.hexists(names.task_calls(event.task_id), event.call.id)
+            pipe.hexists(names.task_calls(event.task_id), record_field(event.step, event.call.id))
             status, recorded = await pipe.execute()
         if (status is not None and status != b"running") or recorded:
             log.info("%s for call %s of task %s comes too late: not run", event.type,

@@ -1026,7 +1026,7 @@ class Loop:
     async def _fail_with(self, task_id: str, exc: Exception) -> TaskState:
         """A middleware hook raised: the task fails with its exception (``invoke``
         raises it again, as LangChain's agent lets it propagate)."""
-        return await self._fail_now(task_id, failure_text(exc), exception_info(exc))
+        return await self._fail_now(task_id, failure_text(exc), exception_info(exc, task_id))
 
 
 MODEL_NODE = "model"

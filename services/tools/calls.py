@@ -20,6 +20,7 @@ LangChain's own code acts on them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -41,7 +42,7 @@ from services.runtime import Runtime
 from services.spec import toolbox
 from services.spec.channels import NO_CHANNELS, StateChannels
 from services.spec.statecodec import StateCodec
-from services.tasks.issued import Admission, IssuedCalls
+from services.tasks.issued import Admission, IssuedCalls, record_field
 from services.tools.logic import (
     Answered,
     injects,
@@ -72,6 +73,8 @@ class Parked:
     decision: Any = None
     answered: int = 0
     """How many of the call's interrupts were answered before this one."""
+    exception: ExceptionInfo | None = None
+    """With ``error``: what refusing the decision raised (the resume raises it again)."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,8 @@ class Failed:
     exception: ExceptionInfo
 
     @classmethod
-    def of(cls, exc: Exception) -> Failed:
-        return cls(failure_text(exc), exception_info(exc))
+    def of(cls, exc: Exception, task_id: str | None = None) -> Failed:
+        return cls(failure_text(exc), exception_info(exc, task_id))
 
 
 Outcome = Answered | Parked | Failed
@@ -108,14 +111,20 @@ class Job:
     step: int = 0
     context: Any = None
     writer: Callable[[Any], None] | None = None
-    available: tuple[str, ...] = ()
-    """The agent's tool names, for the answer to an unknown tool."""
+    tools: tuple[BaseTool, ...] = ()
+    """The agent's tools (its own and its middleware's), as LangGraph's tool node has
+    them: ``ToolRuntime.tools``, and their names answer a call to an unknown tool."""
     mode: str | None = None
     """The run's ``AgentSpec.run_mode``: which variant of ``wrap_tool_call`` runs."""
     channels: StateChannels = NO_CHANNELS
     """The agent's state keys: how their stored values decode, how writes join them."""
     run_config: Mapping[str, Any] = field(default_factory=dict)
     """``HookSet.run_config``: the run's tags, metadata and recursion limit."""
+
+    @property
+    def record(self) -> str:
+        """The field of the call's record in the task's calls hash."""
+        return record_field(self.step, self.call.id)
 
     @property
     def scope(self) -> str:
@@ -127,8 +136,9 @@ class Job:
         return self.tool is not None and toolbox.is_idempotent(self.tool)
 
 
-# KEYS: the task's calls hash. ARGV: call id, running marker. Takes a parked call for its
-# resume: only one delivery of the decision gets to run it. Returns {taken, record}.
+# KEYS: the task's calls hash. ARGV: the call's record field, running marker. Takes a
+# parked call for its resume: only one delivery of the decision gets to run it. Returns
+# {taken, record}.
 _TAKE_PARKED = """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return {0, ''} end
@@ -159,9 +169,19 @@ class AgentState:
     thread_id: str | None
 
 
-def parked_field(call_id: str) -> str:
+def with_message_id(answer: Answered, job: Job) -> Answered:
+    """The answer with an id on its tool message: LangGraph's ``add_messages`` gives
+    every message that joins the state one (a uuid); here it derives from the call, so
+    a redelivery that runs the call again gives the same."""
+    if answer.message.id:
+        return answer
+    message = answer.message.model_copy(update={"id": f"{job.scope}:tool"})
+    return dataclasses.replace(answer, message=message)
+
+
+def parked_field(record: str) -> str:
     """Where a parked call's request is kept (next to its record), for asking again."""
-    return f"{call_id}:parked"
+    return f"{record}:parked"
 
 
 @dataclass
@@ -171,7 +191,8 @@ class Lease:
     only the middleware ran, which may park the call for a human before it does)."""
 
     calls_key: str
-    call_id: str
+    record: str
+    """The field of the call's record (``record_field``)."""
     started: bool | None
     held: bool = True
     """False once the call ended: its renewal stops at its next look (``_keep_lease``)."""
@@ -192,7 +213,6 @@ class ToolCalls:
         only if its task's state issued it (``services.tasks.issued``: raises ``Refused``
         for one it did not; None for one whose task ended or moved on)."""
         calls_key = self.rt.names.task_calls(job.task_id)
-        call = job.call
         if job.idempotent and not job.wrappers:
             # Running it again is harmless by its declaration, so no lease: a redelivery
             # runs it again, and the transition takes one result. A sealed call was
@@ -204,24 +224,24 @@ class ToolCalls:
                 return None
             outcome = await self._run_chain(job, (), None)
             if isinstance(outcome, Parked):
-                return await self._park(calls_key, call.id, outcome)
+                return await self._park(calls_key, job.record, outcome)
             if sealed and isinstance(outcome, Answered):
                 # No record: this call's deliveries are all sealed and run it again
                 # without reading one (only an unsealed request asks the record whether
                 # it comes too late), so its one write a step would be read by no one.
                 return outcome
-            return await self._record_done(calls_key, call.id, outcome)
+            return await self._record_done(calls_key, job.record, outcome)
         # The check and the lease in one script: the round trip the lease took anyway.
         admission = await self.issued.admit(event, lease=self._first_marker(job))
         if admission is Admission.LATE:
             return None
         if admission is Admission.ISSUED:
             return await self._run_leased(job, ())
-        found: Any = await self.rt.redis.hget(calls_key, call.id)
+        found: Any = await self.rt.redis.hget(calls_key, job.record)
         record = json.loads(found) if found else {}
         if record.get("state") == "waiting":
             # Parked for a human: tell the loop again (it asks only once).
-            return await self._parked_request(calls_key, call.id)
+            return await self._parked_request(calls_key, job.record)
         return await self._run_unless_known(job, record, ())
 
     async def resume(self, job: Job, event: ToolResumed) -> Outcome | None:
@@ -234,7 +254,7 @@ class ToolCalls:
         answers = [*event.earlier, event.decision]
         calls_key = self.rt.names.task_calls(job.task_id)
         taken, found = await self._take_parked(
-            keys=[calls_key], args=[job.call.id, self._first_marker(job)]
+            keys=[calls_key], args=[job.record, self._first_marker(job)]
         )
         if int(taken) == 1:
             return await self._run_leased(job, answers)
@@ -274,7 +294,7 @@ class ToolCalls:
                 return
             try:
                 await self.rt.redis.hset(
-                    lease.calls_key, lease.call_id, self._marker(lease.started)
+                    lease.calls_key, lease.record, self._marker(lease.started)
                 )
             except RedisError as exc:  # out of memory or out of reach: again next time
                 task = asyncio.current_task()
@@ -282,7 +302,7 @@ class ToolCalls:
                     raise asyncio.CancelledError from exc
                 # A renewal Redis refused must not fail the call that runs: its result is
                 # still recorded with the entry's commit, when Redis takes writes again.
-                log.warning("renewing the lease of tool call %s failed: %r", lease.call_id, exc)
+                log.warning("renewing the lease of tool call %s failed: %r", lease.record, exc)
 
     @staticmethod
     async def _release(lease: Lease, renew: asyncio.Task[None]) -> None:
@@ -291,7 +311,7 @@ class ToolCalls:
         renew.cancel()
         await asyncio.wait([renew], timeout=1)
         if renew.done() and not renew.cancelled() and renew.exception() is not None:
-            log.warning("renewing the lease of tool call %s failed", lease.call_id)
+            log.warning("renewing the lease of tool call %s failed", lease.record)
 
     async def _run_unless_known(
         self, job: Job, record: dict[str, Any], answers: Sequence[Any]
@@ -317,22 +337,22 @@ class ToolCalls:
             # and gets re-published).
             raise StillRunning(f"tool call {call.id} is running on {record.get('consumer')}")
         if not job.idempotent and record.get("started", True):
-            return await self._record_done(calls_key, call.id, Answered(unknown_outcome(call)))
-        await self.rt.redis.hset(calls_key, call.id, self._first_marker(job))
+            return await self._record_done(calls_key, job.record, Answered(unknown_outcome(call)))
+        await self.rt.redis.hset(calls_key, job.record, self._first_marker(job))
         return await self._run_leased(job, answers)
 
     async def _run_leased(self, job: Job, answers: Sequence[Any]) -> Outcome:
         """Run a call whose lease this worker holds; record its outcome."""
         calls_key = self.rt.names.task_calls(job.task_id)
-        lease = Lease(calls_key, job.call.id, False if job.wrappers else None)
+        lease = Lease(calls_key, job.record, False if job.wrappers else None)
         renew = asyncio.create_task(self._keep_lease(lease))
         try:
             outcome = await self._run_chain(job, answers, lease)
         finally:
             await self._release(lease, renew)
         if isinstance(outcome, Parked):  # after the lease stopped: nothing overwrites it
-            return await self._park(calls_key, job.call.id, outcome)
-        return await self._record_done(calls_key, job.call.id, outcome)
+            return await self._park(calls_key, job.record, outcome)
+        return await self._record_done(calls_key, job.record, outcome)
 
     async def _run_chain(self, job: Job, answers: Sequence[Any], lease: Lease | None) -> Outcome:
         """The tool, inside its wrap_tool_call middleware when it has any, as a LangGraph
@@ -343,24 +363,25 @@ class ToolCalls:
         try:
             runtime = lg_runtime(job.context)
             with interrupts.node("tools", job.scope, answers, runtime, job.run_config):
-                return await self._run_tool(job, lease)
+                return with_message_id(await self._run_tool(job, lease), job)
         except NodeInterrupted as waiting:
             asked = waiting.asked
             return Parked(asked.value, asked.response_schema, answered=len(answers))
         except ResumeRefused as refused:
             calls_key = self.rt.names.task_calls(job.task_id)
-            asked_before = await self._parked_request(calls_key, job.call.id)
+            asked_before = await self._parked_request(calls_key, job.record)
             return Parked(
                 asked_before.request,
                 asked_before.response_schema,
                 error=f"the decision does not fit this call: {refused}",
                 decision=answers[-1],
                 answered=len(answers) - 1,
+                exception=exception_info(refused.__cause__ or refused),
             )
         except Exception as exc:  # the tool's (or a wrapper's) exception: the task fails
             if is_waiting(exc):
                 raise  # a wait the node did not turn into NodeInterrupted: not a failure
-            return Failed.of(exc)
+            return Failed.of(exc, job.task_id)
 
     async def _run_tool(self, job: Job, lease: Lease | None) -> Answered:
         call = job.call
@@ -377,7 +398,7 @@ class ToolCalls:
             """Past the middleware: from now on a dead worker's call may have had effects."""
             if not lease.started:
                 lease.started = True
-                await self.rt.redis.hset(lease.calls_key, call.id, self._marker(True))
+                await self.rt.redis.hset(lease.calls_key, lease.record, self._marker(True))
 
         state = await self._agent_state(job.task_id, job.channels.codec)
         return await run_wrapped(
@@ -389,7 +410,7 @@ class ToolCalls:
             before_tool=tool_starts,
             limit=job.limit,
             runtime=self._runtime_of(job, state),
-            available=job.available,
+            available=[t.name for t in job.tools],
             mode=job.mode,
         )
 
@@ -446,11 +467,12 @@ class ToolCalls:
             context=job.context,
             config=config,
             stream_writer=job.writer,
+            tools=job.tools,
         )
 
     # -- records -----------------------------------------------------------------------
 
-    async def _park(self, calls_key: str, call_id: str, parked: Parked) -> Parked:
+    async def _park(self, calls_key: str, record: str, parked: Parked) -> Parked:
         """Wait for a human with nothing held: only the record says the call waits."""
         kept = {
             "request": parked.request,
@@ -458,21 +480,21 @@ class ToolCalls:
             "answered": parked.answered,
         }
         mapping: dict[Any, Any] = {
-            parked_field(call_id): json.dumps(kept),
-            call_id: json.dumps({"state": "waiting"}),
+            parked_field(record): json.dumps(kept),
+            record: json.dumps({"state": "waiting"}),
         }
         await self.rt.redis.hset(calls_key, mapping=mapping)  # one command: both or neither
         return parked
 
-    async def _parked_request(self, calls_key: str, call_id: str) -> Parked:
-        found: Any = await self.rt.redis.hget(calls_key, parked_field(call_id))
+    async def _parked_request(self, calls_key: str, record: str) -> Parked:
+        found: Any = await self.rt.redis.hget(calls_key, parked_field(record))
         kept = json.loads(found) if found else {}
         return Parked(
             kept.get("request"), kept.get("response_schema"), answered=kept.get("answered", 0)
         )
 
     async def _record_done(
-        self, calls_key: str, call_id: str, outcome: Answered | Failed
+        self, calls_key: str, field: str, outcome: Answered | Failed
     ) -> Answered | Failed:
         """Recorded with the entry's ack and the result's publication (one script), so a
         redelivery after the commit finds it and re-publishes instead of running again."""
@@ -489,5 +511,5 @@ class ToolCalls:
                 record["update"] = outcome.update
             if outcome.writes:
                 record["writes"] = outcome.writes
-        await self.rt.write(calls_key, call_id, json.dumps(record))
+        await self.rt.write(calls_key, field, json.dumps(record))
         return outcome

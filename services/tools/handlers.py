@@ -139,7 +139,7 @@ class ToolsService:
             step=event.step,
             context=hooks.context,
             writer=writer,
-            available=tuple(tools),
+            tools=tuple(tools.values()),
             mode=hooks.mode,
             channels=hooks.channels,
             run_config=hooks.run_config,
@@ -164,6 +164,7 @@ class ToolsService:
                 response_schema=parked.response_schema,
                 error=parked.error,
                 decision=parked.decision,
+                exception=parked.exception,
                 answered=parked.answered,
             ),
         )

@@ -318,9 +318,12 @@ def tool_runtime(
     context: Any = None,
     config: dict[str, Any] | None = None,
     stream_writer: Callable[[Any], None] | None = None,
+    tools: Sequence[BaseTool] = (),
 ) -> Any:
     """LangGraph's ``ToolRuntime`` for one call, as its tool node makes it: the agent's
-    state at tool time, the run's context, the deployment's store, the call's id."""
+    state at tool time, the run's context, the deployment's store, the call's id, and
+    the node's tools (what a ``wrap_tool_call`` redirecting a call looks its tool up in:
+    HumanInTheLoopMiddleware's edit to another tool)."""
     from langchain.tools import ToolRuntime
 
     from services import store
@@ -332,6 +335,7 @@ def tool_runtime(
         stream_writer=stream_writer or _no_writer,
         tool_call_id=call_id,
         store=store.shared(),
+        tools=list(tools),
     )
 
 
