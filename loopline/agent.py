@@ -355,7 +355,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             await self._release_client()
 
     def _run_config(self, config: Mapping[str, Any] | None) -> RunConfig:
-        merged = merge_configs(
+        merged = merged_configs(
             inherited_config(),  # type: ignore[arg-type]
             self.config,
             dict(config or {}),  # type: ignore[arg-type]
@@ -368,7 +368,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         """This agent with ``config`` bound under every call's own: a copy, as LangGraph's
         compiled graph returns one (not a ``RunnableBinding``)."""
         bound = copy.copy(self)
-        bound.config = merge_configs(self.config, config, kwargs)  # type: ignore[arg-type]
+        bound.config = merged_configs(self.config, config, kwargs)  # type: ignore[arg-type]
         return bound
 
     @property
@@ -1007,6 +1007,21 @@ def updated_values(
 
 
 INHERITED_KEYS = ("tags", "metadata", "recursion_limit")
+
+
+def merged_configs(*configs: RunnableConfig | None) -> RunnableConfig:
+    """LangChain's ``merge_configs`` of exactly ``configs``. Its own ``ensure_config``
+    merges the ambient config into each: called inside a tool of another agent, that
+    would hand a sub-agent the parent's thread (``configurable.thread_id``) and make its
+    run a second run of the parent's busy thread. What a run takes from its caller is
+    ``inherited_config``'s, given here as one of ``configs``."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    token = var_child_runnable_config.set(None)
+    try:
+        return merge_configs(*configs)
+    finally:
+        var_child_runnable_config.reset(token)
 
 
 def inherited_config() -> dict[str, Any]:
