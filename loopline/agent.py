@@ -22,7 +22,6 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import AbstractAsyncContextManager
 from types import UnionType
 from typing import Any, TypeVar, Union, get_args, get_origin
 
@@ -241,6 +240,35 @@ def _system_fields(system_prompt: Any) -> dict[str, Any]:
     return {"system_prompt": message.text() or None, "system_message": message}
 
 
+class _LoopClient:
+    """An event loop's client, closed when the loop shuts down: a caller's loop (an
+    ``asyncio.run``, a test's loop) ends without telling the agent, and a client left
+    open then leaks its connections (``ResourceWarning: unclosed Connection``). asyncio
+    closes every async generator still suspended in a loop when the loop shuts down
+    (``shutdown_asyncgens``, which ``asyncio.run`` and its ``Runner`` call): the client
+    is closed in the ``finally`` of one kept suspended for the loop's life."""
+
+    def __init__(self, client: Client, guard: AsyncGenerator[None, None]) -> None:
+        self.client = client
+        self._guard = guard  # the loop keeps only a weak reference to it
+
+    @classmethod
+    async def start(cls, client: Client) -> _LoopClient:
+        guard = _closed_with_loop(client)
+        await anext(guard)  # now the loop knows it, and closes it on shutdown
+        return cls(client, guard)
+
+    async def close(self) -> None:
+        await self._guard.aclose()
+
+
+async def _closed_with_loop(client: Client) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await client.close()
+
+
 class Agent(Runnable[Any, dict[str, Any]]):
     """A loopline agent: to every caller the compiled graph LangChain's ``create_agent``
     returns (a ``Runnable``: ``invoke``/``ainvoke``/``batch``/``stream``/``astream``,
@@ -287,7 +315,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         saver's; none, or a persistent saver, the deployment's. With one, a call without
         ``configurable.thread_id`` is refused, as LangGraph refuses it."""
         self.thread_space = space_of(checkpointer)
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Client] = (
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
             weakref.WeakKeyDictionary()
         )
         """Each event loop's client (see ``client``)."""
@@ -318,22 +346,24 @@ class Agent(Runnable[Any, dict[str, Any]]):
             check_endpoint(self.spec.model)  # this process is the model service
             ensure_services(self.url, self.settings)
 
-    def client(self) -> AbstractAsyncContextManager[Client]:
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[Client]:
         """The running event loop's client, kept for the loop's later calls: a new one
         per call cost a connection and a read of the settings, milliseconds before a
-        streamed run's first token. Sync callers' private loops give theirs back when
-        the call ends (``_on_private_loop``)."""
+        streamed run's first token. It is closed with its loop (``_LoopClient``); sync
+        callers' private loops give theirs back when the call ends
+        (``_on_private_loop``)."""
         loop = asyncio.get_running_loop()
         found = self._clients.get(loop)
         if found is None:
-            found = Client(
+            client = Client(
                 self.url,
                 self.settings.prefix,
                 self.settings.max_event_bytes,
                 space=self.thread_space,
             )
-            self._clients[loop] = found
-        return contextlib.nullcontext(found)
+            found = self._clients[loop] = await _LoopClient.start(client)
+        yield found.client
 
     async def _release_client(self) -> None:
         found = self._clients.pop(asyncio.get_running_loop(), None)
