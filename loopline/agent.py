@@ -390,7 +390,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
             self.config,
             dict(config or {}),  # type: ignore[arg-type]
         )
-        return RunConfig.of(merged, checkpointer=self.checkpointer)
+        return RunConfig.of(
+            _outside_parent_thread(merged, self.checkpointer), checkpointer=self.checkpointer
+        )
 
     # -- the compiled graph's interface ------------------------------------------------
 
@@ -1052,6 +1054,23 @@ def merged_configs(*configs: RunnableConfig | None) -> RunnableConfig:
         return merge_configs(*configs)
     finally:
         var_child_runnable_config.reset(token)
+
+
+def _outside_parent_thread(config: RunnableConfig, checkpointer: Any) -> RunnableConfig:
+    """``config`` without the thread of the graph that calls this agent as one of its
+    nodes. A graph's node gets its graph's config, thread and node namespace
+    (``checkpoint_ns``) included, and passes it on (a ``StateGraph`` whose node is an
+    agent, a sub-agent called with the tool's config): LangGraph then runs the agent as a
+    subgraph, in a namespace of the caller's thread, never as a run of that thread. An
+    agent without a checkpointer of its own runs as a task of its own, as a sub-agent
+    does; one with its own keeps the thread it is given."""
+    from langgraph._internal._constants import CONFIG_KEY_CHECKPOINT_NS
+
+    configurable = dict(config.get("configurable") or {})
+    if checkpointer is not None or not configurable.get(CONFIG_KEY_CHECKPOINT_NS):
+        return config
+    configurable.pop("thread_id", None)
+    return {**config, "configurable": configurable}
 
 
 def inherited_config() -> dict[str, Any]:

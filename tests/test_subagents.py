@@ -229,3 +229,39 @@ async def test_a_threaded_parents_sub_agent_runs_as_langgraphs(
             m.content for m in lc[-1]["messages"]
         ]
         assert ll_server.chat_requests() == lc_server.chat_requests()
+
+
+def test_an_agent_as_a_node_of_a_threaded_graph_runs_as_langgraphs_subgraph(
+    embedded: None,
+) -> None:
+    """An agent as the node of a ``StateGraph`` that keeps a thread: the node's config
+    holds the graph's thread and the node's namespace, and LangGraph runs the agent as a
+    subgraph in that namespace, never as a run of the thread itself. Two turns: the
+    model sees each turn's messages once, as the graph's state holds them."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def graph(make: Any, server: ScriptedOpenAIServer) -> Any:
+        builder = StateGraph(MessagesState)
+        builder.add_node("agent", make(model_for(server), [], system_prompt="node"))
+        builder.add_edge(START, "agent")
+        return builder.compile(checkpointer=InMemorySaver())
+
+    def two_turns(outer: Any) -> list[Any]:
+        config: Any = {"configurable": {"thread_id": f"graph-node-{uuid.uuid4().hex}"}}
+        return [
+            outer.invoke({"messages": [{"role": "user", "content": text}]}, config)
+            for text in ("first", "second")
+        ]
+
+    with (
+        ScriptedOpenAIServer(responder=lambda body: Reply(content=f"{len(body['messages'])}"))
+        as lc_server,
+        ScriptedOpenAIServer(responder=lambda body: Reply(content=f"{len(body['messages'])}"))
+        as ll_server,
+    ):
+        lc = two_turns(graph(lc_create_agent, lc_server))
+        ours = two_turns(graph(create_agent, ll_server))
+        assert [m.content for m in lc[-1]["messages"]] == ["first", "2", "second", "4"]
+        assert [m.content for m in ours[-1]["messages"]] == [m.content for m in lc[-1]["messages"]]
+        assert ll_server.chat_requests() == lc_server.chat_requests()
