@@ -462,7 +462,8 @@ def _markdown(
     lines = [
         f"# {suite.name}'s own agent tests on loopline",
         "",
-        f"`python -m benchmarks.parity_suites --suite {suite.name}`"
+        f"`python -m benchmarks.parity_suites --suite {suite.name}"
+        f"{' --source DIR' if tests.checkout else ''}`"
         f"{' --subset ' + args.subset if args.subset else ''}, "
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, tree `{commit}`. Tests "
         f"from {where}, pytest `--timeout {args.timeout}`; {server}. The swap "
