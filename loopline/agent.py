@@ -1042,18 +1042,25 @@ INHERITED_KEYS = ("tags", "metadata", "recursion_limit")
 
 
 def merged_configs(*configs: RunnableConfig | None) -> RunnableConfig:
-    """LangChain's ``merge_configs`` of exactly ``configs``. Its own ``ensure_config``
-    merges the ambient config into each: called inside a tool of another agent, that
-    would hand a sub-agent the parent's thread (``configurable.thread_id``) and make its
-    run a second run of the parent's busy thread. What a run takes from its caller is
-    ``inherited_config``'s, given here as one of ``configs``."""
+    """LangChain's ``merge_configs`` of exactly ``configs``, tags in LangGraph's order.
+    Its own ``ensure_config`` merges the ambient config into each: called inside a tool
+    of another agent, that would hand a sub-agent the parent's thread
+    (``configurable.thread_id``) and make its run a second run of the parent's busy
+    thread. What a run takes from its caller is ``inherited_config``'s, given here as one
+    of ``configs``."""
     from langchain_core.runnables.config import var_child_runnable_config
 
     token = var_child_runnable_config.set(None)
     try:
-        return merge_configs(*configs)
+        merged = merge_configs(*configs)
     finally:
         var_child_runnable_config.reset(token)
+    # in the order given, each once, as LangGraph's ensure_config concatenates them
+    # (LangChain's merge_configs sorts them)
+    tags = [tag for config in configs if config for tag in config.get("tags") or ()]
+    if tags:
+        merged["tags"] = list(dict.fromkeys(tags))
+    return merged
 
 
 def _outside_parent_thread(config: RunnableConfig, checkpointer: Any) -> RunnableConfig:
