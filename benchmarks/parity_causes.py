@@ -256,6 +256,12 @@ RULES = (
         test=r"test_tool_runtime_config_includes_default_graph_metadata",
     ),
     Rule(
+        "The chat model's `bind_tools` gets the tools' JSON schemas, not tool objects "
+        "(without `wrap_model_call` middleware), so a model that reads `tool.name` sees none",
+        "`services/model/chat.py` `_bind`",
+        test=r"test_create_sub_agent_compiles_declarative_spec",
+    ),
+    Rule(
         "`ModelRefusalError` reaches the caller without its `raw_message` (the exception is "
         "rebuilt from its class and text after crossing the bus)",
         "`loopline/errors.py` (rebuilding a task's exception)",
