@@ -187,6 +187,80 @@ RULES = (
         "`services/tools/calls.py`",
         test=r"test_reused_tool_call_id_does_not_replay",
     ),
+    # -- deepagents' suite --------------------------------------------------------------
+    Rule(
+        "Sync `stream_events(version='v3')` missing (LangChain's `Runnable` refuses it)",
+        "`loopline/agent.py` `Agent` (no `stream_events` of its own)",
+        error=r"stream_events\(version='v\d'\) is only supported",
+    ),
+    Rule(
+        "`wrap_model_call` `Command` that replaces or removes the state's messages (deepagents' "
+        "summarization and large-message eviction rewrite `messages` by id / `RemoveMessage`) "
+        "is refused",
+        "`services/model/wrapped.py` `_added` (the model stage sends only messages added "
+        "beside the reply; the loop has no rewrite of the transcript from the model stage)",
+        error=r"Command may add messages beside the reply; loopline does not replace",
+    ),
+    Rule(
+        "`stream(..., subgraphs=True)`: a sub-agent's chunks and metadata (its namespace, "
+        "`lc_agent_name`, the caller's tags) are not streamed as LangGraph streams a subgraph's",
+        "`loopline/agent.py` `Agent.stream`/`astream`, `loopline/stream_modes.py` (a sub-agent "
+        "runs as a task of its own; its stream does not join the parent's)",
+        test=r"test_subagent_streaming_emits_messages_and_updates_from_subgraph|"
+        r"test_compiled_subagent_(lc_agent_name_in_a?stream_metadata|name_overrides_inner)|"
+        r"test_main_agent_streaming_metadata_includes_tags",
+    ),
+    Rule(
+        "The caller's callbacks do not reach a sub-agent's runs (LangGraph's subgraph runs under "
+        "the parent's callback manager)",
+        "`loopline/agent.py` `inherited_config` (tags, metadata, recursion limit only)",
+        error=r"subagent callback, got names",
+    ),
+    Rule(
+        "A sub-agent's interrupt, or a tool's `Command(graph=Command.PARENT)` handoff, does not "
+        "reach the parent graph (the sub-agent's model is called again instead)",
+        "`services/tools/logic.py` (a tool's `Command` with goto/graph is refused), "
+        "`services/lending.py` / `loopline/agent.py` (a sub-agent's interrupt ends its own task)",
+        test=r"test_subagent_inherits_interrupt_on_from_parent_agent|"
+        r"test_tool_command_parent_handoff_preserved",
+    ),
+    Rule(
+        "`invoke` runs the chat model's async path: a model overriding only `_generate` "
+        "(sync) is bypassed, its real `_agenerate` is called",
+        "`services/model/handlers.py` (every model call is `ainvoke`, whatever the run's mode)",
+        error=r"AnthropicConnectionError",
+    ),
+    Rule(
+        "A state key written from the model stage larger than an event may be "
+        "(`LOOPLINE_MAX_EVENT_BYTES`): deepagents' summarization offloads the history into "
+        "`files`",
+        "`services/model/handlers.py` (the update travels in `ModelResponded`)",
+        error=r"exceeds the limit of \d+ bytes",
+    ),
+    Rule(
+        "A checkpoint's `channel_values` hold a delta channel's value (LangGraph rebuilds "
+        "`files` from the writes)",
+        "`loopline/checkpoints.py` (the checkpoint written for a thread)",
+        error=r"DeltaChannel and should not appear in channel_values",
+    ),
+    Rule(
+        "A `KeyboardInterrupt` raised in a sub-agent (RubricMiddleware's grader) ends the task "
+        "as a failure instead of propagating to the caller",
+        "`services/tools/logic.py` / `services/hooks.py` (a BaseException in a node)",
+        error=r"DID NOT RAISE <class 'KeyboardInterrupt'>",
+    ),
+    Rule(
+        "A tool's config tags come sorted (LangChain's `merge_configs`), not in LangGraph's "
+        "order",
+        "`services/hooks.py` `node_config` / `loopline/agent.py` `merged_configs`",
+        test=r"test_tool_runtime_config_includes_default_graph_metadata",
+    ),
+    Rule(
+        "The chat model's `bind_tools` gets the tools' JSON schemas, not tool objects "
+        "(without `wrap_model_call` middleware), so a model that reads `tool.name` sees none",
+        "`services/model/chat.py` `_bind`",
+        test=r"test_create_sub_agent_compiles_declarative_spec",
+    ),
     Rule(
         "`ModelRefusalError` reaches the caller without its `raw_message` (the exception is "
         "rebuilt from its class and text after crossing the bus)",

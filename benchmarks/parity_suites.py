@@ -1,15 +1,19 @@
 """A reference project's own agent tests, run on LangChain and again on loopline.
 
-``python -m benchmarks.parity_suites --suite langchain|deepagents [--install] [--subset
-acceptance] [--redis-url URL]``:
+``python -m benchmarks.parity_suites --suite langchain|deepagents [--source DIR] [--install]
+[--subset acceptance] [--redis-url URL]``:
 
-1. fetches the suite's sdist from PyPI (``pip download --no-deps --no-binary :all:``; for
-   LangChain the installed version) into a cache outside the repository
-   (``$LOOPLINE_PARITY_CACHE``, default ``~/.cache/loopline-parity``) and unpacks it; a
-   suite whose sdist ships no tests is refused, with that reason;
-2. with ``--install``, makes a virtual environment in the cache that sees this one's
-   packages (``--system-site-packages`` plus this interpreter's site directories) and
-   installs the suite's test dependencies there, so this environment is left as it is;
+1. takes the suite's tests from its sdist on PyPI (``pip download --no-deps --no-binary
+   :all:``; for LangChain the installed version), downloaded into a cache outside the
+   repository (``$LOOPLINE_PARITY_CACHE``, default ``~/.cache/loopline-parity``) and
+   unpacked; or, with ``--source DIR``, from a local checkout of the suite's repository (the
+   whole repository, or the package's own folder in it), at the version its
+   ``pyproject.toml`` declares. A suite whose tests are not there is refused, with that
+   reason (deepagents' sdist ships none: its tests come from a checkout);
+2. with ``--install``, makes the suite's virtual environment in the cache, which sees this
+   one's packages (``--system-site-packages`` plus this interpreter's site directories), and
+   installs the suite's test dependencies there (for a checkout, also the suite's package
+   from PyPI at the checkout's version), so this environment is left as it is;
 3. runs pytest on the suite's tests twice: as they are (LangChain's side), and with
    ``benchmarks.parity_swap`` (``create_agent`` and, for LangChain, its two natively run
    middleware classes rebound to loopline's; see that module for the blockbuster guard);
@@ -62,12 +66,27 @@ class Refused(SystemExit):
 class Suite:
     name: str
     dist: str
-    tests: str  # the test folder inside the sdist
+    tests: str  # the test folder inside the sdist (or the package's folder of a checkout)
     requirements: tuple[str, ...]
     pytest_args: tuple[str, ...] = ()
     # Issue 29's acceptance: the suite's tests of these files must pass on loopline.
     acceptance: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    # Where the package lives in its repository (a checkout given with ``--source``).
+    package: str = ""
+    # The suite's virtual environment in the cache: its own where its installs (the suite's
+    # package and its dependencies) would change what another suite's tests see.
+    environment: str = "venv"
+
+
+@dataclass(frozen=True)
+class Tests:
+    """Where a suite's tests were found."""
+
+    root: Path  # pytest runs here; the suite's ``tests`` folder is under it
+    version: str | None  # the suite's version there (``None``: the installed one)
+    origin: str  # said in the summary
+    checkout: bool  # from a local checkout (its package is installed at ``version``)
 
 
 SUITES = {
@@ -101,8 +120,25 @@ SUITES = {
         name="deepagents",
         dist="deepagents",
         tests="tests/unit_tests",
-        requirements=("deepagents", "pytest-socket", "pytest-mock", "syrupy"),
+        # The checkout's ``test`` dependency group, less what this environment already has.
+        requirements=("pytest-socket", "pytest-mock", "syrupy", "pytest-cov"),
         pytest_args=("--disable-socket", "--allow-hosts=127.0.0.1,localhost"),
+        # Issue 29 names them: the tests that build and run deep agents.
+        acceptance=(
+            "test_end_to_end.py",
+            "test_subagents.py",
+            "test_deep_agent_streaming.py",
+            "test_file_system_tools.py",
+            "test_file_system_tools_async.py",
+            "middleware/test_memory_middleware.py",
+            "middleware/test_memory_middleware_async.py",
+            "middleware/test_skills_middleware.py",
+            "middleware/test_skills_middleware_async.py",
+            "middleware/test_rubric_middleware.py",
+            "smoke_tests/test_system_prompt.py",
+        ),
+        package="libs/deepagents",
+        environment="venv-deepagents",
     ),
 }
 
@@ -114,7 +150,41 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def fetch(suite: Suite) -> Path:
+def fetch(suite: Suite, source: Path | None = None) -> Tests:
+    """The suite's tests: from the checkout at ``source``, else from PyPI's sdist."""
+    if source is not None:
+        return from_checkout(suite, source)
+    root = from_sdist(suite)
+    return Tests(root, _version(suite.dist), f"PyPI's sdist `{root.name}`", checkout=False)
+
+
+def from_checkout(suite: Suite, source: Path) -> Tests:
+    """The package's folder in a checkout of the suite's repository (``source`` itself, or
+    ``source/<package>``), at the version its ``pyproject.toml`` declares."""
+    import tomllib
+
+    if not source.is_dir():
+        raise Refused(f"--source {source}: no such directory")
+    root = source / suite.package if suite.package and (source / suite.package).is_dir() else source
+    if not (root / suite.tests).is_dir():
+        where = f" nor in {suite.package}/" if suite.package else ""
+        raise Refused(f"--source {source}: no {suite.tests}/ there{where}")
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        raise Refused(f"--source {source}: no pyproject.toml beside {suite.tests}/")
+    project = tomllib.loads(pyproject.read_text()).get("project", {})
+    if project.get("name") != suite.dist or not project.get("version"):
+        raise Refused(
+            f"--source {source}: {pyproject} declares project "
+            f"{project.get('name')!r} version {project.get('version')!r}, not {suite.dist}'s"
+        )
+    version = str(project["version"])
+    folder = f"{suite.package}/{suite.tests}" if root != source else suite.tests
+    origin = f"a checkout of {suite.dist}'s repository at version {version} (`{folder}/`)"
+    return Tests(root, version, origin, checkout=True)
+
+
+def from_sdist(suite: Suite) -> Path:
     """The unpacked sdist's root, downloaded once; refused when it holds no tests."""
     version = _version(suite.dist)
     spec = f"{suite.dist}=={version}" if version else suite.dist
@@ -136,20 +206,22 @@ def fetch(suite: Suite) -> Path:
         shipped = sorted({p.relative_to(root).parts[0] for p in root.iterdir()})
         raise Refused(
             f"{sdist.name} (PyPI's sdist) ships no {suite.tests}/ (it holds "
-            f"{', '.join(shipped)}): {suite.name}'s tests are not on PyPI, and this harness "
-            "takes reference tests from PyPI only"
+            f"{', '.join(shipped)}): {suite.name}'s tests are not on PyPI; give a checkout "
+            "of its repository with --source DIR"
         )
     return root
 
 
-def install(suite: Suite) -> Path:
-    """The cache's environment (this one's packages visible) with the suite's test deps."""
-    env_dir = CACHE / "venv"
+def install(suite: Suite, tests: Tests) -> Path:
+    """The suite's environment in the cache (this one's packages visible) with the suite's
+    test dependencies, and for a checkout the suite's package at the checkout's version."""
+    env_dir = CACHE / suite.environment
     python = env_dir / "bin" / "python"
     if not python.exists():
         venv.create(env_dir, system_site_packages=True, with_pip=True)
         _see_this_environment(python)
-    subprocess.run([str(python), "-m", "pip", "install", *suite.requirements], check=True)
+    pinned = [f"{suite.dist}=={tests.version}"] if tests.checkout else []
+    subprocess.run([str(python), "-m", "pip", "install", *pinned, *suite.requirements], check=True)
     return python
 
 
@@ -167,9 +239,25 @@ def _see_this_environment(python: Path) -> None:
     (Path(target) / "loopline_parity_base.pth").write_text("\n".join(lines) + "\n")
 
 
-def _python() -> str:
-    cached = CACHE / "venv" / "bin" / "python"
+def _python(suite: Suite) -> str:
+    cached = CACHE / suite.environment / "bin" / "python"
     return str(cached) if cached.exists() else sys.executable
+
+
+def _check_installed(suite: Suite, tests: Tests) -> None:
+    """A checkout's tests run against its own version of the package: refused otherwise."""
+    if not tests.checkout:
+        return
+    found = subprocess.run(
+        [_python(suite), "-c",
+         f"import importlib.metadata as m; print(m.version({suite.dist!r}))"],
+        capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    if found != tests.version:
+        raise Refused(
+            f"the checkout is {suite.dist} {tests.version}, the suite's environment has "
+            f"{found or 'none'}: run with --install"
+        )
 
 
 def run_side(suite: Suite, root: Path, side: str, args: argparse.Namespace) -> Path:
@@ -178,7 +266,7 @@ def run_side(suite: Suite, root: Path, side: str, args: argparse.Namespace) -> P
     record.parent.mkdir(parents=True, exist_ok=True)
     targets = [f"{suite.tests}/{t}" for t in _selected(suite, args)] or [suite.tests]
     command = [
-        _python(), "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
+        _python(suite), "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
         "--timeout", str(args.timeout), *suite.pytest_args,
         "-p", "benchmarks.parity_record", "--parity-record", str(record),
     ]  # fmt: skip
@@ -291,7 +379,7 @@ def _file_of(nodeid: str, suite: Suite) -> str:
     return nodeid.split("::")[0].removeprefix(suite.tests + "/")
 
 
-def report(suite: Suite, root: Path, args: argparse.Namespace) -> list[str]:
+def report(suite: Suite, tests: Tests, args: argparse.Namespace) -> list[str]:
     """Writes the per-test JSON and the markdown summary; the headline figures."""
     name = _name(suite, args)
     reference, loopline, scoped = (_load(name, side) for side in SIDES)
@@ -317,7 +405,7 @@ def report(suite: Suite, root: Path, args: argparse.Namespace) -> list[str]:
                 + " with blockbuster as the suite's conftest sets it (`--blockbuster keep`)"
             )
     errors = {k: error_of(k, figures.failures, scoped) for k in figures.failures}
-    markdown = _markdown(suite, root, figures, causes, errors, headline, args)
+    markdown = _markdown(suite, tests, figures, causes, errors, headline, args)
     (RESULTS / f"parity_{name}.md").write_text(markdown)
     return headline
 
@@ -347,7 +435,7 @@ def _passed_only(nodeids: list[str]) -> dict[str, Any]:
 
 def _markdown(
     suite: Suite,
-    root: Path,
+    tests: Tests,
     figures: Figures,
     causes: list[Cause],
     errors: dict[str, str],
@@ -363,16 +451,22 @@ def _markdown(
         "; `TodoListMiddleware`, `ContextEditingMiddleware`, `ClearToolUsesEdit` → "
         "`loopline.middleware`'s"
         if suite.name == "langchain"
-        else " (`deepagents.graph`, `deepagents.middleware.subagents`)"
+        else " (`deepagents.graph`, `deepagents.middleware.subagents`, "
+        "`deepagents.middleware.rubric`, and the test modules' own imports)"
+    )
+    where = (
+        f"{tests.origin}, in the cache, not in this repository"
+        if tests.checkout
+        else f"{tests.origin} (`{suite.tests}/`, in the cache, not in this repository)"
     )
     lines = [
         f"# {suite.name}'s own agent tests on loopline",
         "",
-        f"`python -m benchmarks.parity_suites --suite {suite.name}`"
+        f"`python -m benchmarks.parity_suites --suite {suite.name}"
+        f"{' --source DIR' if tests.checkout else ''}`"
         f"{' --subset ' + args.subset if args.subset else ''}, "
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, tree `{commit}`. Tests "
-        f"from PyPI's sdist `{root.name}` (`{suite.tests}/`, in the cache, not in this "
-        f"repository), pytest `--timeout {args.timeout}`; {server}. The swap "
+        f"from {where}, pytest `--timeout {args.timeout}`; {server}. The swap "
         f"(`benchmarks/parity_swap.py`): {swap}. LangChain's `blockbuster` guard on "
         f"loopline's side: `{args.blockbuster}` (on in the test's event loop; off in "
         "loopline's background threads and in the private loop of its sync `invoke`, "
@@ -433,6 +527,11 @@ def _write_refusal(suite: Suite, reason: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=sorted(SUITES), required=True)
+    parser.add_argument(
+        "--source", type=Path, default=None,
+        help="a local checkout of the suite's repository to take the tests from "
+        "(default: PyPI's sdist)",
+    )  # fmt: skip
     parser.add_argument("--install", action="store_true", help="install the test deps first")
     parser.add_argument("--subset", choices=("acceptance",), default=None)
     parser.add_argument("--tests", nargs="*", help="files or ids under the suite's test folder")
@@ -447,18 +546,20 @@ def main() -> None:
     args = parser.parse_args()
     suite = SUITES[args.suite]
     try:
-        root = fetch(suite)
+        tests = fetch(suite, args.source)
+        if args.install:
+            install(suite, tests)
+        if not args.report_only:
+            _check_installed(suite, tests)
     except Refused as refused:
         print(f"refused: {refused}", file=sys.stderr)
         _write_refusal(suite, str(refused))
         raise SystemExit(2) from None
-    if args.install:
-        install(suite)
     if not args.report_only:
         for side in SIDES:
             if args.side in ("all", side):
-                run_side(suite, root, side, args)
-    print("\n".join(report(suite, root, args)))
+                run_side(suite, tests.root, side, args)
+    print("\n".join(report(suite, tests, args)))
     print(f"written: {RESULTS / f'parity_{_name(suite, args)}.md'}")
 
 

@@ -55,7 +55,13 @@ import pytest
 # Where the reference side's ``create_agent`` is looked up by code the tests run.
 _PACKAGE_BINDINGS = {
     "langchain": ("langchain.agents", "langchain.agents.factory"),
-    "deepagents": ("deepagents.graph", "deepagents.middleware.subagents"),
+    # deepagents builds agents with the ``create_agent`` it imports in these modules: the deep
+    # agent (graph), its sub-agents (subagents) and RubricMiddleware's grader (rubric).
+    "deepagents": (
+        "deepagents.graph",
+        "deepagents.middleware.subagents",
+        "deepagents.middleware.rubric",
+    ),
 }
 # LangChain's classes whose tests measure loopline's native counterparts.
 _NATIVE_CLASSES = ("TodoListMiddleware", "ContextEditingMiddleware", "ClearToolUsesEdit")

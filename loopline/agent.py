@@ -22,7 +22,6 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import AbstractAsyncContextManager
 from functools import partial
 from types import UnionType
 from typing import Any, TypeVar, Union, get_args, get_origin
@@ -250,6 +249,35 @@ def _system_fields(system_prompt: Any) -> dict[str, Any]:
     return {"system_prompt": message.text() or None, "system_message": message}
 
 
+class _LoopClient:
+    """An event loop's client, closed when the loop shuts down: a caller's loop (an
+    ``asyncio.run``, a test's loop) ends without telling the agent, and a client left
+    open then leaks its connections (``ResourceWarning: unclosed Connection``). asyncio
+    closes every async generator still suspended in a loop when the loop shuts down
+    (``shutdown_asyncgens``, which ``asyncio.run`` and its ``Runner`` call): the client
+    is closed in the ``finally`` of one kept suspended for the loop's life."""
+
+    def __init__(self, client: Client, guard: AsyncGenerator[None, None]) -> None:
+        self.client = client
+        self._guard = guard  # the loop keeps only a weak reference to it
+
+    @classmethod
+    async def start(cls, client: Client) -> _LoopClient:
+        guard = _closed_with_loop(client)
+        await anext(guard)  # now the loop knows it, and closes it on shutdown
+        return cls(client, guard)
+
+    async def close(self) -> None:
+        await self._guard.aclose()
+
+
+async def _closed_with_loop(client: Client) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await client.close()
+
+
 class Agent(Runnable[Any, dict[str, Any]]):
     """A loopline agent: to every caller the compiled graph LangChain's ``create_agent``
     returns (a ``Runnable``: ``invoke``/``ainvoke``/``batch``/``stream``/``astream``,
@@ -296,7 +324,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         saver's; none, or a persistent saver, the deployment's. With one, a call without
         ``configurable.thread_id`` is refused, as LangGraph refuses it."""
         self.thread_space = space_of(checkpointer)
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Client] = (
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
             weakref.WeakKeyDictionary()
         )
         """Each event loop's client (see ``client``)."""
@@ -327,22 +355,24 @@ class Agent(Runnable[Any, dict[str, Any]]):
             check_endpoint(self.spec.model)  # this process is the model service
             ensure_services(self.url, self.settings)
 
-    def client(self) -> AbstractAsyncContextManager[Client]:
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[Client]:
         """The running event loop's client, kept for the loop's later calls: a new one
         per call cost a connection and a read of the settings, milliseconds before a
-        streamed run's first token. Sync callers' private loops give theirs back when
-        the call ends (``_on_private_loop``)."""
+        streamed run's first token. It is closed with its loop (``_LoopClient``); sync
+        callers' private loops give theirs back when the call ends
+        (``_on_private_loop``)."""
         loop = asyncio.get_running_loop()
         found = self._clients.get(loop)
         if found is None:
-            found = Client(
+            client = Client(
                 self.url,
                 self.settings.prefix,
                 self.settings.max_event_bytes,
                 space=self.thread_space,
             )
-            self._clients[loop] = found
-        return contextlib.nullcontext(found)
+            found = self._clients[loop] = await _LoopClient.start(client)
+        yield found.client
 
     async def _release_client(self) -> None:
         found = self._clients.pop(asyncio.get_running_loop(), None)
@@ -364,12 +394,14 @@ class Agent(Runnable[Any, dict[str, Any]]):
             await self._release_client()
 
     def _run_config(self, config: Mapping[str, Any] | None) -> RunConfig:
-        merged = merge_configs(
+        merged = merged_configs(
             inherited_config(),  # type: ignore[arg-type]
             self.config,
             dict(config or {}),  # type: ignore[arg-type]
         )
-        return RunConfig.of(merged, checkpointer=self.checkpointer)
+        return RunConfig.of(
+            _outside_parent_thread(merged, self.checkpointer), checkpointer=self.checkpointer
+        )
 
     # -- the compiled graph's interface ------------------------------------------------
 
@@ -377,7 +409,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         """This agent with ``config`` bound under every call's own: a copy, as LangGraph's
         compiled graph returns one (not a ``RunnableBinding``)."""
         bound = copy.copy(self)
-        bound.config = merge_configs(self.config, config, kwargs)  # type: ignore[arg-type]
+        bound.config = merged_configs(self.config, config, kwargs)  # type: ignore[arg-type]
         return bound
 
     @property
@@ -1260,6 +1292,45 @@ def updated_values(
 
 
 INHERITED_KEYS = ("tags", "metadata", "recursion_limit")
+
+
+def merged_configs(*configs: RunnableConfig | None) -> RunnableConfig:
+    """LangChain's ``merge_configs`` of exactly ``configs``, tags in LangGraph's order.
+    Its own ``ensure_config`` merges the ambient config into each: called inside a tool
+    of another agent, that would hand a sub-agent the parent's thread
+    (``configurable.thread_id``) and make its run a second run of the parent's busy
+    thread. What a run takes from its caller is ``inherited_config``'s, given here as one
+    of ``configs``."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    token = var_child_runnable_config.set(None)
+    try:
+        merged = merge_configs(*configs)
+    finally:
+        var_child_runnable_config.reset(token)
+    # in the order given, each once, as LangGraph's ensure_config concatenates them
+    # (LangChain's merge_configs sorts them)
+    tags = [tag for config in configs if config for tag in config.get("tags") or ()]
+    if tags:
+        merged["tags"] = list(dict.fromkeys(tags))
+    return merged
+
+
+def _outside_parent_thread(config: RunnableConfig, checkpointer: Any) -> RunnableConfig:
+    """``config`` without the thread of the graph that calls this agent as one of its
+    nodes. A graph's node gets its graph's config, thread and node namespace
+    (``checkpoint_ns``) included, and passes it on (a ``StateGraph`` whose node is an
+    agent, a sub-agent called with the tool's config): LangGraph then runs the agent as a
+    subgraph, in a namespace of the caller's thread, never as a run of that thread. An
+    agent without a checkpointer of its own runs as a task of its own, as a sub-agent
+    does; one with its own keeps the thread it is given."""
+    from langgraph._internal._constants import CONFIG_KEY_CHECKPOINT_NS
+
+    configurable = dict(config.get("configurable") or {})
+    if checkpointer is not None or not configurable.get(CONFIG_KEY_CHECKPOINT_NS):
+        return config
+    configurable.pop("thread_id", None)
+    return {**config, "configurable": configurable}
 
 
 def inherited_config() -> dict[str, Any]:

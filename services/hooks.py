@@ -29,8 +29,14 @@ from services.spec import schemas
 from services.spec.channels import NO_CHANNELS, StateChannels, channels_of
 from services.spec.middleware import NATIVE, build
 from services.spec.statecodec import StateValueError
+from services.state_access import StateAccess, in_config
 
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
+
+SENT = "__sent__"
+"""In a hook's update as ``call_state_hook`` returns it: the writes the hook sent through
+LangGraph's ``CONFIG_KEY_SEND`` while it ran (``services.state_access``), in order, to be
+applied before its returned update (one superstep's writes, as LangGraph applies a node's)."""
 
 
 def _base() -> Any:
@@ -263,9 +269,11 @@ async def call_state_hook(
     answers: Answers | None = None,
     mode: str | None = None,
     run_config: Mapping[str, Any] | None = None,
+    channels: StateChannels = NO_CHANNELS,
 ) -> dict[str, Any]:
     """One before/after hook, the variant LangGraph's node runs, given what LangGraph's
-    node gives it by its signature (``runtime``, ``config``: ``node_config``, ...): a
+    node gives it by its signature (``runtime``, ``config``: ``node_config``, ...), with
+    the state's read and send in its config (what it sends comes back under ``SENT``): a
     sync run (``mode``
     ``"sync"``) the sync one (an async-only hook fails as LangGraph's node does);
     otherwise the async one when implemented, else the sync one in a thread (LangGraph
@@ -279,20 +287,30 @@ async def call_state_hook(
         raise TypeError(NO_SYNC_NODE.format(name=f"a{hook}"))
     use_async = mode != "sync" and implements(instance, f"a{hook}")
     func = getattr(instance, f"a{hook}" if use_async else hook)
+    # the state's read and send, in the node's config as LangGraph's task has them
+    access = StateAccess(channels, state)
     # the node's config only for a hook that declares it (most do not: no uuid, no dicts)
     wants = "config" in _accepted(func)
     config = node_config(run_config or {}, node, current_thread.get()) if wants else None
+    if config is not None:
+        config["configurable"].update(access.configurable())
     kwargs = node_kwargs(func, runtime, config)
-    with interrupts.node(node, answers.scope, answers.of(node), runtime):
+    with interrupts.node(node, answers.scope, answers.of(node), runtime), in_config(access):
         if use_async:
             result = await func(state, **kwargs)
         else:
             result = await asyncio.to_thread(functools.partial(func, state, **kwargs))
-    if result is None:
-        return {}
-    if not isinstance(result, dict):
+    if result is not None and not isinstance(result, dict):
         raise TypeError(f"{type(instance).__name__}.{hook} returned {type(result).__name__}")
-    return result
+    update = dict(result or {})
+    if access.writes:
+        update[SENT] = list(access.writes)
+    return update
+
+
+def _listed(value: Any) -> list[Any]:
+    """A ``messages`` write as ``add_messages`` takes it: a list, or one message."""
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def can_jump(instance: Any, hook: str, target: str) -> bool:
@@ -378,12 +396,16 @@ async def run_state_hooks(
         if not update:
             continue
         jump = update.pop("jump_to", None)
-        if "messages" in update:
-            state_messages = merge_messages(state_messages, update.pop("messages"))
-            changed = True
-        if update:  # a node of its own: its update is one superstep's writes
-            state_extra = hooks.channels.apply(state_extra, update.items())
-            for key in update:
+        # a node of its own: what it sent, then its update, are one superstep's writes
+        writes = [*update.pop(SENT, []), *update.items()]
+        for key, value in writes:
+            if key == "messages":
+                state_messages = merge_messages(state_messages, _listed(value))
+                changed = True
+        writes = [(key, value) for key, value in writes if key != "messages"]
+        if writes:
+            state_extra = hooks.channels.apply(state_extra, writes)
+            for key in dict(writes):
                 _check_storable(instance, hook, key, state_extra[key], hooks.channels)
             changed = True
         if jump and can_jump(instance, hook, jump):
@@ -409,7 +431,9 @@ async def _node_update(
     node = node_name(instance, hook)
     if answers is not None and node in answers.done:
         return _replayed(answers.done[node], channels)
-    update = await call_state_hook(instance, hook, state, context, answers, mode, run_config)
+    update = await call_state_hook(
+        instance, hook, state, context, answers, mode, run_config, channels
+    )
     if answers is not None:
         recorded = _recorded(update, channels)
         if recorded is not None:
@@ -433,6 +457,10 @@ def shown(
     if not update:
         return None
     out = dict(update)
+    sent = out.pop(SENT, [])
+    for key, value in sent:  # shown as their last value, under what the node returned
+        if key not in update:
+            out[key] = [*out.get(key, []), *_listed(value)] if key == "messages" else value
     if "messages" in out:
         messages: list[Any] = []
         for message in convert_to_messages(list(out["messages"])):
@@ -471,6 +499,8 @@ def _recorded(update: dict[str, Any], channels: StateChannels) -> dict[str, Any]
 
     from contracts.messages import from_langchain
 
+    if SENT in update:
+        return None  # the node runs again on resume, sending its writes again
     try:
         out = dict(update)
         if "messages" in out:
@@ -557,26 +587,41 @@ async def call_wrapped(
 ) -> Any:
     """``instances[0]`` outermost; each may call its handler zero or more times.
     ``entered``: called each time a layer (or the base) is entered, before it runs;
-    ``mode``: the run's (``AgentSpec.run_mode``)."""
+    ``mode``: the run's (``AgentSpec.run_mode``). Sync layers run in a worker thread,
+    and a sync layer's handler runs the next sync layer in that same thread, as
+    LangChain's sync chain runs (a thread per layer, each waiting on the next, would
+    deadlock a chain deeper than the loop's executor has threads: deepagents stacks
+    seven); the thread hops to the loop only for an async layer or the model call."""
     loop = asyncio.get_running_loop()
 
-    async def run(i: int, req: Any) -> Any:
+    def enter() -> None:
         if entered is not None:
             entered()
+
+    def is_sync(i: int) -> bool:
+        return i < len(instances) and not _runs_async(instances[i], hook, mode)
+
+    async def run(i: int, req: Any) -> Any:
+        enter()
+        if is_sync(i):
+            return await asyncio.to_thread(run_sync, i, req)
         if i == len(instances):
             return await base(req)
-        instance = instances[i]
 
         async def inner(r: Any) -> Any:
             return await run(i + 1, r)
 
-        if _runs_async(instance, hook, mode):
-            return normalize(await getattr(instance, f"a{hook}")(req, inner))
+        return normalize(await getattr(instances[i], f"a{hook}")(req, inner))
+
+    def run_sync(i: int, req: Any) -> Any:
+        """Sync layer ``i``, entered, in the calling worker thread."""
 
         def sync_inner(r: Any) -> Any:
-            return asyncio.run_coroutine_threadsafe(inner(r), loop).result()
+            if is_sync(i + 1):
+                enter()
+                return run_sync(i + 1, r)
+            return asyncio.run_coroutine_threadsafe(run(i + 1, r), loop).result()
 
-        result = await asyncio.to_thread(getattr(instance, hook), req, sync_inner)
-        return normalize(result)
+        return normalize(getattr(instances[i], hook)(req, sync_inner))
 
     return await run(0, request)

@@ -35,7 +35,7 @@ def run_config(where: str) -> Any:
     return {
         "configurable": {"thread_id": f"t-{where}-{unique_prefix()}"},
         "metadata": {"team": "blue", "where": where},
-        "tags": ["first", "second"],
+        "tags": ["second", "first"],  # in the order given, as LangGraph keeps them
         "recursion_limit": 40,
     }
 
@@ -66,7 +66,7 @@ def expected_shape(configs: list[dict[str, Any]], config: Any) -> None:
     assert [c["runtime"] for c in configs] == ["Runtime", None]
     for seen in configs:
         assert seen["thread_id"] == thread and seen["ns"] == seen["node"]
-        assert seen["tags"] == ["first", "second"] and seen["recursion_limit"] == 40
+        assert seen["tags"] == ["second", "first"] and seen["recursion_limit"] == 40
         assert seen["metadata"]["team"] == "blue" and seen["metadata"]["thread_id"] == thread
 
 

@@ -121,3 +121,24 @@ def test_a_suite_whose_sdist_has_no_tests_is_refused_with_the_reason(
         parity_suites.Refused, match=r"ships no tests/unit_tests/ \(it holds demo\)"
     ):
         parity_suites.fetch(suite)
+
+
+def test_a_suites_tests_come_from_a_checkout_at_its_declared_version(tmp_path: Path) -> None:
+    """``--source``: the package's folder in a checkout of its repository (or the folder
+    given), at the version its ``pyproject.toml`` declares; refused without the tests or
+    when the checkout holds another project."""
+    suite = parity_suites.Suite(
+        name="demo", dist="demo", tests="tests/unit_tests", requirements=(), package="libs/demo"
+    )
+    package = tmp_path / "libs" / "demo"
+    (package / "tests" / "unit_tests").mkdir(parents=True)
+    (package / "pyproject.toml").write_text('[project]\nname = "demo"\nversion = "1.2.3"\n')
+    for given in (tmp_path, package):
+        tests = parity_suites.fetch(suite, given)
+        assert (tests.root, tests.version, tests.checkout) == (package, "1.2.3", True)
+    assert "libs/demo/tests/unit_tests/" in parity_suites.fetch(suite, tmp_path).origin
+    (package / "pyproject.toml").write_text('[project]\nname = "other"\nversion = "1.0"\n')
+    with pytest.raises(parity_suites.Refused, match="declares project 'other'"):
+        parity_suites.fetch(suite, tmp_path)
+    with pytest.raises(parity_suites.Refused, match=r"no tests/unit_tests/ there"):
+        parity_suites.fetch(suite, tmp_path / "libs")

@@ -8,6 +8,7 @@ capacity back (``services.lending``). The same nesting through LangChain's
 from __future__ import annotations
 
 import asyncio
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -160,4 +161,107 @@ def test_a_sub_agent_takes_its_parents_context_and_metadata_as_langgraphs(
         assert "team=blue" in str(lc["messages"][-1].content)
         assert "'user': 'ada'" in str(lc["messages"][-1].content)
         assert ours["messages"][-1].content == lc["messages"][-1].content
+        assert ll_server.chat_requests() == lc_server.chat_requests()
+
+
+# deepagents' ``task`` tool calls its sub-agent with this config, the rest ambient.
+SUBAGENT: Any = {"configurable": {"ls_agent_type": "subagent"}}
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
+async def test_a_threaded_parents_sub_agent_runs_as_langgraphs(
+    embedded: None, sync: bool
+) -> None:
+    """The parent runs a thread (a checkpointer, ``configurable.thread_id``), so its tool
+    (taking the ``ToolRuntime``, as deepagents' ``task`` does) runs under a config holding
+    the parent's thread: the sub-agent still runs as a run of its own (LangGraph's
+    subgraph: a namespace of its own), not as a second run of the parent's busy thread,
+    and the thread goes on with a second turn."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    def threaded(make: Any, server: ScriptedOpenAIServer) -> Any:
+        child = make(model_for(server), [whoami], system_prompt="child")
+
+        def delegate(q: str, runtime: ToolRuntime) -> str:
+            """Ask the child agent."""
+            assert runtime.config["configurable"]["thread_id"]  # the parent's, as in LangGraph
+            result = child.invoke({"messages": [{"role": "user", "content": q}]}, SUBAGENT)
+            return str(result["messages"][-1].content)
+
+        async def adelegate(q: str, runtime: ToolRuntime) -> str:
+            """Ask the child agent."""
+            assert runtime.config["configurable"]["thread_id"]
+            given = {"messages": [{"role": "user", "content": q}]}
+            result = await child.ainvoke(given, SUBAGENT)
+            return str(result["messages"][-1].content)
+
+        tool = StructuredTool.from_function(
+            func=delegate if sync else None,
+            coroutine=None if sync else adelegate,
+            name="delegate",
+            description="Ask the child agent.",
+        )
+        return make(
+            model_for(server), [tool], system_prompt="parent", checkpointer=InMemorySaver()
+        )
+
+    async def two_turns(agent: Any, thread: str) -> list[Any]:
+        config: Any = {"configurable": {"thread_id": thread}}
+        results = []
+        for text in ("first", "second"):
+            given = {"messages": [{"role": "user", "content": text}]}
+            if sync:
+                results.append(await asyncio.to_thread(agent.invoke, given, config))
+            else:
+                results.append(await agent.ainvoke(given, config))
+        return results
+
+    thread = f"threaded-sub-agent-{uuid.uuid4().hex}"
+    with (
+        ScriptedOpenAIServer(responder=inheriting_respond) as lc_server,
+        ScriptedOpenAIServer(responder=inheriting_respond) as ll_server,
+    ):
+        lc = await two_turns(threaded(lc_create_agent, lc_server), thread)
+        ours = await two_turns(threaded(create_agent, ll_server), thread)
+        assert str(lc[-1]["messages"][-1].content).startswith("parent: child: context=")
+        assert [len(r["messages"]) for r in ours] == [len(r["messages"]) for r in lc]
+        assert [m.content for m in ours[-1]["messages"]] == [
+            m.content for m in lc[-1]["messages"]
+        ]
+        assert ll_server.chat_requests() == lc_server.chat_requests()
+
+
+def test_an_agent_as_a_node_of_a_threaded_graph_runs_as_langgraphs_subgraph(
+    embedded: None,
+) -> None:
+    """An agent as the node of a ``StateGraph`` that keeps a thread: the node's config
+    holds the graph's thread and the node's namespace, and LangGraph runs the agent as a
+    subgraph in that namespace, never as a run of the thread itself. Two turns: the
+    model sees each turn's messages once, as the graph's state holds them."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def graph(make: Any, server: ScriptedOpenAIServer) -> Any:
+        builder = StateGraph(MessagesState)
+        builder.add_node("agent", make(model_for(server), [], system_prompt="node"))
+        builder.add_edge(START, "agent")
+        return builder.compile(checkpointer=InMemorySaver())
+
+    def two_turns(outer: Any) -> list[Any]:
+        config: Any = {"configurable": {"thread_id": f"graph-node-{uuid.uuid4().hex}"}}
+        return [
+            outer.invoke({"messages": [{"role": "user", "content": text}]}, config)
+            for text in ("first", "second")
+        ]
+
+    with (
+        ScriptedOpenAIServer(responder=lambda body: Reply(content=f"{len(body['messages'])}"))
+        as lc_server,
+        ScriptedOpenAIServer(responder=lambda body: Reply(content=f"{len(body['messages'])}"))
+        as ll_server,
+    ):
+        lc = two_turns(graph(lc_create_agent, lc_server))
+        ours = two_turns(graph(create_agent, ll_server))
+        assert [m.content for m in lc[-1]["messages"]] == ["first", "2", "second", "4"]
+        assert [m.content for m in ours[-1]["messages"]] == [m.content for m in lc[-1]["messages"]]
         assert ll_server.chat_requests() == lc_server.chat_requests()

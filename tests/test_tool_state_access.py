@@ -23,7 +23,7 @@ from loopline import create_agent
 from loopline.testing.scripted import ScriptedOpenAIServer
 from services.settings import Settings
 from services.spec.channels import channels_of
-from services.tools.state_access import StateAccess
+from services.state_access import StateAccess
 from tests.config_tools import FilesState, read_notes, remove_note, write_note
 from tests.structured_cases import shape
 from tests.support import EMBEDDED_PREFIX, ServiceProcesses

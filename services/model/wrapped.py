@@ -24,6 +24,7 @@ from services.spec import structured
 from services.spec.channels import StateChannels
 from services.spec.models import bind_tools
 from services.spec.statecodec import StateCodec
+from services.state_access import StateAccess, in_config
 
 ModelCaller = Callable[[Any, Any], Awaitable[Any]]
 """How one model call is made, given the bound model and its input: ``ainvoke``, or
@@ -193,14 +194,17 @@ class StateCommands:
         channels: StateChannels,
         state: dict[str, Any],
         first: Sequence[tuple[str, Any]] = (),
+        sent: Sequence[tuple[str, Any]] = (),
     ) -> dict[str, Any] | None:
-        """The state keys the commands set, with the values they have once the model
-        node's writes are applied to ``state`` (its keys besides ``messages``), as
-        LangGraph applies them: ``first`` (the node's own write of the response's
-        ``structured_response``), then each command's update in order, folded by the
-        key's reducer (two writes to a key without one: LangGraph's
+        """The state keys the model node writes, with the values they have once its
+        writes are applied to ``state`` (its keys besides ``messages``), as LangGraph
+        applies a task's writes: what the chain ``sent`` through LangGraph's
+        ``CONFIG_KEY_SEND`` while it ran, ``first`` (the node's own write of the
+        response's ``structured_response``), then each command's update in order, folded
+        by the key's reducer (two writes to a key without one: LangGraph's
         ``InvalidUpdateError``); LangChain's errors for what it does not support."""
-        writes: list[tuple[str, Any]] = list(first)
+        writes: list[tuple[str, Any]] = [(k, v) for k, v in sent if k != "messages"]
+        writes.extend(first)
         for command in self.commands:
             if command.goto:
                 raise NotImplementedError(
@@ -224,7 +228,11 @@ class StateCommands:
         return channels.codec.encode(channels.updated(state, writes))
 
     def writes(
-        self, reply: Any, transcript: Sequence[Message], codec: StateCodec
+        self,
+        reply: Any,
+        transcript: Sequence[Message],
+        codec: StateCodec,
+        sent: Sequence[tuple[str, Any]] = (),
     ) -> list[CommandWrite]:
         """The commands' writes in order (as LangGraph writes a node's list of commands):
         state keys' values as the event carries them (``codec``), and the messages added
@@ -235,6 +243,14 @@ class StateCommands:
         on it, not on the reply) are refused with the reason."""
         out: list[CommandWrite] = []
         taken = {m.id for m in transcript if m.id} | ({reply.id} if reply.id else set())
+        for key, value in sent:  # what the chain sent while it ran comes first
+            if key == "messages":
+                raise NotImplementedError(
+                    "a wrap_model_call chain sent messages through LangGraph's config "
+                    "(CONFIG_KEY_SEND); loopline applies a model call's messages from its "
+                    "reply and its Command only"
+                )
+            out.append(CommandWrite(key=key, value=codec.encode_value(value)))
         for command in self.commands:
             for key, value in dict(command.update or {}).items():
                 if key == "messages":
@@ -373,21 +389,26 @@ async def call_with_middleware(
 
     chain = chain_of(spec, hooks, transcript, messages, edits)
     commands = StateCommands()
-    response = await call_wrapped(
-        chain,
-        "wrap_model_call",
-        request,
-        call_model,
-        commands.normalize,
-        commands.entered,
-        hooks.mode,
-    )
+    # the state's read and send in the model node's config, as LangGraph's task has them
+    access = StateAccess(hooks.channels, {"messages": messages, **extra})
+    with in_config(access):
+        response = await call_wrapped(
+            chain,
+            "wrap_model_call",
+            request,
+            call_model,
+            commands.normalize,
+            commands.entered,
+            hooks.mode,
+        )
     replies = [m for m in response.result if isinstance(m, LcAIMessage)]
     if not replies:
         raise TypeError("the wrap_model_call chain returned no AI message")
     last = from_langchain(replies[-1])
     if not isinstance(last, AIMessage):
         raise TypeError("the wrap_model_call chain returned no AI message")
-    update = commands.update(hooks.channels, extra, _given_structured(rf, response))
-    writes = commands.writes(replies[-1], transcript, hooks.channels.codec)
+    update = commands.update(
+        hooks.channels, extra, _given_structured(rf, response), access.writes
+    )
+    writes = commands.writes(replies[-1], transcript, hooks.channels.codec, access.writes)
     return last, outcomes.get(id(replies[-1])), update, writes

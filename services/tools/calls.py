@@ -42,6 +42,7 @@ from services.runtime import Runtime
 from services.spec import toolbox
 from services.spec.channels import NO_CHANNELS, StateChannels
 from services.spec.statecodec import StateCodec
+from services.state_access import StateAccess
 from services.tasks.issued import Admission, IssuedCalls, record_field
 from services.tools.logic import (
     Answered,
@@ -53,7 +54,6 @@ from services.tools.logic import (
     unknown_outcome,
     with_sends,
 )
-from services.tools.state_access import StateAccess
 
 log = logging.getLogger("loopline.tools")
 
@@ -443,7 +443,7 @@ class ToolCalls:
         """LangGraph's ``ToolRuntime`` of the call: the state as its tool node reads it
         (``messages`` and the keys set so far), the run's context, its config: the tools
         node's (``services.hooks.node_config``), with the state's read and send
-        (``services.tools.state_access``; the read where the state was read)."""
+        (``services.state_access``; the read where the state was read)."""
         from contracts.messages import to_langchain
 
         values: dict[str, Any] = {}

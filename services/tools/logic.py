@@ -21,11 +21,11 @@ from pydantic import ValidationError
 
 from contracts.messages import Message, ToolCall, ToolMessage, from_langchain
 from services.spec.statecodec import CORE_CODEC, StateValueError
+from services.state_access import access_of
 from services.tool_errors import (
     INVALID_TOOL_NAME_ERROR_TEMPLATE,
     TOOL_INVOCATION_ERROR_TEMPLATE,
 )
-from services.tools.state_access import access_of
 from services.tools.threads import ToolAborted
 
 
@@ -43,7 +43,7 @@ class Answered:
     by ``services.spec.statecodec``), for the wrappers of the same run to see."""
     writes: list[tuple[str, Any]] | None = None
     """The writes the call sent through LangGraph's ``CONFIG_KEY_SEND``
-    (``services.tools.state_access``), in order, encoded: they join the state before
+    (``services.state_access``), in order, encoded: they join the state before
     ``update``."""
 
 
