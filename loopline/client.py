@@ -289,14 +289,14 @@ class Client:
                 "(LOOPLINE_MAX_EVENT_BYTES)"
             )
         if stream_ttl_s is None and along is None:
-            await self.redis.xadd(self.names.tasks, {DATA_FIELD: data})
+            await self.redis.xadd(self.names.work("tasks", event.task_id), {DATA_FIELD: data})
             return event.task_id
         async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
             if along is not None:
                 along(pipe)
             if stream_ttl_s is not None:
                 self._ask_streaming(pipe, event.task_id, stream_ttl_s)
-            pipe.xadd(self.names.tasks, {DATA_FIELD: data})
+            pipe.xadd(self.names.work("tasks", event.task_id), {DATA_FIELD: data})
             await pipe.execute()
         return event.task_id
 
@@ -306,7 +306,9 @@ class Client:
         """Stop a running task; with ``thread_id``, also a run still queued for its thread."""
         key = None if thread_id is None else self.space.key(thread_id)
         event = CancelRequested(task_id=task_id, reason=reason, thread_id=key)
-        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        await self.redis.xadd(
+            self.names.work("tasks", task_id), {DATA_FIELD: event.model_dump_json()}
+        )
 
     async def decide(
         self,
@@ -346,7 +348,9 @@ class Client:
                     f"(waiting: {', '.join(open_ids)})"
                 )
         event = DecisionsSubmitted(task_id=task_id, decisions=wire)
-        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        await self.redis.xadd(
+            self.names.work("tasks", task_id), {DATA_FIELD: event.model_dump_json()}
+        )
         return [str(d["tool_call_id"]) for d in wire if "tool_call_id" in d]
 
     async def answer(self, task_id: str, answers: Mapping[str, Any]) -> list[str]:
@@ -359,7 +363,9 @@ class Client:
         open_calls = await self.waiting_calls(task_id)
         by_interrupt = {r.interrupt_id: r.call_id for r in open_calls}
         event = DecisionsSubmitted(task_id=task_id, answers=dict(answers))
-        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        await self.redis.xadd(
+            self.names.work("tasks", task_id), {DATA_FIELD: event.model_dump_json()}
+        )
         return [by_interrupt[i] for i in answers if i in by_interrupt]
 
     async def waiting_calls(self, task_id: str) -> list[ApprovalRequested]:
