@@ -14,7 +14,6 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -69,7 +68,7 @@ class ValkeyCluster:
     def pids(self) -> list[int]:
         return [proc.pid for proc in self.procs]
 
-    def node(self, port: int) -> redis.Redis:
+    def node(self, port: int) -> Any:  # execute_command is untyped in redis-py
         return redis.Redis(port=port, socket_timeout=30)
 
     def start(self) -> ValkeyCluster:
