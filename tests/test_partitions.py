@@ -7,7 +7,10 @@ runs tasks on a three-master Valkey cluster with six partitions."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +24,7 @@ from contracts.streams import SERVICES, WORK_KINDS, Names, partition_tags
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.testing.cluster import ValkeyCluster
+from loopline.testing.processes import SOURCE_ROOT, python_path
 from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
@@ -218,3 +222,60 @@ async def test_tasks_run_on_a_cluster_with_partitioned_streams(
         assert client.get(names.partitions_key) == str(PARTITIONS).encode()
     finally:
         client.close()
+
+
+def partitions_cli(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "REDIS_URL": url,
+        "LOOPLINE_PREFIX": prefix,
+        "LOOPLINE_PARTITIONS": str(PARTITIONS),
+        "PYTHONPATH": python_path(SOURCE_ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "loopline", "partitions", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def test_a_master_added_while_tasks_run_takes_its_share_of_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOOPLINE_PARTITIONS", str(PARTITIONS))
+    prefix = unique_prefix()
+    with (
+        ValkeyCluster(3) as nodes,
+        ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server,
+    ):
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "test"}
+        with ServiceProcesses(nodes.url, prefix, env=env) as stack:
+            spec = agent_from_dict({"model": "gpt-4o-mini", "tools": TOOLS})[0]
+            async with Client(nodes.url, prefix) as client:
+
+                async def submit(n: int) -> list[str]:
+                    text = f"sum {uuid.uuid4().hex}"
+                    return [
+                        await client.submit(spec, [HumanMessage(content=text)]) for _ in range(n)
+                    ]
+
+                before = await submit(12)
+                port = nodes.start_node()
+                added = partitions_cli(nodes.url, prefix, "add-master", f"127.0.0.1:{port}")
+                assert added.returncode == 0, added.stdout + added.stderr
+                assert f"-> 127.0.0.1:{port}" in added.stdout, added.stdout
+                after = await submit(12)
+                ends = [await asyncio.wait_for(client.wait(t), 90) for t in before + after]
+            shown = partitions_cli(nodes.url, prefix, "map", "--json")
+            output = stack.output("")
+            alive = all(stack.alive(name) for name in SERVICES)
+    assert alive, output
+    assert all(isinstance(e, TaskCompleted) and e.answer == "5, 9 and 14" for e in ends), [
+        getattr(e, "reason", e) for e in ends
+    ]
+    assert shown.returncode == 0, shown.stderr
+    masters = [p["master"] for p in json.loads(shown.stdout)]
+    assert sorted(masters.count(m) for m in set(masters)) == [1, 1, 2, 2]
+    assert f"127.0.0.1:{port}" in masters

@@ -138,6 +138,11 @@ class ValkeyCluster:
                 owner[slot] = int(primary[1])
         return owner
 
+    def start_node(self) -> int:
+        """Start one more node in cluster mode, outside the cluster (``loopline
+        partitions add-master`` makes it join); its port."""
+        return self._spawn()
+
     def add_master(self) -> int:
         """Start one more master and let it join (it owns no slot until some move)."""
         port = self._spawn()
