@@ -246,7 +246,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
+def run(args: argparse.Namespace, argv: list[str]) -> tuple[list[Row], dict[str, Any]]:
     configs = [Config(0, n, args.server_partitions) for n in _ints(args.replicas)]
     configs += [Config(m, args.cluster_replicas, args.partitions) for m in _ints(args.masters)]
     rows = []
@@ -259,7 +259,7 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
         "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f} at the end), "
         f"Python {platform.python_version()}",
-        "command": "python -m benchmarks.sizing " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python -m benchmarks.sizing", *argv]),
         "tasks": args.tasks,
         "steps": args.steps,
         "note": args.note,
@@ -268,8 +268,9 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
-    rows, meta = run(args)
+    rows, meta = run(args, argv)
     markdown = to_markdown(rows, meta)
     print(markdown)
     if not args.no_write:

@@ -2,8 +2,9 @@
 or its error, atomically (the scripts of ``services.entry``).
 
 One EVALSHA costs about half the client CPU of the same commands in a MULTI/EXEC pipeline
-and is just as atomic. On a Redis Cluster one script cannot span the slots of the streams
-and hashes involved: there the commit is done in steps (``services.redisconn``).
+and is just as atomic. On a Redis Cluster one script cannot span slots: a commit whose
+keys all share the entry's slot (partitioned work streams) is still one script; any other
+is done in steps (``services.redisconn``).
 """
 
 from __future__ import annotations
