@@ -42,6 +42,8 @@ from services.secrets import redact_url
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 CLUSTER_FLAG = "LOOPLINE_REDIS_CLUSTER"
+CLUSTER_MAX_CONNECTIONS = 4096
+"""Connections per node of a process's async cluster client (``async_client``)."""
 
 
 def is_cluster(url: str) -> bool:
@@ -117,6 +119,12 @@ def async_client(url: str, **kwargs: Any) -> aioredis.Redis:
         kwargs.setdefault("retry", retrying())
         return aioredis.Redis.from_url(url, **kwargs)
     address = parse_cluster_url(url)
+    # redis-py's async cluster client opens at most 100 connections per node and fails a
+    # command beyond them at once (MaxConnectionsError) instead of waiting: a model
+    # service with 256 calls in flight and a blocked read per partition passes that on
+    # one node, and every failed commit waits for the reclaimer. Connections are opened
+    # only as commands run concurrently, so a high cap costs nothing until needed.
+    kwargs.setdefault("max_connections", CLUSTER_MAX_CONNECTIONS)
     nodes = [AsyncClusterNode(host, port) for host, port in address.nodes]
     client = AsyncRedisCluster(startup_nodes=nodes, **address.options(), **kwargs)
     return cast(aioredis.Redis, client)
