@@ -228,6 +228,19 @@ def to_markdown(rows: list[Row], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _without_note(argv: list[str]) -> list[str]:
+    """The command line as run, its ``--note`` left out (the note is printed below)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            skip = True
+        elif not arg.startswith("--note="):
+            out.append(arg)
+    return out
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -259,7 +272,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[list[Row], dict[str,
         "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f} at the end), "
         f"Python {platform.python_version()}",
-        "command": " ".join(["python -m benchmarks.sizing", *argv]),
+        "command": " ".join(["python -m benchmarks.sizing", *_without_note(argv)]),
         "tasks": args.tasks,
         "steps": args.steps,
         "note": args.note,
