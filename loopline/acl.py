@@ -187,7 +187,14 @@ def roles(prefix: str) -> dict[str, Role]:
     found["producer"] = Role(
         "producer",
         # its tasks, their threads, and which agents it may name
-        read_keys=(tasks, f"{prefix}:thread:*", names.threads, *public, names.deployed),
+        read_keys=(
+            tasks,
+            f"{prefix}:thread:*",
+            names.threads,
+            *public,
+            names.deployed,
+            names.partitions_key,  # the number of partitions (Client._adopt_partitions)
+        ),
         # the tasks stream, and asking for a task's token stream (Client.stream_replies)
         write_keys=(
             *dict.fromkeys((names.tasks, *names.work_streams("tasks"))),  # what it submits to

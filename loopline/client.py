@@ -166,6 +166,22 @@ class Client:
         self._max_event_bytes = max_event_bytes
         """The settings' ``max_event_bytes`` (read at the first submit when not given)."""
         self._pruned_at = 0.0  # when this client last dropped lapsed stream requests
+        self._partitions_read = False
+
+    async def _adopt_partitions(self) -> None:
+        """Once, before the first submission: take the number of partitions the
+        deployment's services recorded (``LOOPLINE_PARTITIONS``) where this process was
+        told another, so its tasks go where the services look for them and their keys
+        are read where the services write them."""
+        if self._partitions_read:
+            return
+        self._partitions_read = True
+        try:
+            recorded = await self.redis.get(self.names.partitions_key)
+        except aioredis.ResponseError:  # a user that may not read it: the settings' number
+            return
+        if recorded is not None and int(recorded) != self.names.partitions:
+            self.names = Names(self.names.prefix, int(recorded))
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -255,6 +271,7 @@ class Client:
         round trip; ``recursion_limit``: LangChain's, the task's step limit derived from it;
         ``along``: queues more commands on the submission's pipeline (sent before the task,
         in the same round trip, only once the task passed its checks)."""
+        await self._adopt_partitions()
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
         if state:
             fields["state"] = dict(state)

@@ -155,6 +155,29 @@ async def test_processes_that_disagree_on_the_partitions_are_refused(redis_url: 
         await redis.aclose()
 
 
+@pytest.mark.fast
+async def test_a_client_takes_the_deployments_partitions(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOOPLINE_PARTITIONS", raising=False)  # this process is not told
+    prefix = unique_prefix()
+    recorded = Names(prefix, 4)
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        await agree_on_partitions(redis, recorded)  # as the deployment's services did
+        async with Client(redis_url, prefix) as client:
+            assert client.names.partitions == 0
+            spec = agent_from_dict({"model": "gpt-4o-mini"})[0]
+            task_id = await client.submit(spec, [HumanMessage(content="hi")])
+            assert client.names == recorded
+        assert await redis.xlen(recorded.work("tasks", task_id)) == 1
+        assert await redis.xlen(recorded.tasks) == 0
+    finally:
+        keys = [recorded.partitions_key, *recorded.work_streams("tasks")]
+        await redis.delete(*keys)
+        await redis.aclose()
+
+
 # -- on a three-master cluster ---------------------------------------------------------
 
 PARTITIONS = 6
