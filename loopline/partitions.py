@@ -67,6 +67,9 @@ class Deployment:
         self.names = names
         self.cluster = is_cluster(url)
         self.client: Any = sync_client(url)
+        recorded = self.client.get(names.partitions_key)  # what the services started with
+        if recorded is not None and int(recorded) != names.partitions:
+            self.names = Names(names.prefix, int(recorded))
 
     def close(self) -> None:
         self.client.close()
