@@ -68,7 +68,10 @@ def spread_prefix(cluster: ValkeyCluster) -> str:
     raise AssertionError("no prefix spreads the streams over every node")
 
 
-async def test_a_task_with_parallel_tool_calls_on_a_redis_cluster(cluster: ValkeyCluster) -> None:
+async def test_a_task_with_parallel_tool_calls_on_a_redis_cluster(
+    cluster: ValkeyCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOPLINE_PARTITIONS", "0")  # the layout without partitions
     prefix = spread_prefix(cluster)
     names = Names(prefix)
     with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:

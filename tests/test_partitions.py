@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from contracts import HumanMessage, TaskCompleted
@@ -34,7 +33,7 @@ from loopline.testing.scripted import (
 from services.app import PartitionsDiffer, agree_on_partitions
 from services.commit import one_slot
 from services.entry import CURRENT, PendingCommit
-from services.redisconn import sync_client
+from services.redisconn import async_client, sync_client
 from services.tasks.transition import Fusion
 from tests.support import ServiceProcesses, unique_prefix
 
@@ -141,7 +140,7 @@ def test_a_transition_commits_its_entry_on_a_cluster_only_within_the_tasks_slot(
 @pytest.mark.fast
 async def test_processes_that_disagree_on_the_partitions_are_refused(redis_url: str) -> None:
     prefix = unique_prefix()
-    redis = aioredis.Redis.from_url(redis_url)
+    redis = async_client(redis_url)  # a server, or a cluster (LOOPLINE_TEST_CLUSTER)
     try:
         await agree_on_partitions(redis, Names(prefix, 0))  # records nothing
         assert await redis.get(Names(prefix).partitions_key) is None
@@ -162,7 +161,7 @@ async def test_a_client_takes_the_deployments_partitions(
     monkeypatch.delenv("LOOPLINE_PARTITIONS", raising=False)  # this process is not told
     prefix = unique_prefix()
     recorded = Names(prefix, 4)
-    redis = aioredis.Redis.from_url(redis_url)
+    redis = async_client(redis_url)  # a server, or a cluster (LOOPLINE_TEST_CLUSTER)
     try:
         await agree_on_partitions(redis, recorded)  # as the deployment's services did
         async with Client(redis_url, prefix) as client:
@@ -173,8 +172,8 @@ async def test_a_client_takes_the_deployments_partitions(
         assert await redis.xlen(recorded.work("tasks", task_id)) == 1
         assert await redis.xlen(recorded.tasks) == 0
     finally:
-        keys = [recorded.partitions_key, *recorded.work_streams("tasks")]
-        await redis.delete(*keys)
+        for key in [recorded.partitions_key, *recorded.work_streams("tasks")]:
+            await redis.delete(key)
         await redis.aclose()
 
 
