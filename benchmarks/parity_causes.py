@@ -107,7 +107,8 @@ RULES = (
     Rule(
         "Callbacks get no run per middleware hook (`<Middleware>.before_model` traced as its "
         "own run in LangChain)",
-        "`services/hooks.py` (hooks run in the services, not as runs under the caller's callbacks)",
+        "`services/hooks.py` (hooks run in the services, not as runs under the caller's "
+        "callbacks)",
         error=r"KeyError: '[\w.]+\.(before|after)_(model|agent)'",
     ),
     Rule(

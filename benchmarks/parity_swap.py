@@ -230,7 +230,8 @@ def _native_classes() -> dict[int, type]:
     import loopline.middleware
 
     return {
-        id(getattr(reference, name)): getattr(loopline.middleware, name) for name in _NATIVE_CLASSES
+        id(getattr(reference, name)): getattr(loopline.middleware, name)
+        for name in _NATIVE_CLASSES
     }
 
 

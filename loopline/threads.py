@@ -42,7 +42,6 @@ PERSISTENT_SAVER_MODULES = (
 """LangGraph savers whose threads outlive the process (by the saver class's module): their
 threads are the deployment's, shared by every process that reaches the same store."""
 
-
 @dataclass(frozen=True)
 class ThreadSpace:
     """A namespace of threads on the bus: ``name`` "" is the deployment's."""

@@ -56,7 +56,9 @@ class AddsMessages(AgentMiddleware):
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         return self._extended(request, handler(request))
 
-    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def awrap_model_call(
+        self, request: Any, handler: Callable[[Any], Awaitable[Any]]
+    ) -> Any:
         return self._extended(request, await handler(request))
 
 

@@ -81,7 +81,9 @@ class ConfigReader(AgentMiddleware[ConfigState]):
 # StateBackend does (``config["configurable"][CONFIG_KEY_READ]`` / ``[CONFIG_KEY_SEND]``)
 
 
-def files_reducer(left: dict[str, Any] | None, writes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def files_reducer(
+    left: dict[str, Any] | None, writes: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
     """deepagents' batch reducer of ``files``: a None value deletes the file."""
     result = dict(left) if left else {}
     for write in writes:

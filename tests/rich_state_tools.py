@@ -94,7 +94,9 @@ class RichHooks(AgentMiddleware[RichState]):
             "seen": seen,
         }
 
-    async def abefore_model(self, state: RichState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def abefore_model(
+        self, state: RichState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
         return self.before_model(state, runtime)
 
 

@@ -21,6 +21,8 @@ def test_an_embedded_agent_on_another_prefix_is_refused(
 ) -> None:
     given = {"messages": [{"role": "user", "content": "prefix"}]}
     create_agent(model_for(scripted), [tooling.add]).invoke(given)  # the services run
-    stray = create_agent(model_for(scripted), [tooling.add], settings=Settings(prefix="elsewhere"))
+    stray = create_agent(
+        model_for(scripted), [tooling.add], settings=Settings(prefix="elsewhere")
+    )
     with pytest.raises(ConfigurationError, match="prefix 'elsewhere' would wait for consumers"):
         stray.invoke(given)

@@ -199,7 +199,9 @@ def test_an_envelope_naming_a_class_no_schema_names_builds_nothing() -> None:
     # the same form naming a class of the agent's schema is built
     listed = ormsgpack.packb(("tests.rich_state_tools", "Mark", {"label": "a", "count": 1}))
     made = ormsgpack.packb(ormsgpack.Ext(EXT_CONSTRUCTOR_KW_ARGS, listed))
-    assert c.decode_value({ENVELOPE: ["msgpack", base64.b64encode(made).decode()]}) == Mark("a", 1)
+    assert c.decode_value({ENVELOPE: ["msgpack", base64.b64encode(made).decode()]}) == Mark(
+        "a", 1
+    )
     # the agent's own classes and LangChain's messages are rebuilt
     assert c.decode_value(c.encode_value(Note(text="x", n=1))) == Note(text="x", n=1)
     with pytest.raises(StateValueError, match="format 'pickle'"):

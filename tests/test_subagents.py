@@ -151,8 +151,12 @@ def test_a_sub_agent_takes_its_parents_context_and_metadata_as_langgraphs(
         ScriptedOpenAIServer(responder=inheriting_respond) as lc_server,
         ScriptedOpenAIServer(responder=inheriting_respond) as ll_server,
     ):
-        lc = inheriting(lc_create_agent, lc_server).invoke(given, config, context={"user": "ada"})
-        ours = inheriting(create_agent, ll_server).invoke(given, config, context={"user": "ada"})
+        lc = inheriting(lc_create_agent, lc_server).invoke(
+            given, config, context={"user": "ada"}
+        )
+        ours = inheriting(create_agent, ll_server).invoke(
+            given, config, context={"user": "ada"}
+        )
         assert "team=blue" in str(lc["messages"][-1].content)
         assert "'user': 'ada'" in str(lc["messages"][-1].content)
         assert ours["messages"][-1].content == lc["messages"][-1].content

@@ -126,7 +126,9 @@ async def listing(request: Request) -> Response:
     return JSONResponse(found)
 
 
-async def _thread_runs(tenant: Tenant, thread_id: str, offset: int, limit: int) -> list[RunRecord]:
+async def _thread_runs(
+    tenant: Tenant, thread_id: str, offset: int, limit: int
+) -> list[RunRecord]:
     found = []
     for run_id in await tenant.records.run_ids(thread_id, offset, limit):
         record = await tenant.records.run(run_id)

@@ -25,7 +25,9 @@ class Tenant:
         self.names = self.client.names
         self.redis = self.client.redis
         self.settings = settings
-        self.records = Records(self.redis, self.names, settings.retention_s, settings.thread_ttl_s)
+        self.records = Records(
+            self.redis, self.names, settings.retention_s, settings.thread_ttl_s
+        )
         self.registrations = deployed.Registrations(self.redis, self.names)
         self._specs: dict[str, AgentSpec] = {}
 

@@ -367,7 +367,9 @@ class ToolCalls:
         if not job.wrappers:
             assert job.tool is not None  # an unknown tool comes only with wrappers
             runtime = await self._runtime(job)
-            answer = await run_tool(job.tool, call, limit=job.limit, runtime=runtime, mode=job.mode)
+            answer = await run_tool(
+                job.tool, call, limit=job.limit, runtime=runtime, mode=job.mode
+            )
             return with_sends(answer, runtime)
         assert lease is not None  # a wrapped call always runs under its lease
 
