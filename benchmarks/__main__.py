@@ -4,7 +4,8 @@ Writes ``benchmarks/results/README.md`` (the table, also printed), ``figures.jso
 figure) and ``benchmarks.png`` (when matplotlib is installed). Options: ``--quick`` (small
 sizes, for a smoke run), ``--only step,throughput,flat,concurrency,context,recovery,
 streaming,redis_cost`` (``--only streaming`` writes ``streaming.md`` and ``streaming.json``
-alone, ``--only redis_cost`` ``redis_cost.md``: Redis CPU per step against two raw hops),
+alone, ``--only redis_cost`` ``redis_cost.md``: Redis CPU per step against two raw hops,
+``--only sizing`` ``sizing.md``: replicas and Redis Cluster masters, ``benchmarks.sizing``),
 ``--redis-url URL`` (default: a private redis-server), ``--replicas N`` (the
 concurrency measurement again with N replicas of each service), ``--concurrency N`` (default
 2,000) and ``--no-10k`` (skip the 10,000-task attempt).
@@ -25,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks import redis_cost, report, streaming, suite
+from benchmarks import redis_cost, report, sizing, streaming, suite
 from benchmarks.stack import REPO_ROOT, RedisServer
 from loopline import lifetime
 from services.app import tune_gc
@@ -40,6 +41,7 @@ ALL = (
     "recovery",
     "streaming",
     "redis_cost",
+    "sizing",
 )
 
 
@@ -171,6 +173,11 @@ async def measure_files(only: set[str], url: str, plan: suite.Plan, fig: dict[st
         text = redis_cost.to_markdown(cost, fig["environment"]["machine"])
         redis_cost.RESULTS_FILE.write_text(text)
         print(text)
+    if "sizing" in only:
+        _log("sizing: replicas and Redis Cluster masters (benchmarks/sizing.py)")
+        quick = ["--tasks", "40", "--steps", "3"] if fig["environment"]["quick"] else []
+        code = await asyncio.to_thread(sizing.main, quick)
+        fig["sizing"] = {"markdown": sizing.MD_FILE.read_text(), "complete": code == 0}
 
 
 def write_streaming(fig: dict[str, Any]) -> None:

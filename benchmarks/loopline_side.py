@@ -34,12 +34,12 @@ async def submit_many(
         )
         for i in range(n)
     ]
-    payloads = [e.model_dump_json() for e in events]
+    payloads = [(names.work("tasks", e.task_id), e.model_dump_json()) for e in events]
     started = time.time()
     for i in range(0, n, 500):
         async with redis.pipeline(transaction=False) as pipe:
-            for data in payloads[i : i + 500]:
-                pipe.xadd(names.tasks, {DATA_FIELD: data})
+            for stream, data in payloads[i : i + 500]:
+                pipe.xadd(stream, {DATA_FIELD: data})
             await pipe.execute()
     return [e.task_id for e in events], started
 

@@ -11,7 +11,11 @@ holding the event as UTF-8 JSON. Any Redis client can publish and read events.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import binascii
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
 
 DATA_FIELD = "__data__"
 
@@ -40,10 +44,128 @@ GROUPS = {
 }
 SERVICES = tuple(GROUPS)
 
+PARTITIONS_ENV = "LOOPLINE_PARTITIONS"
+"""How many partitions each work stream is split into (0, the default: not split). Every
+process of a deployment, its clients and outside producers included, must read the same
+number (the services refuse to start on another: ``services.partitions``)."""
+
+CLUSTER_SLOTS = 16384
+
+WORK_KINDS = ("tasks", "loop", "context", "model", "tools", "todo_calls")
+"""The work streams that are partitioned: each one a stream per partition."""
+
+
+def partitions_from_env() -> int:
+    raw = os.environ.get(PARTITIONS_ENV, "").strip()
+    if not raw:
+        return 0
+    count = int(raw)
+    if not 0 <= count <= 1024:
+        raise ValueError(f"{PARTITIONS_ENV} must be between 0 and 1024, not {count}")
+    return count
+
+
+def key_slot(tag: str) -> int:
+    """The Redis Cluster hash slot of a key whose hash tag is ``tag`` (CRC16 XMODEM, as
+    Redis computes it, modulo 16384)."""
+    return binascii.crc_hqx(tag.encode(), 0) % CLUSTER_SLOTS
+
+
+def hash_tag(key: str) -> str | None:
+    """The part of a key Redis Cluster hashes: the text inside its first ``{...}`` when
+    not empty; None where the whole key is hashed."""
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    if start < 0 or end <= start + 1:
+        return None
+    return key[start + 1 : end]
+
+
+@cache
+def partition_tags(prefix: str, partitions: int) -> tuple[str, ...]:
+    """The hash tag of each partition: ``PREFIX:pN`` (with ``.K`` added, the first K that
+    does it) whose slot lies in the N-th of ``partitions`` equal ranges of the 16384 slots.
+    A cluster whose masters own equal contiguous ranges (what ``--cluster create`` makes)
+    then holds equal shares of the partitions, and moving one partition to another master
+    is moving one slot."""
+    tags = []
+    for n in range(partitions):
+        low, high = n * CLUSTER_SLOTS // partitions, (n + 1) * CLUSTER_SLOTS // partitions
+        k, tag = 0, f"{prefix}:p{n}"
+        while not low <= key_slot(tag) < high:
+            k += 1
+            tag = f"{prefix}:p{n}.{k}"
+        tags.append(tag)
+    return tuple(tags)
+
 
 @dataclass(frozen=True)
 class Names:
+    """Every name of one deployment (its prefix).
+
+    With ``partitions`` P > 0 the work streams are partitioned: a task belongs to
+    partition ``crc16(task id) % P`` (``partition_of``) for its whole life, and its keys,
+    the work streams it is published to and its deadline share that partition's hash tag
+    (``{PREFIX:pN}``), so one script can apply its transition, publish what comes next
+    and acknowledge the entry it handled, on one server as on a Redis Cluster. Without
+    partitions (P = 0) a task's keys are tagged with its id and the work streams are one
+    stream each, as before partitions existed.
+    """
+
     prefix: str = "loopline"
+    partitions: int = field(default_factory=partitions_from_env)
+
+    # -- partitions --
+    def partition_of(self, task_id: str) -> int:
+        """The task's partition (0 without partitions)."""
+        if not self.partitions:
+            return 0
+        return binascii.crc_hqx(task_id.encode(), 0) % self.partitions
+
+    def partition_tag(self, n: int) -> str:
+        return partition_tags(self.prefix, self.partitions)[n]
+
+    def _partitioned(self, name: str, n: int) -> str:
+        return f"{self.prefix}:{{{self.partition_tag(n)}}}:{name}"
+
+    def work(self, kind: str, task_id: str) -> str:
+        """The work stream of ``kind`` (one of ``WORK_KINDS``) that carries the task's
+        events: its partition's, or the one stream without partitions."""
+        plain: str = getattr(self, kind)
+        if not self.partitions:
+            return plain
+        return self._partitioned(plain.removeprefix(f"{self.prefix}:"), self.partition_of(task_id))
+
+    def work_streams(self, kind: str) -> tuple[str, ...]:
+        """Every stream of ``kind``: one per partition (the one without partitions)."""
+        plain: str = getattr(self, kind)
+        if not self.partitions:
+            return (plain,)
+        name = plain.removeprefix(f"{self.prefix}:")
+        return tuple(self._partitioned(name, n) for n in range(self.partitions))
+
+    def deadlines_of(self, task_id: str) -> str:
+        """The sorted set of deadlines the task's deadline is in (its partition's)."""
+        if not self.partitions:
+            return self.deadlines
+        return self._partitioned("deadlines", self.partition_of(task_id))
+
+    def deadline_sets(self) -> tuple[str, ...]:
+        if not self.partitions:
+            return (self.deadlines,)
+        return tuple(self._partitioned("deadlines", n) for n in range(self.partitions))
+
+    def task_tag(self, task_id: str) -> str:
+        """The hash tag of the task's keys: its partition's, or its own id."""
+        if not self.partitions:
+            return task_id
+        return self.partition_tag(self.partition_of(task_id))
+
+    def same_slot(self, task_id: str, keys: Iterable[str]) -> bool:
+        """Whether every key has the task's hash tag (one script may take them all on a
+        Redis Cluster)."""
+        tag = self.task_tag(task_id)
+        return all(hash_tag(key) == tag for key in keys)
 
     # -- work streams: one producer side, one consuming service --
     @property
@@ -135,6 +257,12 @@ class Names:
         return f"{self.prefix}:consumers"
 
     @property
+    def partitions_key(self) -> str:
+        """String: the number of partitions the deployment's work streams are split into,
+        recorded by the first service that starts (``services.app``)."""
+        return f"{self.prefix}:partitions"
+
+    @property
     def seal_key(self) -> str:
         """String: the key the services seal the tool calls they issue with
         (``services.seal``). Created by the first service that needs it; read by loop,
@@ -142,18 +270,33 @@ class Names:
         return f"{self.prefix}:seal"
 
     def inputs_of(self, service: str) -> tuple[str, ...]:
-        """The streams a service consumes."""
-        return {
-            "loop": (self.tasks, self.loop),
-            "context": (self.context,),
-            "model": (self.model,),
-            "tools": (self.tools,),
-            "todos": (self.todo_calls,),
+        """The streams a service consumes (with partitions, the loop also reads the one
+        ``tasks`` stream, for producers that do not partition what they submit)."""
+        kinds = {
+            "loop": ("tasks", "loop"),
+            "context": ("context",),
+            "model": ("model",),
+            "tools": ("tools",),
+            "todos": ("todo_calls",),
         }[service]
+        streams = tuple(s for kind in kinds for s in self.work_streams(kind))
+        if service == "loop" and self.partitions:
+            streams = (self.tasks, *streams)
+        return streams
 
     # -- per-task keys (hash tag = task id) --
     def task_key(self, task_id: str, part: str) -> str:
-        return f"{self.prefix}:task:{{{task_id}}}:{part}"
+        if not self.partitions:
+            return f"{self.prefix}:task:{{{task_id}}}:{part}"
+        return f"{self.prefix}:task:{{{self.task_tag(task_id)}}}:{task_id}:{part}"
+
+    def task_of_state_key(self, key: str) -> str:
+        """The task whose ``task_state`` key this is (what a SCAN for them finds), with or
+        without partitions."""
+        body = key.removeprefix(f"{self.prefix}:task:").removesuffix(":state")
+        tag_end = body.find("}")
+        after_tag = body[tag_end + 1 :]
+        return after_tag.removeprefix(":") if after_tag else body[1:tag_end]
 
     def task_state(self, task_id: str) -> str:
         """Hash: status, step, phase, agent id, limits. Written by loop only."""

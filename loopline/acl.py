@@ -123,13 +123,17 @@ def _service_outputs(names: Names) -> dict[str, tuple[str, ...]]:
     """The streams each service publishes on, besides its inputs. The model and tools
     services apply a hook-free agent's transition themselves (``services.tasks.handover``),
     so they publish what the loop would: the next model request, the step's tool calls."""
-    work = (names.context, names.model, names.tools, names.todo_calls, names.loop)
+
+    def streams(*kinds: str) -> tuple[str, ...]:  # each partition's stream of a kind
+        return tuple(s for kind in kinds for s in names.work_streams(kind))
+
+    work = streams("context", "model", "tools", "todo_calls", "loop")
     return {
-        "loop": (names.context, names.model, names.tools, names.todo_calls, names.approvals),
+        "loop": (*streams("context", "model", "tools", "todo_calls"), names.approvals),
         "model": work,
         "tools": work,
-        "context": (names.model, names.edits),
-        "todos": (names.loop, names.todos),
+        "context": (*streams("model"), names.edits),
+        "todos": (*streams("loop"), names.todos),
     }
 
 
@@ -153,7 +157,7 @@ def roles(prefix: str) -> dict[str, Role]:
     tasks = f"{prefix}:task:*"
     agents = f"{prefix}:agent*"  # the agent specs (and the operator's registry of them)
     public = (names.approvals, names.todos, names.edits)
-    shared = (names.dlq, names.errors, names.consumers)
+    shared = (names.dlq, names.errors, names.consumers, names.partitions_key)
     outputs = _service_outputs(names)
     found: dict[str, Role] = {
         "operator": Role(
@@ -169,10 +173,11 @@ def roles(prefix: str) -> dict[str, Role]:
         keys = [*names.inputs_of(service), *outputs[service], tasks, *shared]
         runs_the_loop = service in ("loop", "model", "tools")  # services.tasks.handover
         if runs_the_loop:  # a task that ends leaves the deadlines set, its agent kept on
-            keys += [names.deadlines, agents, names.seal_key]  # services.seal
+            keys += [*names.deadline_sets(), agents, names.seal_key]  # services.seal
             # a run that ends writes its thread back and starts the next queued run
             # (RunDequeued on the tasks stream); hooks and tools reach the shared store
-            keys += [f"{prefix}:thread:*", names.threads, names.tasks, f"{prefix}:store:*"]
+            keys += [f"{prefix}:thread:*", names.threads, *names.inputs_of("loop")]
+            keys.append(f"{prefix}:store:*")
         if service in ("model", "tools"):  # RateLimitMiddleware's windows
             keys.append(f"{prefix}:ratelimit:*")
         if service == "loop":  # it trims the public streams
@@ -198,9 +203,20 @@ def roles(prefix: str) -> dict[str, Role]:
     found["producer"] = Role(
         "producer",
         # its tasks, their threads, and which agents it may name
-        read_keys=(tasks, f"{prefix}:thread:*", names.threads, *public, names.deployed),
+        read_keys=(
+            tasks,
+            f"{prefix}:thread:*",
+            names.threads,
+            *public,
+            names.deployed,
+            names.partitions_key,  # the number of partitions (Client._adopt_partitions)
+        ),
         # the tasks stream, and asking for a task's token stream (Client.stream_replies)
-        write_keys=(names.tasks, f"{prefix}:task:*:streaming", names.stream_requested),
+        write_keys=(
+            *dict.fromkeys((names.tasks, *names.work_streams("tasks"))),  # what it submits to
+            f"{prefix}:task:*:streaming",
+            names.stream_requested,
+        ),
         commands=(*CONNECTION, *READ_STREAMS, "xadd", *PRODUCER_READS, *STREAM_ASKS),
         channels=(names.stream_requests,),
     )

@@ -166,6 +166,22 @@ class Client:
         self._max_event_bytes = max_event_bytes
         """The settings' ``max_event_bytes`` (read at the first submit when not given)."""
         self._pruned_at = 0.0  # when this client last dropped lapsed stream requests
+        self._partitions_read = False
+
+    async def _adopt_partitions(self) -> None:
+        """Once, before the first submission: take the number of partitions the
+        deployment's services recorded (``LOOPLINE_PARTITIONS``) where this process was
+        told another, so its tasks go where the services look for them and their keys
+        are read where the services write them."""
+        if self._partitions_read:
+            return
+        self._partitions_read = True
+        try:
+            recorded = await self.redis.get(self.names.partitions_key)
+        except aioredis.ResponseError:  # a user that may not read it: the settings' number
+            return
+        if recorded is not None and int(recorded) != self.names.partitions:
+            self.names = Names(self.names.prefix, int(recorded))
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -259,6 +275,7 @@ class Client:
         LangChain's, the task's step limit derived from it;
         ``along``: queues more commands on the submission's pipeline (sent before the task,
         in the same round trip, only once the task passed its checks)."""
+        await self._adopt_partitions()
         fields: dict[str, Any] = {"agent": agent, "messages": list(messages)}
         if state:
             fields["state"] = dict(state)
@@ -293,7 +310,7 @@ class Client:
                 "(LOOPLINE_MAX_EVENT_BYTES)"
             )
         if stream_ttl_s is None and along is None:
-            await self.redis.xadd(self.names.tasks, {DATA_FIELD: data})
+            await self.redis.xadd(self.names.work("tasks", event.task_id), {DATA_FIELD: data})
             return event.task_id
         async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
             if along is not None:
@@ -306,7 +323,7 @@ class Client:
                     blocks=stream_blocks,
                     subtasks=stream_subtasks,
                 )
-            pipe.xadd(self.names.tasks, {DATA_FIELD: data})
+            pipe.xadd(self.names.work("tasks", event.task_id), {DATA_FIELD: data})
             await pipe.execute()
         return event.task_id
 
@@ -316,7 +333,9 @@ class Client:
         """Stop a running task; with ``thread_id``, also a run still queued for its thread."""
         key = None if thread_id is None else self.space.key(thread_id)
         event = CancelRequested(task_id=task_id, reason=reason, thread_id=key)
-        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        await self.redis.xadd(
+            self.names.work("tasks", task_id), {DATA_FIELD: event.model_dump_json()}
+        )
 
     async def decide(
         self,
@@ -356,7 +375,9 @@ class Client:
                     f"(waiting: {', '.join(open_ids)})"
                 )
         event = DecisionsSubmitted(task_id=task_id, decisions=wire)
-        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        await self.redis.xadd(
+            self.names.work("tasks", task_id), {DATA_FIELD: event.model_dump_json()}
+        )
         return [str(d["tool_call_id"]) for d in wire if "tool_call_id" in d]
 
     async def answer(self, task_id: str, answers: Mapping[str, Any]) -> list[str]:
@@ -369,7 +390,9 @@ class Client:
         open_calls = await self.waiting_calls(task_id)
         by_interrupt = {r.interrupt_id: r.call_id for r in open_calls}
         event = DecisionsSubmitted(task_id=task_id, answers=dict(answers))
-        await self.redis.xadd(self.names.tasks, {DATA_FIELD: event.model_dump_json()})
+        await self.redis.xadd(
+            self.names.work("tasks", task_id), {DATA_FIELD: event.model_dump_json()}
+        )
         return [by_interrupt[i] for i in answers if i in by_interrupt]
 
     async def waiting_calls(self, task_id: str) -> list[ApprovalRequested]:

@@ -154,7 +154,7 @@ async def failed_tasks(
             rows: list[Any] = await pipe.execute()
         for key, (status_raw, cause_raw, agent_raw, thread_raw) in zip(batch, rows, strict=True):
             if _text(status_raw or b"") == "failed":
-                task_id = _text(key)[len(names.prefix) + len(":task:{") : -len("}:state")]
+                task_id = names.task_of_state_key(_text(key))
                 failed.append(
                     (
                         task_id,

@@ -62,6 +62,26 @@ def consumer_name(service: str) -> str:
     return f"{service}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+class PartitionsDiffer(RuntimeError):
+    """The deployment's work streams are split into another number of partitions."""
+
+
+async def agree_on_partitions(redis: aioredis.Redis, names: Names) -> None:
+    """Record the deployment's number of partitions on first start, and refuse to start
+    with another: a task's partition is its id's hash modulo that number, so processes
+    that disagree would look for its keys and events in different places. A deployment
+    without partitions records nothing (as before partitions existed)."""
+    if names.partitions:
+        await redis.set(names.partitions_key, names.partitions, nx=True)
+    recorded = int(await redis.get(names.partitions_key) or 0)
+    if recorded != names.partitions:
+        raise PartitionsDiffer(
+            f"the deployment {names.prefix!r} splits its work streams into {recorded} "
+            f"partitions (LOOPLINE_PARTITIONS), this process into {names.partitions}: "
+            "start it with the deployment's number"
+        )
+
+
 async def ensure_groups(redis: aioredis.Redis, names: Names, services: Sequence[str]) -> None:
     """Create each group at ``0`` so nothing published before the first start is skipped."""
     for service in services:
@@ -245,6 +265,7 @@ def build_app(
 
     @app.on_startup
     async def _create_groups() -> None:
+        await agree_on_partitions(runtime.redis, runtime.names)
         await ensure_groups(runtime.redis, runtime.names, services)
 
     @app.after_startup

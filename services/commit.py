@@ -2,12 +2,14 @@
 or its error, atomically (the scripts of ``services.entry``).
 
 One EVALSHA costs about half the client CPU of the same commands in a MULTI/EXEC pipeline
-and is just as atomic. On a Redis Cluster one script cannot span the slots of the streams
-and hashes involved: there the commit is done in steps (``services.redisconn``).
+and is just as atomic. On a Redis Cluster one script cannot span slots: a commit whose
+keys all share the entry's slot (partitioned work streams) is still one script; any other
+is done in steps (``services.redisconn``).
 """
 
 from __future__ import annotations
 
+from contracts.streams import hash_tag, key_slot
 from services.connection import Connection
 from services.entry import COMMIT_LUA, COMMIT_SCRIPT, PendingCommit, commit_parts
 from services.redisconn import commit_in_steps
@@ -17,6 +19,13 @@ REDELIVERED_COMMIT_SCRIPT = (
 )
 """The commit of a redelivered entry: it also clears the error its last delivery recorded
 (KEYS[1]: the errors hash, ARGV[1]: the entry's field), so that error never outlives it."""
+
+
+def one_slot(entry: PendingCommit) -> bool:
+    """Whether every key an entry's commit takes is in one hash slot, so one script can
+    commit it on a Redis Cluster too (a task's entry with partitioned work streams)."""
+    keys = [entry.stream, *(s for s, _ in entry.outbox), *(k for k, _, _ in entry.writes)]
+    return len({key_slot(hash_tag(key) or key) for key in keys}) == 1
 
 
 class Committer:
@@ -44,7 +53,10 @@ class Committer:
             if ack:
                 await self._connection.command("XACK", *entry.ack)
             return
-        if self._connection.cluster:
+        # the errors hash is in a slot of its own: on a cluster a commit that records or
+        # clears an error goes in steps (a retried entry is redelivered, never lost)
+        touches_errors = error is not None or clear_error is not None
+        if self._connection.cluster and (touches_errors or not one_slot(entry)):
             await self._commit_in_steps(entry, ack=ack, error=error, clear_error=clear_error)
             return
         keys, args = commit_parts(

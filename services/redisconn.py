@@ -9,13 +9,17 @@ or by a plain ``redis://`` URL of any node together with ``LOOPLINE_REDIS_CLUSTE
 deployments where other tools read ``REDIS_URL`` too and know only the plain schemes.
 
 Everything loopline does works on a cluster: the multi-key scripts of a task take only
-that task's keys (one hash slot: the ``{task_id}`` hash tag), every stream read names one
-stream, and pipelines over several keys are non-transactional, which redis-py's cluster
-pipeline splits by node. The one MULTI/EXEC that spans slots (a handled entry's publishes
-with its ack, ``Runtime.commit``) becomes two steps on a cluster: the publishes, then the
-ack. A crash between them redelivers the entry, and the handlers are idempotent for
-redelivery, so the cluster path is at-least-once where a single server's is exactly-once
-per delivery.
+that task's keys (one hash slot: its hash tag), every stream read names one stream, and
+pipelines over several keys are non-transactional, which redis-py's cluster pipeline
+splits by node. With partitioned work streams (``LOOPLINE_PARTITIONS``) a task's keys,
+the streams it is published to and its deadline share its partition's slot, so a handled
+entry's commit (its publishes, writes and ack) and a transition fused with it stay one
+script on a cluster, exactly as on one server. A commit whose keys span slots (no
+partitions; an entry from the one ``tasks`` stream; a public stream such as ``edits``;
+an error recorded in the errors hash) becomes steps on a cluster: the publishes, then
+the ack. A crash between them redelivers the entry, and the handlers are idempotent for
+redelivery, so that path is at-least-once where one script is exactly-once per
+delivery.
 
 Both clients are typed as ``redis.asyncio.Redis`` / ``redis.Redis``: the commands loopline
 uses have the same signatures on ``RedisCluster``.
@@ -38,6 +42,8 @@ from services.secrets import redact_url
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 CLUSTER_FLAG = "LOOPLINE_REDIS_CLUSTER"
+CLUSTER_MAX_CONNECTIONS = 4096
+"""Connections per node of a process's async cluster client (``async_client``)."""
 
 
 def is_cluster(url: str) -> bool:
@@ -113,6 +119,12 @@ def async_client(url: str, **kwargs: Any) -> aioredis.Redis:
         kwargs.setdefault("retry", retrying())
         return aioredis.Redis.from_url(url, **kwargs)
     address = parse_cluster_url(url)
+    # redis-py's async cluster client opens at most 100 connections per node and fails a
+    # command beyond them at once (MaxConnectionsError) instead of waiting: a model
+    # service with 256 calls in flight and a blocked read per partition passes that on
+    # one node, and every failed commit waits for the reclaimer. Connections are opened
+    # only as commands run concurrently, so a high cap costs nothing until needed.
+    kwargs.setdefault("max_connections", CLUSTER_MAX_CONNECTIONS)
     nodes = [AsyncClusterNode(host, port) for host, port in address.nodes]
     client = AsyncRedisCluster(startup_nodes=nodes, **address.options(), **kwargs)
     return cast(aioredis.Redis, client)

@@ -50,7 +50,7 @@ class Runtime:
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.settings = settings
-        self.names = Names(settings.prefix)
+        self.names = Names(settings.prefix, settings.partitions)
         self.connection = Connection(url)
         self.url = url
         self.cluster = self.connection.cluster  # a Redis Cluster: see services.redisconn

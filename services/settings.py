@@ -8,6 +8,8 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contracts.streams import partitions_from_env
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOOPLINE_", extra="ignore", populate_by_name=True)
@@ -16,6 +18,10 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("REDIS_URL", "LOOPLINE_REDIS_URL")
     )
     prefix: str = "loopline"
+    partitions: int = Field(default_factory=partitions_from_env, ge=0, le=1024)
+    """How many partitions each work stream is split into (``contracts.streams.Names``);
+    0, the default, splits none. Every process of a deployment reads the same number: the
+    services refuse to start on another than the one the deployment recorded."""
     redis_wait_s: float = Field(default=60.0, ge=0)
     """How long ``loopline serve`` / ``up`` wait for Redis to answer at start (with
     backoff), so the start order of a deployment's containers does not matter."""

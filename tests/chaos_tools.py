@@ -18,14 +18,14 @@ from __future__ import annotations
 import os
 import time
 
-import redis
+from services.redisconn import sync_client
 
 _URL = os.environ.get("CHAOS_COUNTER_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1"
 _KEY = os.environ.get("CHAOS_COUNTER_KEY", "chaos:counter")
 _DELAY_S = float(os.environ.get("CHAOS_TOOL_DELAY_S", "0") or 0)
 
 # Sync tools run in worker threads; redis-py's client (its connection pool) is thread-safe.
-_redis = redis.Redis.from_url(_URL)
+_redis = sync_client(_URL)
 
 
 def add_counted(a: int, b: int, call_key: str) -> int:

@@ -13,6 +13,7 @@ from contracts.streams import SERVICES
 from loopline.testing.scripted import ScriptedOpenAIServer, responder_by_prompt
 from services.app import ensure_groups
 from services.editing.counting import install_offline_tiktoken_cache
+from services.redisconn import async_client
 from services.runtime import Runtime
 from services.settings import Settings
 from tests.docker_engine import require_compose
@@ -124,7 +125,7 @@ def prefix() -> str:
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
+    client = async_client(redis_url)
     yield client
     await client.aclose()
 

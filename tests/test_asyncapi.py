@@ -27,6 +27,7 @@ NOT_STREAMS = {
     "consumers",
     "deployed",
     "seal_key",
+    "partitions_key",
     "threads",
     "stream_requests",
     "stream_requested",

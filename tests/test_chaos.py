@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis as syncredis
 import redis.asyncio as aioredis
 
 from contracts.agent import AgentSpec
@@ -44,6 +43,7 @@ from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.testing.redis_server import RedisServer
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer, ScriptedToolCall, first_user_text
+from services.redisconn import sync_client
 from tests.support import ServiceProcesses, unique_prefix
 
 TOOL = "tests.chaos_tools:add_counted"
@@ -258,7 +258,7 @@ async def describe_stuck(client: Client, names: Names, stuck: dict[str, str]) ->
 
 
 def counters_of(url: str, key: str) -> dict[str, int]:
-    r = syncredis.Redis.from_url(url)
+    r = sync_client(url)
     try:
         raw: Any = r.hgetall(key)
         return {k.decode(): int(v) for k, v in raw.items()}

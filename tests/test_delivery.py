@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis as syncredis
 
 from contracts import HumanMessage, TaskCompleted, TaskFailed, ToolMessage
 from contracts.streams import DATA_FIELD, Names
@@ -27,6 +26,7 @@ from loopline.testing.scripted import (
     ScriptedOpenAIServer,
     ScriptedToolCall,
 )
+from services.redisconn import sync_client
 from tests.support import REPO_ROOT, ServiceProcesses, unique_prefix, wait_for
 
 RECORD = f"/tmp/loopline-effects-{uuid.uuid4().hex[:8]}.jsonl"
@@ -192,10 +192,10 @@ async def test_oversized_and_unknown_entries_are_dead_lettered(
     stack: ServiceProcesses, redis_url: str
 ) -> None:
     names = Names(stack.prefix)
-    r = syncredis.Redis.from_url(redis_url)
+    r = sync_client(redis_url)
     before = r.xlen(names.dlq)
     huge = json.dumps({"type": "ContextRequested", "task_id": "x" * 30_000})
-    r.xadd(names.context, {DATA_FIELD: huge})
+    r.xadd(names.work_streams("context")[0], {DATA_FIELD: huge})  # one partition's, if any
     unknown = {
         "type": "ToolCompleted",
         "task_id": "nope",
@@ -203,7 +203,7 @@ async def test_oversized_and_unknown_entries_are_dead_lettered(
         "agent_id": "a",
         "message": {"type": "tool", "content": "x", "tool_call_id": "c"},
     }
-    r.xadd(names.loop, {DATA_FIELD: json.dumps(unknown)})
+    r.xadd(names.work("loop", "nope"), {DATA_FIELD: json.dumps(unknown)})
     await wait_for(lambda: r.xlen(names.dlq) >= before + 2, timeout=10)
     letters = [json.loads(f[DATA_FIELD.encode()]) for _, f in r.xrange(names.dlq)][before:]
     errors = " | ".join(letter["error"] for letter in letters)

@@ -43,17 +43,19 @@ async def rt(make_runtime: MakeRuntime) -> Runtime:
 
 async def redeliver_after_death(rt: Runtime, task_id: str, record: dict[str, Any]) -> Any:
     """The call's record as its dead worker left it (lease run out), then a redelivery."""
-    (on_tool,) = tools_handlers(rt).values()
+    stream = rt.names.work("tools", task_id)  # the task's partition's, if partitioned
+    on_tool = tools_handlers(rt)[stream]
     agent_id = await rt.save_agent(GATED_SPEC)
     call = ToolCall(id="c1", name="slow_effect", args={"tag": "t", "seconds": 0, "record": "-"})
     left = {"state": "running", "consumer": "dead", "until": time.time() - 1, **record}
     await rt.redis.hset(rt.names.task_calls(task_id), record_field(1, "c1"), json.dumps(left))
     await issue_calls(rt.redis, rt.names, task_id, agent_id, ["c1"])
     event = ToolRequested(task_id=task_id, step=1, agent_id=agent_id, call=call)
-    await run_entry(rt, "tools", event, on_tool)
+    await run_entry(rt, "tools", event, on_tool, stream=stream)
     # what the tools service published for the call, committed with the entry's ack
-    (published,) = [e for e in await events_on(rt.redis, rt.names.loop) if e.task_id == task_id]
-    assert await pending_on(rt.redis, rt.names.tools, "tools") == 0
+    loop = rt.names.work("loop", task_id)
+    (published,) = [e for e in await events_on(rt.redis, loop) if e.task_id == task_id]
+    assert await pending_on(rt.redis, stream, "tools") == 0
     return published
 
 

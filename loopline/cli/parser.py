@@ -19,6 +19,7 @@ from loopline.cli.operations import (
     cmd_stats,
     cmd_status,
 )
+from loopline.cli.partitions import add_parser as add_partitions_parser
 from loopline.cli.security import add_parser as add_acl_parser
 from loopline.cli.serving import cmd_serve, cmd_up
 from loopline.cli.tasks import cmd_cancel, cmd_demo, cmd_run, cmd_submit, cmd_watch
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_doctor)
 
     add_acl_parser(sub)
+    add_partitions_parser(sub)
 
     p = sub.add_parser("asyncapi", help="the AsyncAPI document of every stream and event")
     from loopline.asyncapi import add_arguments

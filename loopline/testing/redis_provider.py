@@ -1,5 +1,8 @@
-"""Where a test session's Redis comes from: ``REDIS_URL`` when set, else a testcontainers
-Redis when a Docker engine answers, else an embedded Valkey server of this process."""
+"""Where a test session's Redis comes from: ``REDIS_URL`` when set, a Redis Cluster of M
+Valkey masters when ``LOOPLINE_TEST_CLUSTER=M`` (``loopline.testing.cluster``: run a suite
+on a cluster, with ``LOOPLINE_PARTITIONS`` for partitioned work streams), else a
+testcontainers Redis when a Docker engine answers, else an embedded Valkey server of
+this process."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from typing import Any
 import redis
 
 from loopline.embedded_server import EmbeddedValkey
+
+CLUSTER_ENV = "LOOPLINE_TEST_CLUSTER"
 
 
 def docker_answers() -> bool:
@@ -39,6 +44,13 @@ class RedisProvider:
         url = os.environ.get("REDIS_URL")
         if url:
             self.url, self.kind = url, "REDIS_URL"
+            return self
+        masters = os.environ.get(CLUSTER_ENV, "").strip()
+        if masters:
+            from loopline.testing.cluster import ValkeyCluster
+
+            cluster = ValkeyCluster(int(masters)).start()
+            self.url, self.kind, self._stop = cluster.url, f"cluster of {masters}", cluster.stop
             return self
         if docker_answers():
             url = self._container()

@@ -128,7 +128,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     if await store.log_once(event.task_id, key, dump_event(edited)):
                         await rt.publish(names.edits, edited)
         await rt.publish(
-            names.model,
+            names.work("model", event.task_id),
             ModelRequested(
                 task_id=event.task_id,
                 step=event.step,
@@ -139,4 +139,4 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             ),
         )
 
-    return {names.context: on_context_requested}
+    return dict.fromkeys(names.work_streams("context"), on_context_requested)

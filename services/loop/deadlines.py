@@ -33,7 +33,13 @@ class DeadlineSweeper:
                 await self._task
 
     async def sweep(self) -> int:
-        key = self.rt.names.deadlines
+        """Stop the tasks past their deadline (each partition's set of deadlines)."""
+        swept = 0
+        for key in self.rt.names.deadline_sets():
+            swept += await self._sweep(key)
+        return swept
+
+    async def _sweep(self, key: str) -> int:
         now = time.time()
         due: Any = await self.rt.redis.zrangebyscore(key, "-inf", now, start=0, num=100)
         for raw in due:

@@ -57,4 +57,6 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             raise BadEvent(f"{event.type} does not belong on the loop stream")
         await apply(event)
 
-    return {rt.names.tasks: on_task, rt.names.loop: on_loop_event}
+    streams: dict[str, Handler] = dict.fromkeys(rt.names.inputs_of("loop"), on_task)
+    streams.update(dict.fromkeys(rt.names.work_streams("loop"), on_loop_event))
+    return streams

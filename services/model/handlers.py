@@ -109,12 +109,14 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             if not isinstance(message, AIMessage):
                 raise TypeError(f"the model returned a {message.type} message")
         except NodeInterrupted as waiting:  # the task waits for the answer (the loop parks it)
-            await rt.publish(rt.names.loop, interrupted(event, answers, waiting))
+            await rt.publish(
+                rt.names.work("loop", event.task_id), interrupted(event, answers, waiting)
+            )
             return
         except Exception as exc:  # any failure of the call is the task's failure, reported
             log.warning("model call failed for task %s: %r", event.task_id, exc)
             await rt.publish(
-                rt.names.loop,
+                rt.names.work("loop", event.task_id),
                 ModelFailed(
                     task_id=event.task_id,
                     step=event.step,
@@ -140,13 +142,13 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             await hand_over.model_responded(responded, spec)
         except PayloadTooLarge as exc:
             await rt.publish(
-                rt.names.loop,
+                rt.names.work("loop", event.task_id),
                 ModelFailed(
                     task_id=event.task_id, step=event.step, agent_id=event.agent_id, error=str(exc)
                 ),
             )
 
-    return {rt.names.model: on_model_requested}
+    return dict.fromkeys(rt.names.work_streams("model"), on_model_requested)
 
 
 def carried(event: ModelRequested) -> list[Message]:

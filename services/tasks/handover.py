@@ -61,7 +61,7 @@ class LoopHandOver:
     ) -> None:
         rt = self.rt
         if not self.applies_here(spec, event.agent_id):
-            await rt.publish(rt.names.loop, event)
+            await rt.publish(rt.names.work("loop", event.task_id), event)
             return
         mark = rt.outbox_mark()
         try:
@@ -77,4 +77,4 @@ class LoopHandOver:
                 event.task_id,
                 exc,
             )
-            await rt.publish(rt.names.loop, event)
+            await rt.publish(rt.names.work("loop", event.task_id), event)

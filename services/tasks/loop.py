@@ -111,6 +111,8 @@ class Loop:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.names = rt.names
+        self.producer_streams = frozenset((rt.names.tasks, *rt.names.work_streams("tasks")))
+        """Where producers submit (the one tasks stream, and each partition's)."""
         self.store = TaskStore(rt.redis, rt.names, rt.register_script)
         self.per_call = PerCallApprovals(rt, self.store)
         self.threads = ThreadRuns(rt, self.store, self.stop, self._emit)
@@ -192,7 +194,9 @@ class Loop:
             # After the start, so only the submission that started the task sets it; a
             # crash in between leaves the entry pending, and its redelivery sets it.
             await rt.redis.zadd(
-                self.names.deadlines, {event.task_id: event.at + deadline_s}, nx=True
+                self.names.deadlines_of(event.task_id),
+                {event.task_id: event.at + deadline_s},
+                nx=True,
             )
         if state.cause == Cause.START and self._step_limit(spec).model_calls == 0:
             # the recursion limit ends it before the first model call, as LangGraph's
@@ -281,7 +285,7 @@ class Loop:
         """Fail a running task now (cancel, deadline); later events for it are dropped."""
         state = await self._fail_at_current_step(task_id, reason, cause)
         if not state.exists:
-            await self.rt.redis.zrem(self.names.deadlines, task_id)
+            await self.rt.redis.zrem(self.names.deadlines_of(task_id), task_id)
             if cause == Cause.CANCEL:
                 raise UnknownTask(f"cannot cancel: no task {task_id!r}")
             return
@@ -333,7 +337,7 @@ class Loop:
                 requested=resumed,
                 answers=answers.of(node),
             )
-            await self.rt.publish(self.names.model, again)
+            await self.rt.publish(self.names.work("model", tid), again)
             return
         if isinstance(resumed, ModelResponded):
             await self.model_responded(resumed, answers)
@@ -525,7 +529,7 @@ class Loop:
         fit leaves the task waiting for a good one. A refused submission ends only the
         task it started itself, never one another submission of the same id started."""
         entry = CURRENT.get()
-        from_producers = entry is not None and entry.stream == self.names.tasks
+        from_producers = entry is not None and entry.stream in self.producer_streams
         if event_type in REQUESTS_ABOUT_A_TASK:
             return
         if from_producers and event_type != "TaskSubmitted":
@@ -556,7 +560,7 @@ class Loop:
             return
         if not state.running:
             rt.forget(task_id)
-            await rt.redis.zrem(self.names.deadlines, task_id)
+            await rt.redis.zrem(self.names.deadlines_of(task_id), task_id)
             if state.agent_id:
                 await rt.agents.touch(state.agent_id)
             if state.thread:  # a run of a thread writes back
@@ -703,9 +707,9 @@ class Loop:
             phases=tuple(p.value for p in phases),
             publish_phase=publish_phase.value,
             outputs=[(stream, rt.encode(event)) for stream, event in outputs],
-            deadlines_key=self.names.deadlines,
+            deadlines_key=self.names.deadlines_of(task_id),
             expect_len=expect_len,
-            cluster=rt.cluster,
+            cluster=self.names if rt.cluster else None,
         )
 
     async def _record_reply(

@@ -129,7 +129,7 @@ class PerCallApprovals:
                 )
             else:  # a concurrent decision won the race, or the call has its result
                 log.warning("task %s: decision for call %s not applied (%s)", tid, target, outcome)
-        await rt.publish_many([(rt.names.tools, r) for r in resumed])
+        await rt.publish_many([(rt.names.work("tools", tid), r) for r in resumed])
 
 
 def _addressed(event: DecisionsSubmitted) -> list[tuple[str | None, Any]]:

@@ -59,7 +59,7 @@ def model_request(
             transcript_len=transcript_len,
             rev=rev,
         )
-        return names.context, request
+        return names.work("context", task_id), request
     request = ModelRequested(
         task_id=task_id,
         step=step,
@@ -69,12 +69,13 @@ def model_request(
         last_result=last_result,
         transcript=transcript,
     )
-    return names.model, request
+    return names.work("model", task_id), request
 
 
-def tool_stream(names: Names, spec: AgentSpec, call: ToolCall) -> str:
+def tool_stream(names: Names, spec: AgentSpec, call: ToolCall, task_id: str) -> str:
     """``write_todos`` calls of a TodoListMiddleware agent go to the todos service."""
-    return names.todo_calls if call.name == WRITE_TODOS and has_todos(spec) else names.tools
+    kind = "todo_calls" if call.name == WRITE_TODOS and has_todos(spec) else "tools"
+    return names.work(kind, task_id)
 
 
 def tool_requests(
@@ -97,7 +98,7 @@ def tool_requests(
     first_at = join_len - len(expected)
     return [
         (
-            tool_stream(names, spec, call),
+            tool_stream(names, spec, call, task_id),
             ToolRequested(
                 task_id=task_id,
                 step=step,

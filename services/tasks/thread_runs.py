@@ -240,7 +240,8 @@ class ThreadRuns:
             following = await self._unstarted_active(thread_id)
         if following:
             await self.rt.publish(
-                self.names.tasks, RunDequeued(task_id=following, thread_id=thread_id)
+                self.names.work("tasks", following),
+                RunDequeued(task_id=following, thread_id=thread_id),
             )
 
     async def _unstarted_active(self, thread_id: str) -> str:

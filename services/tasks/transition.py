@@ -174,14 +174,32 @@ class Fusion:
         outputs: Sequence[tuple[str, bytes]],
         deadlines_key: str,
         expect_len: int | None,
-        cluster: bool,
+        cluster: Names | None,
     ) -> Fusion | None:
         """None where a transition cannot commit the entry: outside a consumer's handler,
-        or on a Redis Cluster (one script cannot span the task's slot and the streams')."""
+        or on a Redis Cluster (``cluster``: the deployment's names there) where some key
+        the commit takes is not in the task's slot. With partitioned work streams
+        (``Names.partitions``) every key is, as long as the entry came from the task's
+        partition; without them (or for an entry from the one ``tasks`` stream) the
+        transition runs alone and the entry is committed in steps after it."""
         entry = CURRENT.get()
-        if entry is None or entry.committed or cluster:
+        if entry is None or entry.committed:
             return None
-        return cls(entry, task_id, phases, publish_phase, outputs, deadlines_key, expect_len)
+        fusion = cls(entry, task_id, phases, publish_phase, outputs, deadlines_key, expect_len)
+        if cluster is not None and not cluster.same_slot(task_id, fusion.keys()):
+            return None
+        return fusion
+
+    def keys(self) -> list[str]:
+        """Every key the fused commit takes besides the task's own."""
+        entry = self.entry
+        return [
+            *(stream for stream, _ in self.outputs),
+            self.deadlines_key,
+            *(stream for stream, _ in entry.outbox),
+            *(key for key, _, _ in entry.writes),
+            entry.stream,
+        ]
 
     def parts(self) -> tuple[list[str], list[Any]]:
         """The KEYS and ARGV that follow the transition's own (``lua/fused.lua``)."""

@@ -41,10 +41,10 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         else:
             message = parsed
         await rt.publish(
-            names.loop,
+            names.work("loop", event.task_id),
             ToolCompleted(
                 task_id=event.task_id, step=event.step, agent_id=event.agent_id, message=message
             ),
         )
 
-    return {names.todo_calls: on_write_todos}
+    return dict.fromkeys(names.work_streams("todo_calls"), on_write_todos)

@@ -154,7 +154,7 @@ class ToolsService:
 
     async def _report_parked(self, event: CallEvent, parked: Parked) -> None:
         await self.rt.publish(
-            self.rt.names.loop,
+            self.rt.names.work("loop", event.task_id),
             ToolInterrupted(
                 task_id=event.task_id,
                 step=event.step,
@@ -172,7 +172,7 @@ class ToolsService:
     async def _report_failed(self, event: CallEvent, failed: Failed) -> None:
         """The loop fails the task with the tool's exception (rare: no fused path)."""
         await self.rt.publish(
-            self.rt.names.loop,
+            self.rt.names.work("loop", event.task_id),
             ToolFailed(
                 task_id=event.task_id,
                 step=event.step,
@@ -203,7 +203,7 @@ class ToolsService:
             size = len(completed.model_dump_json())
             small = too_large(event.call, size, self.rt.settings.max_event_bytes)
             await self.rt.publish(
-                self.rt.names.loop,
+                self.rt.names.work("loop", event.task_id),
                 completed.model_copy(update={"message": small, "update": None, "writes": None}),
             )
 
@@ -213,4 +213,4 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         __import__(module)
     service = ToolsService(rt)
     rt.background.append(service.limits)
-    return {rt.names.tools: service.on_call}
+    return dict.fromkeys(rt.names.work_streams("tools"), service.on_call)
