@@ -833,7 +833,8 @@ def next_after(as_node: str | None, messages: Sequence[BaseMessage]) -> tuple[st
 
     if as_node == TOOLS:
         return (MODEL,)
-    reply, answers = _fetch_last_ai_and_tool_messages(list(messages))
+    listed: list[Any] = list(messages)
+    reply, answers = _fetch_last_ai_and_tool_messages(listed)
     if reply is None:
         return ()
     answered = {m.tool_call_id for m in answers}
