@@ -327,7 +327,9 @@ class ThreadHistory:
             created_at=datetime.datetime.fromtimestamp(checkpoint.at, datetime.UTC).isoformat(),
             parent_config=checkpoint_config(thread_id, parent) if parent else None,  # type: ignore[arg-type]
             tasks=tuple(tasks),
-            interrupts=(),
+            # what its tasks asked, answered since or not (LangGraph's snapshot of a
+            # checkpoint gathers them so)
+            interrupts=tuple(i for task in tasks for i in task.interrupts),
         )
 
     def values(self, checkpoint: Checkpoint) -> dict[str, Any]:

@@ -390,3 +390,107 @@ async def test_history_of_a_thread_with_tool_calls_as_langgraph_shows_it(sdk: An
     # a node of that agent, but the bus runs on from the model or the tools only
     status, says = await _refused(sdk.threads.update_state(gated, {}, as_node=hook))
     assert status == 422 and "as_node" in says and "not implemented" in says
+
+
+ASKED = {  # what HumanInTheLoopMiddleware asks before add(2, 3)
+    "action_requests": [
+        {
+            "name": "add",
+            "args": {"a": 2, "b": 3},
+            "description": "Tool execution requires approval\n\nTool: add\nArgs: {'a': 2, 'b': 3}",
+        }
+    ],
+    "review_configs": [
+        {"action_name": "add", "allowed_decisions": ["approve", "edit", "reject", "respond"]}
+    ],
+}
+HITL = "HumanInTheLoopMiddleware.after_model"
+_PULL_HITL = ["__pregel_pull", HITL]
+_INPUT = [
+    "input",
+    -1,
+    ["__start__"],
+    [["__start__", ["__pregel_pull", "__start__"], [["user", "gated"]], []]],
+    [],
+    [],
+]
+_FIRST_MODEL = [
+    "loop",
+    0,
+    ["model"],
+    [["model", ["__pregel_pull", "model"], [["ai", ""]], []]],
+    [["human", "gated"]],
+    [],
+]
+# LangGraph's server, for the agent with HumanInTheLoopMiddleware on add: its history
+# while the run waits for the answer, then once approved and done (``asked_outline``:
+# ``outline`` with each task's interrupts and the state's), newest first
+REFERENCE_WAITING_HISTORY = [
+    [
+        "loop",
+        1,
+        [HITL],
+        [[HITL, _PULL_HITL, None, [ASKED]]],
+        [["human", "gated"], ["ai", ""]],
+        [ASKED],
+    ],
+    _FIRST_MODEL,
+    _INPUT,
+]
+REFERENCE_ANSWERED_HISTORY = [
+    ["loop", 5, [], [], [["human", "gated"], ["ai", ""], ["tool", "5"], ["ai", "2 + 3 is 5."]], []],
+    [
+        "loop",
+        4,
+        [HITL],
+        [[HITL, _PULL_HITL, [], []]],
+        [["human", "gated"], ["ai", ""], ["tool", "5"], ["ai", "2 + 3 is 5."]],
+        [],
+    ],
+    [
+        "loop",
+        3,
+        ["model"],
+        [["model", ["__pregel_pull", "model"], [["ai", "2 + 3 is 5."]], []]],
+        [["human", "gated"], ["ai", ""], ["tool", "5"]],
+        [],
+    ],
+    [
+        "loop",
+        2,
+        ["tools"],
+        [["tools", ["__pregel_push", 0, False], [["tool", "5"]], []]],
+        [["human", "gated"], ["ai", ""]],
+        [],
+    ],
+    [
+        "loop",
+        1,
+        [HITL],
+        [[HITL, _PULL_HITL, [["ai", ""]], [ASKED]]],
+        [["human", "gated"], ["ai", ""]],
+        [ASKED],
+    ],
+    _FIRST_MODEL,
+    _INPUT,
+]
+
+
+def asked_outline(state: dict[str, Any]) -> list[Any]:
+    source, step, next_, tasks, messages = outline(state)
+    for task, shown in zip(tasks, state["tasks"], strict=True):
+        task.append([i["value"] for i in shown["interrupts"]])
+    return [source, step, next_, tasks, messages, [i["value"] for i in state["interrupts"]]]
+
+
+async def test_history_of_a_thread_that_waited_for_a_human(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "gated", input=hello("gated"))
+    waiting = await sdk.threads.get_history(tid)
+    assert [asked_outline(s) for s in waiting] == _input_as_a_message(REFERENCE_WAITING_HISTORY)
+    assert asked_outline(await sdk.threads.get_state(tid)) == REFERENCE_WAITING_HISTORY[0]
+    approve = {"decisions": [{"type": "approve"}]}
+    await sdk.runs.wait(tid, "gated", command={"resume": approve})
+    answered = await sdk.threads.get_history(tid, limit=20)
+    assert [asked_outline(s) for s in answered] == _input_as_a_message(REFERENCE_ANSWERED_HISTORY)
+    assert _chained(answered)
