@@ -1,6 +1,8 @@
 """The thread routes of the Agent Server API (search, count, update, copy, prune,
-delete) through the real ``langgraph_sdk`` client against ``loopline serve api`` with the
-services as processes (the fixtures of ``test_http_gateway``).
+delete; the state now and at a checkpoint, state updates with ``as_node``, the history of
+checkpoints with its filters) through the real ``langgraph_sdk`` client against
+``loopline serve api`` with the services as processes (the fixtures of
+``test_http_gateway``).
 
 What LangGraph's own server (``langgraph dev``, langgraph-api 0.16.7 in memory) answered
 to the same calls, on a ``create_agent`` graph and the same scripted replies, is kept
