@@ -55,8 +55,6 @@ from loopline.conversation import (
     RunConfig,
     answers_of,
     is_command,
-    snapshot,
-    snapshot_values,
     state_codec,
     waiting_interrupts,
     with_pending,
@@ -64,7 +62,14 @@ from loopline.conversation import (
 from loopline.errors import TaskFailedError, decision_refusal_of, failure_of, refusal_of
 from loopline.graph import GRAPH_ATTRIBUTES, GraphArguments, reference_graph, refuse_unimplemented
 from loopline.history import START as START_NODE
-from loopline.history import UPDATE_NODES, ThreadHistory, record_fork, record_update
+from loopline.history import (
+    ThreadHistory,
+    current_snapshot,
+    record_fork,
+    record_update,
+    set_working_copy,
+    update_thread,
+)
 from loopline.result import AgentResult
 from loopline.stream_modes import MESSAGES_ONLY, SUBTASK, Item, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
@@ -1033,25 +1038,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             history = self._history(client)
             if at is not None:
                 return await history.snapshot_at(thread_id, at)
-            reader = client.threads()
-            state = await reader.current(thread_id)
-            waits = await waiting_interrupts(client, state)
-            latest = await history.latest(thread_id)
-        live = snapshot(self.spec, state, waits)
-        if latest is None:
-            return live
-        # the values as the run left them (or stands now), the checkpoint's identity
-        # and, between runs, what comes next (an update may have set it)
-        folded = history.snapshot(thread_id, latest)
-        between = state.status != "running"
-        return live._replace(
-            config=folded.config,
-            parent_config=folded.parent_config,
-            metadata=folded.metadata,
-            created_at=folded.created_at if between else live.created_at,
-            next=folded.next if between else live.next,
-            tasks=folded.tasks if between else live.tasks,
-        )
+            return await current_snapshot(client, history, thread_id)
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
         return run_sync(self._on_private_loop(self.aget_state(config, subgraphs=subgraphs)))
@@ -1076,35 +1063,15 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 "update_state(task_id=...) is not implemented: an update is applied "
                 "between runs, as a node's whole write"
             )
-        if as_node not in UPDATE_NODES:
-            raise NotImplementedError(
-                f"update_state(as_node={as_node!r}) is not implemented: an update is "
-                "written as the model's or the tools' (as_node='model', 'tools' or None)"
-            )
         if values is None:
             values = {}
         if not isinstance(values, dict):
             raise TypeError(f"update_state takes a dict of state values, not {values!r}")
         thread_id = self._thread_id(config)
         at = self._run_config(config).checkpoint_id
-        channels = hooks_for(self.spec.agent_id, self.spec).channels
         async with self.client() as client:
             await self._take_in_saved(client, thread_id)
-            reader = client.threads()
-            info = await reader.info(thread_id)
-            if info is not None and info.active:
-                raise ValueError(
-                    f"thread {thread_id} has a run going or waiting ({info.active}): "
-                    "update_state applies to a thread between runs"
-                )
-            # what the reducers refuse is refused here, before anything is recorded
-            current = await reader.current(thread_id)
-            updated_values(current, values, channels)
-            if at is None:
-                await self._align_history(client, thread_id, current)
-            made = await record_update(reader, thread_id, values, as_node, at)
-            checkpoint = await self._history(client).find(thread_id, made)
-            await self._set_working_copy(reader, thread_id, checkpoint)
+            checkpoint = await update_thread(self._history(client), thread_id, values, as_node, at)
         if is_saver(self.checkpointer):
             snap = await self.aget_state(config)
             await write_final(self.checkpointer, thread_id, snap.values)
@@ -1205,30 +1172,11 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 if input is None and target.next:
                     await record_fork(reader, thread_id, target.id, resume="continue")
                 return history.values(target) if input is None and not target.next else None
-            await self._set_working_copy(reader, thread_id, target)
+            await set_working_copy(history, thread_id, target)
             await record_fork(reader, thread_id, target.id, resume="copy" if input is None else "")
             if input is None and not target.next:
                 return history.values(target)
         return None
-
-    async def _align_history(self, client: Client, thread_id: str, current: Any) -> None:
-        """Before an update of the newest state: where the history's newest checkpoint
-        does not hold the thread's state (the logs of the runs that made it are past the
-        retention), the state as it is becomes a checkpoint, so the update applies to
-        it, not to what is left of the history."""
-        latest = await self._history(client).latest(thread_id)
-        folded = len(latest.messages) if latest is not None else 0
-        if current.messages and folded != len(current.messages):
-            values = snapshot_values(self.spec, current)
-            await record_update(client.threads(), thread_id, values, None, None, replace=True)
-
-    async def _set_working_copy(self, reader: Any, thread_id: str, checkpoint: Any) -> None:
-        """The thread's working copy in Redis (what its next run starts from) becomes the
-        checkpoint's state."""
-        keys = dict(checkpoint.keys)
-        todos = keys.pop("todos", None)
-        messages = [from_langchain(m) for m in checkpoint.messages]
-        await reader.replace(thread_id, messages, todos, state_codec(self.spec).dumps(keys))
 
     async def _aresume_thread(
         self, command: Any, config: Mapping[str, Any] | None
@@ -1270,25 +1218,6 @@ class Agent(Runnable[Any, dict[str, Any]]):
             return result
         snap = await self.aget_state(config or {})
         return {**result, "__interrupt__": list(snap.interrupts)}
-
-
-def updated_values(
-    state: Any, values: Mapping[str, Any], channels: Any
-) -> tuple[list[Message], list[dict[str, Any]] | None, dict[str, Any]]:
-    """A thread's messages, todo list and middleware keys with ``values`` applied as
-    LangGraph's ``update_state`` applies them: ``messages`` through ``add_messages`` (an
-    update by id replaces, ``RemoveMessage`` removes), the other keys through the
-    state's reducers."""
-    from langgraph.graph.message import add_messages
-
-    messages: list[Message] = list(state.messages)
-    if "messages" in values:
-        merged = add_messages([to_langchain(m) for m in messages], values["messages"])
-        messages = [from_langchain(m) for m in merged]
-    others = [(k, v) for k, v in values.items() if k != "messages"]
-    keys = channels.apply(state.keys, others) if others else dict(state.keys)
-    todos = keys.pop("todos", state.todos)
-    return messages, todos, keys
 
 
 INHERITED_KEYS = ("tags", "metadata", "recursion_limit")

@@ -25,7 +25,9 @@ same ids. What this module offers the Python API, the gateway and the CLI:
 - ``record_update`` / ``record_fork``: what ``update_state`` and a run from an earlier
   checkpoint add to the thread;
 - ``copy_thread``: a thread's keys under another id, its runs' logs shared (they do not
-  change once a run ended).
+  change once a run ended);
+- ``current_snapshot`` and ``update_thread``: ``get_state`` of the thread as it stands
+  and ``update_state``, the one way both are done (the Python API's and the gateway's).
 
 A read folds only what came since the last one in this process (``_Memo``: the fold
 through the thread's ended runs, which do not change, for the most recently read
@@ -33,7 +35,7 @@ threads).
 
 Limits: a run's log lasts the deployment's retention (``Settings.retention_s``): runs
 whose log is gone give no checkpoints (an update then starts from the thread's state as
-it is, ``Agent._align_history``).
+it is, ``align_history``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 
 from contracts.agent import AgentSpec
 from contracts.events import (
@@ -62,9 +64,15 @@ from contracts.events import (
     TaskSubmitted,
     parse_event,
 )
-from contracts.messages import to_langchain
+from contracts.messages import Message, from_langchain, to_langchain
 from contracts.streams import DATA_FIELD
-from loopline.conversation import HITL_NODE
+from loopline.conversation import (
+    HITL_NODE,
+    snapshot,
+    snapshot_values,
+    state_codec,
+    waiting_interrupts,
+)
 from loopline.stream_modes import ModeTranslator, StateView, interrupt_of, state_view
 from loopline.threads import ThreadReader
 from services.hooks import LS_INTEGRATION, hooks_for, merge_messages, without_stand_in_ids
@@ -73,6 +81,9 @@ from services.tasks.thread_runs import untracked_keys
 
 if TYPE_CHECKING:
     from langgraph.types import StateSnapshot
+
+    from loopline.client import Client
+    from loopline.threads import ThreadValues
 
 START = "__start__"
 TOOLS = "tools"
@@ -242,14 +253,18 @@ class ThreadHistory:
         filter: Mapping[str, Any] | None = None,
         before: str | None = None,
         limit: int | None = None,
+        at: str | None = None,
     ) -> list[StateSnapshot]:
         """LangGraph's ``get_state_history``: the thread's states newest first, those
         whose metadata holds every item of ``filter``, older than checkpoint ``before``,
-        at most ``limit``."""
+        at most ``limit``; ``at``: only that checkpoint (as a saver lists a config that
+        names one)."""
         made = sorted(await self.checkpoints(thread_id), key=lambda c: c.id, reverse=True)
         out = []
         for checkpoint in made:
             if before is not None and checkpoint.id >= before:
+                continue
+            if at is not None and checkpoint.id != at:
                 continue
             metadata = self.metadata(checkpoint)
             if filter and any(metadata.get(k, _MISSING) != v for k, v in filter.items()):
@@ -312,7 +327,9 @@ class ThreadHistory:
             created_at=datetime.datetime.fromtimestamp(checkpoint.at, datetime.UTC).isoformat(),
             parent_config=checkpoint_config(thread_id, parent) if parent else None,  # type: ignore[arg-type]
             tasks=tuple(tasks),
-            interrupts=(),
+            # what its tasks asked, answered since or not (LangGraph's snapshot of a
+            # checkpoint gathers them so)
+            interrupts=tuple(i for task in tasks for i in task.interrupts),
         )
 
     def values(self, checkpoint: Checkpoint) -> dict[str, Any]:
@@ -810,20 +827,20 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def next_after(as_node: str | None, messages: Sequence[BaseMessage]) -> tuple[str, ...]:
-    """What LangGraph's agent runs after a state written as ``as_node``: the tools
-    after the model's reply with calls no tool message answers, the model after the
-    tools, else nothing."""
+    """What LangGraph's agent runs after a state written as ``as_node``: the model
+    after the tools; after the model, a tools task for each call of the last reply
+    that no later tool message answers (``create_agent``'s own routing reads the
+    messages so), else nothing."""
+    from langchain.agents.factory import _fetch_last_ai_and_tool_messages
+
     if as_node == TOOLS:
         return (MODEL,)
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, AIMessage):
-            answered = {m.tool_call_id for m in messages[i + 1 :] if isinstance(m, ToolMessage)}
-            calls = [c for c in message.tool_calls if c["id"] not in answered]
-            return (TOOLS,) * len(calls)
-        if not isinstance(message, ToolMessage):
-            break
-    return ()
+    listed: list[Any] = list(messages)
+    reply, answers = _fetch_last_ai_and_tool_messages(listed)
+    if reply is None:
+        return ()
+    answered = {m.tool_call_id for m in answers}
+    return tuple(TOOLS for call in reply.tool_calls if call["id"] not in answered)
 
 
 def _at_of(checkpoint_id: str) -> float:
@@ -914,3 +931,114 @@ async def copy_thread(reader: ThreadReader, source: str, target: str) -> None:
             await redis.restore(names.thread_key(dst, part), 0, dumped)
     await redis.persist(names.thread_state(dst))
     await redis.zadd(names.threads, {dst: time.time()})
+
+
+# -- the thread as it stands, and an update of it -----------------------------------------
+
+
+async def current_snapshot(client: Client, history: ThreadHistory, thread_id: str) -> StateSnapshot:
+    """``get_state`` without a checkpoint: the values as the run left them (or stand
+    now, while it goes) with the interrupts a waiting run asked, the identity of the
+    newest checkpoint and, between runs, what comes next (an update may have set it).
+    ``history`` names the thread's agent (its ``spec``)."""
+    spec = _spec_of(history)
+    state = await history.reader.current(thread_id)
+    waits = await waiting_interrupts(client, state)
+    latest = await history.latest(thread_id)
+    live: StateSnapshot = snapshot(spec, state, waits)
+    if latest is None:
+        return live
+    folded = history.snapshot(thread_id, latest)
+    between = state.status != "running"
+    return live._replace(
+        config=folded.config,
+        parent_config=folded.parent_config,
+        metadata=folded.metadata,
+        created_at=folded.created_at if between else live.created_at,
+        next=folded.next if between else live.next,
+        tasks=folded.tasks if between else live.tasks,
+    )
+
+
+async def update_thread(
+    history: ThreadHistory,
+    thread_id: str,
+    values: Mapping[str, Any],
+    as_node: str | None,
+    at: str | None,
+) -> Checkpoint:
+    """LangGraph's ``update_state`` on a thread between runs: a new checkpoint whose
+    values are checkpoint ``at``'s (None: the newest) with ``values`` through the
+    state's reducers, written as node ``as_node``, which decides what runs next; the
+    thread's working copy (what its next run starts from) becomes it. ``as_node``
+    naming a middleware's hook is refused (``NotImplementedError``: the bus runs on from
+    the model or the tools only), so is a thread with a run going or waiting
+    (``ValueError``). The new checkpoint."""
+    if as_node not in UPDATE_NODES:
+        raise NotImplementedError(
+            f"update_state(as_node={as_node!r}) is not implemented: an update is "
+            "written as the model's or the tools' (as_node='model', 'tools' or None)"
+        )
+    spec, reader = _spec_of(history), history.reader
+    info = await reader.info(thread_id)
+    if info is not None and info.active:
+        raise ValueError(
+            f"thread {thread_id} has a run going or waiting ({info.active}): "
+            "update_state applies to a thread between runs"
+        )
+    # what the reducers refuse is refused here, before anything is recorded
+    current = await reader.current(thread_id)
+    updated_values(current, values, hooks_for(spec.agent_id, spec).channels)
+    if at is None:
+        await align_history(history, thread_id, current)
+    made = await record_update(reader, thread_id, values, as_node, at)
+    checkpoint = await history.find(thread_id, made)
+    await set_working_copy(history, thread_id, checkpoint)
+    return checkpoint
+
+
+async def align_history(history: ThreadHistory, thread_id: str, current: ThreadValues) -> None:
+    """Before an update of the newest state: where the history's newest checkpoint
+    does not hold the thread's state (the logs of the runs that made it are past the
+    retention), the state as it is becomes a checkpoint, so the update applies to it,
+    not to what is left of the history."""
+    latest = await history.latest(thread_id)
+    folded = len(latest.messages) if latest is not None else 0
+    if current.messages and folded != len(current.messages):
+        values = snapshot_values(_spec_of(history), current)
+        await record_update(history.reader, thread_id, values, None, None, replace=True)
+
+
+async def set_working_copy(history: ThreadHistory, thread_id: str, checkpoint: Checkpoint) -> None:
+    """The thread's working copy in Redis (what its next run starts from) becomes the
+    checkpoint's state."""
+    keys = dict(checkpoint.keys)
+    todos = keys.pop("todos", None)
+    messages = [from_langchain(m) for m in checkpoint.messages]
+    codec = state_codec(_spec_of(history))
+    await history.reader.replace(thread_id, messages, todos, codec.dumps(keys))
+
+
+def updated_values(
+    state: Any, values: Mapping[str, Any], channels: Any
+) -> tuple[list[Message], list[dict[str, Any]] | None, dict[str, Any]]:
+    """A thread's messages, todo list and middleware keys with ``values`` applied as
+    LangGraph's ``update_state`` applies them: ``messages`` through ``add_messages`` (an
+    update by id replaces, ``RemoveMessage`` removes), the other keys through the
+    state's reducers."""
+    from langgraph.graph.message import add_messages
+
+    messages: list[Message] = list(state.messages)
+    if "messages" in values:
+        merged = add_messages([to_langchain(m) for m in messages], values["messages"])
+        messages = [from_langchain(m) for m in merged]
+    others = [(k, v) for k, v in values.items() if k != "messages"]
+    keys = channels.apply(state.keys, others) if others else dict(state.keys)
+    todos = keys.pop("todos", state.todos)
+    return messages, todos, keys
+
+
+def _spec_of(history: ThreadHistory) -> AgentSpec:
+    if history.spec is None:
+        raise ValueError("the thread's agent is not known: no run of it yet")
+    return history.spec

@@ -1,11 +1,12 @@
 """Reading a thread from outside: its state as LangGraph's ``StateSnapshot`` shows it, its
-runs, its history by run; listing, removing threads and replacing an idle thread's values
-(``update_state``). Plain reads of the documented keys (``contracts.streams.Names``:
+runs, the state each run left; listing, removing threads and replacing an idle thread's
+values (``update_state``). Plain reads of the documented keys (``contracts.streams.Names``:
 ``thread:{ID}:*``); the services write them while runs go on.
 
 A thread's state is the one its last run left, or, while a run is active, that run's own
 state as it stands (the run's task keys): what LangGraph's checkpoints show between
-supersteps. Earlier states are the ended runs' task keys, kept for the retention time.
+supersteps. Earlier states are the ended runs' task keys, kept for the retention time; the
+thread's checkpoints, one per superstep, are ``loopline.history``'s.
 
 Where a thread lives is the checkpointer's choice, as in LangGraph (``space_of``): without
 one, or with a saver that persists, the deployment's threads (a thread id names the same
@@ -230,14 +231,6 @@ class ThreadReader:
             if isinstance(event, TaskSubmitted) and event.task_id not in found:
                 found.append(event.task_id)
         return found
-
-    async def history(self, thread_id: str) -> list[ThreadValues]:
-        """The thread's states by run, newest first (runs whose keys are kept)."""
-        states = []
-        for run_id in reversed(await self.run_ids(thread_id)):
-            if await self.redis.exists(self.names.task_state(run_id)):
-                states.append(await self.of_run(thread_id, run_id))
-        return states
 
     async def batched_request(self, task_id: str, step: int) -> ApprovalRequested | None:
         """The approval request a run waiting in the approval phase asked."""

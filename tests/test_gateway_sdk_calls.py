@@ -19,8 +19,6 @@ gateway = shared.gateway
 NOT_YET_ALIKE = {
     "threads.create supersteps",
     "threads.create ttl",
-    "threads.update_state as_node",
-    "threads.get_history before",  # one state per run: nothing before the latest run's
     "threads.join_stream",
     "threads.stream",
     "runs.create after_seconds",
@@ -31,12 +29,6 @@ NOT_YET_ALIKE = {
     "runs.stream tasks",
     "runs.join_stream",  # loopline replays an ended run's stream; LangGraph's sends nothing
     "runs.cancel rollback",
-    "crons.create",
-    "crons.create_for_thread",
-    "crons.search",
-    "crons.count",
-    "crons.update",
-    "crons.delete",
     "store.put_item ttl",
     "store.search_items query",
 }

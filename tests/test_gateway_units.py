@@ -183,9 +183,9 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
             {**run, "durability": "exit"},
         ],
         ThreadCreate: [{"supersteps": []}, {"ttl": 60}],
-        HistoryBody: [{"checkpoint": {}}],
+        HistoryBody: [{"select": ["values"]}, {"before": {"checkpoint_id": "c1"}}],
         ThreadPatch: [{"ttl": {"ttl": 5}}],
-        StateUpdate: [{"as_node": "model"}, {"checkpoint_id": "c1"}],
+        StateUpdate: [{"task_id": "t1"}],
         StoreSearch: [{"query": "x"}, {"refresh_ttl": True}],
         AssistantSearch: [{"select": ["nope"]}, {"sort_by": "size"}],
     }
@@ -206,6 +206,10 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
     ):
         with pytest.raises(BadRequest, match=named):
             parse(RunBody, {**run, "config": config})
+    update = parse(StateUpdate, {"as_node": "tools", "checkpoint": {"checkpoint_id": "c1"}})
+    assert update.as_node == "tools" and update.checkpoint == {"checkpoint_id": "c1"}
+    older = parse(HistoryBody, {"before": {"configurable": {"checkpoint_id": "c1"}}})
+    assert older.before == {"configurable": {"checkpoint_id": "c1"}}
     fine = {"recursion_limit": 5, "tags": ["t"], "configurable": {"thread_id": "t1"}}
     assert parse(RunBody, {**run, "config": fine}).config.recursion_limit == 5
     with pytest.raises(BadRequest, match="rollback"):

@@ -236,10 +236,14 @@ class StateQuery(Params):
 
 class StateUpdate(Params):
     """``POST /threads/{id}/state``: values applied through the state's reducers, between
-    runs. ``as_node``, ``task_id`` and ``checkpoint`` are not implemented (an update is
-    applied to the thread's latest state, and the next run starts at the model)."""
+    runs, as node ``as_node`` wrote them, from checkpoint ``checkpoint`` (or the
+    deprecated ``checkpoint_id``; neither: the newest). ``task_id`` is not implemented
+    (an update is a node's whole write)."""
 
     values: dict[str, Any] | None = None
+    as_node: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    checkpoint_id: str | None = None
 
 
 class StateAtCheckpoint(Params):
@@ -250,12 +254,22 @@ class StateAtCheckpoint(Params):
 
 
 class HistoryBody(Params):
-    """``POST /threads/{id}/history``: the states whose metadata contains ``metadata``
-    (``checkpoint`` and ``select`` are not implemented)."""
+    """``POST /threads/{id}/history``: the thread's checkpoints newest first, those
+    whose metadata has every item of ``metadata``, older than ``before`` (a config:
+    ``{"configurable": {"checkpoint_id": ...}}``), only ``checkpoint``'s when it names
+    one, at most ``limit`` (``select`` is not implemented)."""
 
     limit: int = Field(10, ge=0)
     before: dict[str, Any] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    checkpoint: dict[str, Any] | None = None
+
+    @field_validator("before")
+    @classmethod
+    def _a_config(cls, before: dict[str, Any] | None) -> dict[str, Any] | None:
+        if before is not None and not isinstance(before.get("configurable"), dict):
+            raise ValueError('before takes a config: {"configurable": {"checkpoint_id": ...}}')
+        return before
 
 
 class NoParams(Params):

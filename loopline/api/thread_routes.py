@@ -1,8 +1,9 @@
 """``/threads``: create one, read it (status, values, interrupts), search and count them
 (metadata, values, ids, status), update its metadata, copy it, prune and remove them; its
 state as LangGraph's ``ThreadState`` (values, next, tasks, checkpoint, interrupts), now or
-at a checkpoint, state updates, and its history. The thread's values come from the thread
-model (``loopline.threads``)."""
+at a checkpoint, state updates, and its history of checkpoints, one per superstep. The
+thread's values and checkpoints come from the thread model (``loopline.threads``,
+``loopline.history``): the routes only read requests and write answers."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import contextlib
 import datetime
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from loopline.agent import updated_values
+from contracts.agent import AgentSpec
 from loopline.api.crons import CronStore
 from loopline.api.gateway import body_of, tenant_of
+from loopline.api.graph import graph_json
 from loopline.api.params import (
     HistoryBody,
     NoParams,
@@ -35,10 +37,12 @@ from loopline.api.records import ThreadRecord
 from loopline.api.runs import state_values, thread_ids, was_stopped
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
-from loopline.conversation import snapshot, waiting_interrupts
-from loopline.history import copy_thread
+from loopline.conversation import waiting_interrupts
+from loopline.history import ThreadHistory, copy_thread, current_snapshot, update_thread
 from loopline.threads import ThreadValues
-from services.hooks import hooks_for
+
+if TYPE_CHECKING:
+    from langgraph.types import StateSnapshot
 
 
 async def create(request: Request) -> Response:
@@ -238,26 +242,28 @@ async def _status(tenant: Tenant, state: ThreadValues | None, interrupted: bool)
     return "idle" if await was_stopped(tenant, state.run_id) else "error"
 
 
-async def state_json(
-    tenant: Tenant, thread_id: str, state: ThreadValues, *, parent_run: str = ""
-) -> dict[str, Any]:
-    """A ``ThreadState``: loopline's ``StateSnapshot`` of the thread, as JSON (the run's
-    id stands for LangGraph's checkpoint id)."""
-    spec = await tenant.spec_of_task(state.run_id) if state.run_id else None
-    if spec is None:
-        return _empty_state(thread_id)
-    waits = await waiting_interrupts(tenant.client, state)
-    snap = snapshot(spec, state, waits, parent_run=parent_run)
-    checkpoint = dict(snap.config["configurable"])
+async def thread_history(tenant: Tenant, thread_id: str) -> ThreadHistory:
+    """The thread model's reading of the thread, for the agent of its last run (None
+    before any run: no state keys but the messages). 404 for a thread that does not
+    exist."""
+    await thread_json(tenant, thread_id)
+    current = await tenant.threads.current(thread_id)
+    spec = await tenant.spec_of_task(current.run_id) if current.run_id else None
+    return ThreadHistory(tenant.threads, spec)
+
+
+def snapshot_json(snap: StateSnapshot) -> dict[str, Any]:
+    """A ``StateSnapshot`` as LangGraph's server shows a ``ThreadState``."""
+    checkpoint = dict(snap.config["configurable"]) if snap.config else None
     parent = dict(snap.parent_config["configurable"]) if snap.parent_config else None
     return {
-        "values": await state_values(tenant, state),
+        "values": jsonable(snap.values),
         "next": list(snap.next),
         "tasks": [
             {
                 "id": task.id,
                 "name": task.name,
-                "path": list(task.path),
+                "path": jsonable(task.path),
                 "error": None,
                 "interrupts": [interrupt_json(i) for i in task.interrupts],
                 "checkpoint": None,
@@ -271,42 +277,42 @@ async def state_json(
         "checkpoint": checkpoint,
         "parent_checkpoint": parent,
         "interrupts": [interrupt_json(i) for i in snap.interrupts],
-        "checkpoint_id": checkpoint.get("checkpoint_id"),
+        "checkpoint_id": checkpoint.get("checkpoint_id") if checkpoint else None,
         "parent_checkpoint_id": parent.get("checkpoint_id") if parent else None,
     }
 
 
-def _empty_state(thread_id: str) -> dict[str, Any]:
-    """A thread with no run yet, as LangGraph shows a thread without checkpoints."""
-    checkpoint = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": None}
-    return {
-        "values": {},
-        "next": [],
-        "tasks": [],
-        "metadata": {},
-        "created_at": None,
-        "checkpoint": checkpoint,
-        "parent_checkpoint": None,
-        "interrupts": [],
-        "checkpoint_id": None,
-        "parent_checkpoint_id": None,
-    }
+EMPTY_STATE: dict[str, Any] = {
+    "values": {},
+    "next": [],
+    "tasks": [],
+    "metadata": None,
+    "created_at": None,
+    "checkpoint": None,
+    "parent_checkpoint": None,
+    "interrupts": [],
+    "checkpoint_id": None,
+    "parent_checkpoint_id": None,
+}
+"""A thread with no checkpoint yet, as LangGraph's server shows it."""
 
 
 async def state(request: Request) -> Response:
+    """``GET /threads/{id}/state``: the thread as it stands, with its newest checkpoint
+    (``loopline.history.current_snapshot``)."""
     parse(StateQuery, request.query_params)
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
-    await thread_json(tenant, thread_id)  # 404 for a thread that does not exist
-    current = await tenant.threads.current(thread_id)
-    runs = await tenant.threads.run_ids(thread_id)
-    parent = runs[runs.index(current.run_id) - 1] if current.run_id in runs[1:] else ""
-    return JSONResponse(await state_json(tenant, thread_id, current, parent_run=parent))
+    history = await thread_history(tenant, thread_id)
+    if history.spec is None:
+        return JSONResponse(EMPTY_STATE)
+    return JSONResponse(snapshot_json(await current_snapshot(tenant.client, history, thread_id)))
 
 
 async def state_at(request: Request) -> Response:
     """``GET /threads/{id}/state/{checkpoint_id}`` and ``POST .../state/checkpoint``: the
-    state at a checkpoint (in loopline, a run's id names the state the run left)."""
+    state at a checkpoint (an id the thread does not have: an empty state, as LangGraph
+    answers it)."""
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
     if request.method == "POST":
@@ -315,56 +321,50 @@ async def state_at(request: Request) -> Response:
     else:
         parse(StateQuery, request.query_params)
         checkpoint_id = request.path_params["checkpoint_id"]
-    await thread_json(tenant, thread_id)  # 404 for a thread that does not exist
-    runs = await tenant.threads.run_ids(thread_id)
-    if checkpoint_id not in runs:
-        raise NotFound(f"Checkpoint {checkpoint_id} not found on thread {thread_id}")
-    at = await tenant.threads.of_run(thread_id, checkpoint_id)
-    parent = runs[runs.index(checkpoint_id) - 1] if runs.index(checkpoint_id) else ""
-    return JSONResponse(await state_json(tenant, thread_id, at, parent_run=parent))
+    history = await thread_history(tenant, thread_id)
+    return JSONResponse(snapshot_json(await history.snapshot_at(thread_id, checkpoint_id)))
 
 
 async def update_state(request: Request) -> Response:
     """``POST /threads/{id}/state``: LangGraph's ``update_state`` on a thread between
-    runs (409 while a run goes or waits); the values go through the reducers of the
-    agent that last ran on it. The answer names the thread's state (the run it came
-    from: loopline makes no checkpoint of its own for an update)."""
+    runs (``loopline.history.update_thread``; 409 while a run goes or waits); the answer
+    names the new checkpoint."""
     tenant = await tenant_of(request)
     body = parse(StateUpdate, await body_of(request))
     thread_id = request.path_params["thread_id"]
-    await thread_json(tenant, thread_id)
-    current = await tenant.threads.current(thread_id)
-    spec = await tenant.spec_of_task(current.run_id) if current.run_id else None
-    if spec is None:
-        raise BadRequest(f"thread {thread_id} has not run: no agent's state to update yet")
-    channels = hooks_for(spec.agent_id, spec).channels
-    messages, todos, extra = updated_values(current, body.values or {}, channels)
+    history = await thread_history(tenant, thread_id)
+    if history.spec is None:  # LangGraph's server: the thread has no graph yet
+        detail = f"thread {thread_id} has not run: no agent's state to update yet"
+        return JSONResponse({"detail": detail}, status_code=400)
+    if body.as_node is not None and body.as_node not in _nodes(history.spec):
+        return JSONResponse({"detail": f"Node {body.as_node} does not exist"}, status_code=400)
+    at = (body.checkpoint or {}).get("checkpoint_id") or body.checkpoint_id
     try:
-        await tenant.threads.replace(thread_id, messages, todos, channels.codec.dumps(extra))
+        made = await update_thread(history, thread_id, body.values or {}, body.as_node, at)
+    except NotImplementedError as exc:  # as_node naming a middleware's hook
+        raise BadRequest(str(exc)) from exc
     except ValueError as exc:  # a run goes or waits for a human
         return JSONResponse({"detail": str(exc)}, status_code=409)
-    checkpoint = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": current.run_id}
+    checkpoint = made.config(thread_id)["configurable"]
     return JSONResponse(
-        {"checkpoint": checkpoint, "configurable": checkpoint, "checkpoint_id": current.run_id}
+        {"checkpoint": checkpoint, "configurable": checkpoint, "checkpoint_id": made.id}
     )
 
 
+def _nodes(spec: AgentSpec) -> set[str]:
+    return {str(node["id"]) for node in graph_json(spec)["nodes"]}
+
+
 async def history(request: Request) -> Response:
+    """``POST /threads/{id}/history``: its checkpoints newest first
+    (``loopline.history``'s ``snapshots``)."""
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
     body = parse(HistoryBody, await body_of(request))
-    await thread_json(tenant, thread_id)
-    states = await tenant.threads.history(thread_id)
+    past = await thread_history(tenant, thread_id)
     before = ((body.before or {}).get("configurable") or {}).get("checkpoint_id")
-    if before:
-        ids = [s.run_id for s in states]
-        states = states[ids.index(before) + 1 :] if before in ids else []
-    out: list[dict[str, Any]] = []
-    for i, past in enumerate(states):
-        if len(out) >= body.limit:
-            break
-        parent = states[i + 1].run_id if i + 1 < len(states) else ""
-        shown = await state_json(tenant, thread_id, past, parent_run=parent)
-        if contains(shown["metadata"], body.metadata):
-            out.append(shown)
-    return JSONResponse(out)
+    at = (body.checkpoint or {}).get("checkpoint_id")
+    snaps = await past.snapshots(
+        thread_id, filter=body.metadata, before=before, limit=body.limit, at=at
+    )
+    return JSONResponse([snapshot_json(snap) for snap in snaps])
