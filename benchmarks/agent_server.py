@@ -67,12 +67,15 @@ graph = create_agent(model)
 
 
 @contextmanager
-def agent_server(langgraph: str, model_url: str) -> Iterator[str]:
-    """``langgraph dev`` serving ``GRAPH`` as the assistant ``streaming``; yields its URL."""
+def agent_server(
+    langgraph: str, model_url: str, graph: str = GRAPH, name: str = "streaming"
+) -> Iterator[str]:
+    """``langgraph dev`` serving the module text ``graph`` (its ``graph``) as the
+    assistant ``name``; yields its URL."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="loopline-agent-server-") as root:
-        Path(root, "graph.py").write_text(GRAPH)
-        config = {"dependencies": ["."], "graphs": {"streaming": "./graph.py:graph"}}
+        Path(root, "graph.py").write_text(graph)
+        config = {"dependencies": ["."], "graphs": {name: "./graph.py:graph"}}
         Path(root, "langgraph.json").write_text(json.dumps(config))
         env = {
             **os.environ,

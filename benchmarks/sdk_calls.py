@@ -28,24 +28,22 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 from langgraph_sdk import get_client
 
+from benchmarks.agent_server import agent_server
 from benchmarks.report import RESULTS_DIR
 from benchmarks.stack import Services, drop_prefix, new_prefix
-from loopline import create_agent, lifetime
+from loopline import create_agent
 from loopline.client import Client
-from loopline.testing.processes import GatewayProcess, free_port
+from loopline.testing.processes import GatewayProcess
 from loopline.testing.scripted import Reply, ScriptedOpenAIServer
 from services.settings import Settings
 
@@ -523,51 +521,6 @@ async def answers(url: str) -> dict[str, dict[str, Any]]:
 
 
 @contextmanager
-def agent_server(langgraph: str, model_url: str) -> Iterator[str]:
-    """``langgraph dev`` serving ``GRAPH`` as the assistant ``agent``; yields its URL."""
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="loopline-sdk-calls-") as root:
-        Path(root, "graph.py").write_text(GRAPH)
-        config = {"dependencies": ["."], "graphs": {ASSISTANT: "./graph.py:graph"}}
-        Path(root, "langgraph.json").write_text(json.dumps(config))
-        env = {
-            **os.environ,
-            "OPENAI_BASE_URL": model_url,
-            "LANGSMITH_TRACING": "false",
-            "LANGGRAPH_CLI_NO_ANALYTICS": "1",
-        }
-        env.pop("PYTHONPATH", None)  # its own environment, not this project's
-        proc = lifetime.spawn(
-            [langgraph, "dev", "--no-browser", "--no-reload", "--port", str(port)],
-            cwd=root,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            _wait_ready(url, proc)
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=20)
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("langgraph dev exited before it served")
-        try:
-            if httpx.get(f"{url}/ok", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError("langgraph dev did not answer /ok in time")
-
-
-@contextmanager
 def loopline_gateway(url: str, model_url: str) -> Iterator[str]:
     """The services and ``loopline serve api`` on a fresh prefix, the agent deployed as
     ``agent``; yields the gateway's URL. The prefix is dropped afterwards."""
@@ -626,7 +579,7 @@ def main() -> None:
     with ScriptedOpenAIServer(responder=respond) as model:
         if args.langgraph:
             print("LangGraph's server:")
-            with agent_server(args.langgraph, model.url) as url:
+            with agent_server(args.langgraph, model.url, GRAPH, ASSISTANT) as url:
                 theirs = asyncio.run(answers(url))
             RESULTS_DIR.mkdir(parents=True, exist_ok=True)
             REFERENCE.write_text(json.dumps(theirs, indent=1) + "\n")

@@ -15,28 +15,20 @@ from starlette.responses import JSONResponse, Response
 
 from contracts.events import MultitaskStrategy
 from loopline.api import webhooks
-from loopline.api.crons import FIELDS, Cron, CronStore, check_schedule, check_timezone, now_utc
+from loopline.api.crons import (
+    FIELDS,
+    Cron,
+    CronField,
+    CronStore,
+    check_schedule,
+    check_timezone,
+    now_utc,
+)
 from loopline.api.gateway import body_of, tenant_of
 from loopline.api.params import NoParams, Params, RunConfigBody, StreamMode, parse
 from loopline.api.runs import thread_exists
 from loopline.api.tenant import NotFound, Tenant
 
-CronField = Literal[
-    "cron_id",
-    "assistant_id",
-    "thread_id",
-    "user_id",
-    "end_time",
-    "schedule",
-    "timezone",
-    "payload",
-    "next_run_date",
-    "metadata",
-    "on_run_completed",
-    "enabled",
-    "created_at",
-    "updated_at",
-]
 SortField = Literal[
     "cron_id", "assistant_id", "thread_id", "next_run_date", "end_time", "created_at", "updated_at"
 ]

@@ -21,7 +21,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -121,7 +121,7 @@ class Cron:
     updated_at: str = ""
 
     def json(self, next_ms: float | None) -> dict[str, Any]:
-        shown = {k: getattr(self, k) for k in FIELDS if k != "next_run_date"}
+        shown: dict[str, Any] = {k: getattr(self, k) for k in FIELDS if k != "next_run_date"}
         shown["next_run_date"] = None if next_ms is None else from_ms(next_ms).isoformat()
         return shown
 
@@ -134,7 +134,7 @@ class Cron:
         return None if self.ended_by(following) else to_ms(following)
 
 
-FIELDS = (
+CronField = Literal[
     "cron_id",
     "assistant_id",
     "thread_id",
@@ -149,7 +149,10 @@ FIELDS = (
     "enabled",
     "created_at",
     "updated_at",
-)
+]
+"""A cron's fields as LangGraph's server shows them (and ``select`` may name)."""
+
+FIELDS: tuple[CronField, ...] = get_args(CronField)
 """A cron's fields in the order LangGraph's server writes them (``select`` names them)."""
 
 
