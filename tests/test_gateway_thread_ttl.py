@@ -137,3 +137,14 @@ async def test_a_ttl_langgraph_refuses_or_loopline_does_not_implement_is_refused
     with pytest.raises(httpx.HTTPStatusError) as refused:
         await sdk.threads.update(thread["thread_id"], metadata={}, ttl={"ttl": True})
     assert refused.value.response.status_code == REFERENCE_BAD_TTL_STATUS
+
+
+async def test_a_thread_waiting_for_a_human_expires_too(
+    sdk: Any, redis: aioredis.Redis, deployment: ServiceProcesses
+) -> None:
+    waiting = await sdk.threads.create(ttl=1 / 60)
+    thread_id = waiting["thread_id"]
+    await sdk.runs.wait(thread_id, "gated", input=hello("gated"))
+    assert (await sdk.threads.get(thread_id))["status"] == "interrupted"
+    await _gone(sdk, thread_id)
+    assert await _keys_of(redis, deployment.prefix, thread_id) == []
