@@ -5,11 +5,11 @@
 (``LOOPLINE_THREAD_SWEEP_S``).
 
 A thread past its TTL is gone from the gateway (404) and from Redis: its thread keys, the
-gateway's records of it and of its runs, its runs' task keys. A thread without a TTL
-stays; reading a thread does not renew its TTL (LangGraph's thread TTL has no
-``refresh_on_read``). ``langgraph dev`` takes a ``ttl`` and ignores it (its in-memory
-runtime does not sweep), so what it answers is only its schema's verdict on a bad
-``ttl``: 422, as here.
+gateway's records of it and of its runs, its runs' task keys; so is one that waits for
+a human (its waiting run is cancelled). A thread without a TTL stays; reading a thread
+does not renew its TTL (LangGraph's thread TTL has no ``refresh_on_read``). ``langgraph
+dev`` takes a ``ttl`` and ignores it (its in-memory runtime does not sweep), so what it
+answers is only its schema's verdict on a bad ``ttl``: 422, as here.
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ async def _keys_of(redis: aioredis.Redis, prefix: str, thread_id: str) -> list[s
 
 
 async def _task_keys(redis: aioredis.Redis, names: Names, run_id: str) -> list[str]:
-    task_id = (await redis.hget(names.api_run(run_id), "task_id")).decode()
+    task_id: Any = await redis.hget(names.api_run(run_id), "task_id")
+    assert isinstance(task_id, bytes)
+    task_id = task_id.decode()
     return [k for k in names.task_keys(task_id) if await redis.exists(k)]
 
 
