@@ -406,6 +406,13 @@ class Names:
         and count walk it beside ``threads``). Written and read by the gateway."""
         return f"{self.prefix}:api:threads"
 
+    @property
+    def api_thread_expiry(self) -> str:
+        """Sorted set: the threads a client gave a TTL, by when they expire (epoch
+        seconds); the gateway's sweep deletes those past it. Written and read by the
+        gateway."""
+        return f"{self.prefix}:api:threads:expiry"
+
     def api_assistant(self, assistant_id: str) -> str:
         """Hash: an assistant created over HTTP (a configuration of a deployed agent):
         ``created_at``, ``updated_at``, ``latest`` (its current version), ``versions``

@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     An in-process saver's thread (``InMemorySaver``) is the exception: the saver holds
     its record, so Redis's working copy of it goes once idle for ``retention_s``."""
 
+    thread_sweep_s: float = Field(default=300.0, gt=0)
+    """How often the gateway looks for threads past the TTL a client gave them
+    (``threads.create(ttl=...)``, ``threads.update(ttl=...)``) and deletes them: LangGraph's
+    ``sweep_interval_minutes`` (its default, about 5 minutes), in seconds."""
+
     read_batch: int = Field(default=64, ge=1)
     """Entries fetched per XREADGROUP: bounded so one consumer never hoards the backlog."""
 

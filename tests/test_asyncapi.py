@@ -21,6 +21,7 @@ DOC = REPO_ROOT / "docs" / "asyncapi.json"
 REGENERATE = "loopline asyncapi -o docs/asyncapi.json"
 NOT_STREAMS = {
     "api_threads",  # the gateway's index of its threads (a sorted set)
+    "api_thread_expiry",  # and of when those given a TTL expire
     "api_assistants",  # and of the assistants created over HTTP
     "errors",
     "deadlines",

@@ -18,7 +18,6 @@ gateway = shared.gateway
 
 NOT_YET_ALIKE = {
     "threads.create supersteps",
-    "threads.create ttl",
     "threads.join_stream",
     "threads.stream",
     "runs.create after_seconds",

@@ -1,6 +1,7 @@
 """What every gateway replica runs beside its routes: for each tenant it serves, the
-cron scheduler and the webhook sender. Any number of replicas may run them: each tick
-and each webhook is claimed in Redis by one."""
+cron scheduler, the webhook sender and the sweep of expired threads. Any number of
+replicas may run them: each tick and each webhook is claimed in Redis by one, and
+deleting an expired thread twice deletes it once."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import httpx
 from loopline.api import webhooks
 from loopline.api.cron_scheduler import CronScheduler
 from loopline.api.gateway import Gateway
+from loopline.api.thread_sweep import ThreadSweeper
 from loopline.api.webhook_delivery import TIMEOUT_S, WebhookSender
 
 
@@ -26,7 +28,7 @@ def tenant_prefixes(gateway: Gateway) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def running(gateway: Gateway) -> AsyncIterator[None]:
-    """The schedulers and senders, from the app's start to its stop."""
+    """The schedulers, senders and sweeps, from the app's start to its stop."""
     webhooks.policy()  # a malformed LOOPLINE_API_WEBHOOKS stops the start, with why
     replica = f"{socket.gethostname()}:{os.getpid()}"
     # redirects are not followed: the policy checked the URL, not where it points next
@@ -37,6 +39,7 @@ async def running(gateway: Gateway) -> AsyncIterator[None]:
             tasks.append(asyncio.create_task(CronScheduler(tenant).run(gateway.stopping)))
             sender = WebhookSender(tenant, client, replica)
             tasks.append(asyncio.create_task(sender.run(gateway.stopping)))
+            tasks.append(asyncio.create_task(ThreadSweeper(tenant).run(gateway.stopping)))
         try:
             yield
         finally:

@@ -167,12 +167,31 @@ class JoinQuery(Params):
 # -- threads -------------------------------------------------------------------------
 
 
+class ThreadTTL(Params):
+    """A thread's ``ttl`` as LangGraph's server takes it: minutes from now until the
+    sweep deletes the thread (any number, as its schema has it: one not above zero is
+    due at the next sweep); none: the deployment's default. Of the strategies only
+    ``delete`` is implemented (``keep_latest`` prunes checkpoints, which loopline derives
+    from the thread's log rather than keeps)."""
+
+    strategy: Literal["delete", "keep_latest"] = "delete"
+    ttl: float | None = Field(None, strict=True)
+
+    @field_validator("strategy")
+    @classmethod
+    def _deletes(cls, value: str) -> str:
+        if value != "delete":
+            raise ValueError(f"{value!r} is not supported (supported: 'delete')")
+        return value
+
+
 class ThreadCreate(Params):
-    """``POST /threads`` (``supersteps`` and ``ttl`` are not implemented)."""
+    """``POST /threads`` (``supersteps`` is not implemented)."""
 
     thread_id: str | None = Field(None, min_length=1, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
     if_exists: Literal["raise", "do_nothing"] = "raise"
+    ttl: ThreadTTL | None = None
 
 
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
@@ -213,10 +232,11 @@ class ThreadSearch(ThreadCount):
 
 
 class ThreadPatch(Params):
-    """``PATCH /threads/{id}``: metadata merged into the thread's (``ttl`` is not
-    implemented)."""
+    """``PATCH /threads/{id}``: metadata merged into the thread's; a ``ttl`` counts
+    from now."""
 
     metadata: dict[str, Any] = Field(default_factory=dict)
+    ttl: ThreadTTL | None = None
 
 
 class ThreadPrune(Params):

@@ -2,7 +2,8 @@
 per run it started (``Names.api_thread``, ``Names.api_run``), so LangGraph's ids resolve
 to loopline's tasks. A run's record expires with the deployment's retention; a thread's
 lasts until it is deleted, or, where the operator set ``thread_ttl_s``, expires that long
-after its last run, as the services' thread keys do.
+after its last run, as the services' thread keys do; a thread a client gave a TTL is
+listed by when it expires (``Names.api_thread_expiry``) for the sweep to delete.
 
 A run is a task, or, for a ``command.resume``, the rest of a waiting task: LangGraph
 answers an interrupt with a new run on the thread, loopline with decisions to the task
@@ -127,10 +128,41 @@ class Records:
         if self.thread_ttl_s:
             await self.redis.expire(self.names.api_thread(thread_id), self.thread_ttl_s)
 
-    async def delete_thread(self, thread_id: str) -> bool:
+    async def delete_thread(self, thread_id: str, with_runs: bool = False) -> bool:
+        """Forget a thread; whether the gateway had a record of it. ``with_runs``: its
+        runs' records and their tasks' keys (transcript, log) too, so an expired
+        thread's conversation is gone, not only its index."""
         key, runs = self.names.api_thread(thread_id), self.names.api_thread_runs(thread_id)
-        await self.redis.zrem(self.names.api_threads, thread_id)
-        return int(await self.redis.delete(key, runs)) >= 1
+        run_keys = await self._run_keys(runs) if with_runs else []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(self.names.api_threads, thread_id)
+            pipe.zrem(self.names.api_thread_expiry, thread_id)
+            pipe.delete(key, runs)
+            for run_key in run_keys:  # one by one: a run's and a task's keys hash apart
+                pipe.delete(run_key)
+            done = await pipe.execute()
+        return int(done[2]) >= 1
+
+    async def _run_keys(self, runs_key: str) -> list[str]:
+        """The keys of the runs listed under ``runs_key``: their records, their tasks'."""
+        found: Any = await self.redis.zrange(runs_key, 0, -1)
+        keys = []
+        for run_id in map(_text, found):
+            keys.append(self.names.api_run(run_id))
+            task_id: Any = await self.redis.hget(self.names.api_run(run_id), "task_id")
+            if task_id:
+                keys.extend(self.names.task_keys(_text(task_id)))
+        return keys
+
+    async def expire_thread_at(self, thread_id: str, when: float) -> None:
+        """The thread is deleted by the first sweep after ``when`` (epoch seconds)."""
+        await self.redis.zadd(self.names.api_thread_expiry, {thread_id: when})
+
+    async def expired_threads(self, now: float, limit: int) -> list[str]:
+        """Threads past their TTL at ``now``, those due first."""
+        key = self.names.api_thread_expiry
+        found: Any = await self.redis.zrangebyscore(key, "-inf", now, start=0, num=limit)
+        return [_text(thread_id) for thread_id in found]
 
     async def save_run(self, record: RunRecord) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:

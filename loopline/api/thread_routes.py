@@ -31,11 +31,13 @@ from loopline.api.params import (
     ThreadPatch,
     ThreadPrune,
     ThreadSearch,
+    ThreadTTL,
     parse,
 )
 from loopline.api.records import ThreadRecord
 from loopline.api.runs import state_values, thread_ids, was_stopped
 from loopline.api.tenant import NotFound, Tenant
+from loopline.api.thread_sweep import remove_thread
 from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
 from loopline.conversation import waiting_interrupts
 from loopline.history import ThreadHistory, copy_thread, current_snapshot, update_thread
@@ -56,7 +58,14 @@ async def create(request: Request) -> Response:
         return JSONResponse({"detail": f"Thread {thread_id} already exists"}, status_code=409)
     record = ThreadRecord(thread_id=thread_id, metadata=dict(body.metadata))
     await tenant.records.save_thread(record)
+    await _set_ttl(tenant, thread_id, body.ttl)
     return JSONResponse(await thread_json(tenant, thread_id))
+
+
+async def _set_ttl(tenant: Tenant, thread_id: str, ttl: ThreadTTL | None) -> None:
+    """A ``ttl`` given: the thread expires that many minutes from now (``thread_sweep``)."""
+    if ttl is not None and ttl.ttl is not None:
+        await tenant.records.expire_thread_at(thread_id, time.time() + ttl.ttl * 60)
 
 
 async def get(request: Request) -> Response:
@@ -70,20 +79,13 @@ async def delete(request: Request) -> Response:
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
     try:
-        removed = await _remove(tenant, thread_id)
+        removed = await remove_thread(tenant, thread_id)
     except ValueError as exc:  # a run is active
         return JSONResponse({"detail": str(exc)}, status_code=409)
     if not removed:
         raise NotFound(f"Thread {thread_id} not found")
     await CronStore(tenant.redis, tenant.names).delete_for_thread(thread_id)  # as LangGraph's
     return Response(status_code=204)
-
-
-async def _remove(tenant: Tenant, thread_id: str) -> bool:
-    """Remove a thread's values and the gateway's record of it; whether it existed
-    (``ValueError`` for a thread with an active run)."""
-    removed = await tenant.threads.remove(thread_id)
-    return await tenant.records.delete_thread(thread_id) or removed
 
 
 async def search(request: Request) -> Response:
@@ -145,7 +147,8 @@ def contains(have: Any, want: Any) -> bool:
 
 
 async def update(request: Request) -> Response:
-    """``PATCH /threads/{id}``: its metadata merged with the body's."""
+    """``PATCH /threads/{id}``: its metadata merged with the body's; a ``ttl`` counts
+    from now."""
     tenant = await tenant_of(request)
     patch = parse(ThreadPatch, await body_of(request))
     thread_id = request.path_params["thread_id"]
@@ -156,6 +159,7 @@ async def update(request: Request) -> Response:
     record.metadata = {**record.metadata, **patch.metadata}
     record.updated_at = time.time()
     await tenant.records.save_thread(record)
+    await _set_ttl(tenant, thread_id, patch.ttl)
     return JSONResponse(await thread_json(tenant, thread_id))
 
 
@@ -190,7 +194,7 @@ async def prune(request: Request) -> Response:
     pruned = 0
     for thread_id in body.thread_ids:
         with contextlib.suppress(ValueError):  # a run is active: left alone
-            pruned += await _remove(tenant, thread_id)
+            pruned += await remove_thread(tenant, thread_id)
     return JSONResponse({"pruned_count": pruned})
 
 

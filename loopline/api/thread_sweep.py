@@ -1,0 +1,79 @@
+"""Threads past the TTL a client gave them (``threads.create(ttl=...)``,
+``threads.update(ttl=...)``) are deleted by a sweep, as on LangGraph's server
+(``checkpointer.ttl.sweep_interval_minutes``; here ``LOOPLINE_THREAD_SWEEP_S``): every
+gateway replica looks that often and deletes what is due, as ``DELETE /threads/{id}``
+would, with the runs' records and the thread's crons. A thread whose run waits for a
+human goes too, as LangGraph's does: the waiting run is cancelled, and the next sweep
+deletes the thread. One with a run going is left for a later sweep (its run is not cut
+short). Reading a thread does not renew its TTL:
+LangGraph's thread TTL has no ``refresh_on_read`` (that is its store's); a new ``ttl``
+in ``threads.update`` sets it again from then.
+
+Several replicas may sweep at once: deleting is idempotent, so the one that comes
+second finds nothing left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from loopline.api.crons import CronStore
+from loopline.api.tenant import Tenant
+from loopline.conversation import waiting_interrupts
+
+log = logging.getLogger("loopline.api.threads")
+
+BATCH = 100
+"""The most expired threads one sweep deletes (the rest go at the next)."""
+
+
+async def remove_thread(tenant: Tenant, thread_id: str, with_runs: bool = False) -> bool:
+    """Remove a thread's values and the gateway's record of it; whether it existed
+    (``ValueError`` for a thread with an active run). ``with_runs``: the records of its
+    runs too."""
+    removed = await tenant.threads.remove(thread_id)
+    return await tenant.records.delete_thread(thread_id, with_runs) or removed
+
+
+class ThreadSweeper:
+    """One tenant's expired threads, deleted from this replica."""
+
+    def __init__(self, tenant: Tenant) -> None:
+        self.tenant = tenant
+        self.interval_s = tenant.settings.thread_sweep_s
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            try:
+                await self.sweep()
+            except Exception:  # a lost connection never stops the loop
+                log.exception("thread sweep of %s", self.tenant.prefix)
+            with contextlib.suppress(TimeoutError):  # the next sweep, or the stop
+                await asyncio.wait_for(stopping.wait(), self.interval_s)
+
+    async def sweep(self) -> int:
+        """Delete the threads whose TTL has passed; how many were deleted."""
+        deleted = 0
+        for thread_id in await self.tenant.records.expired_threads(time.time(), BATCH):
+            try:
+                await remove_thread(self.tenant, thread_id, with_runs=True)
+            except ValueError:  # a run is active: the next sweep tries again
+                await self._end_waiting(thread_id)
+                continue
+            await CronStore(self.tenant.redis, self.tenant.names).delete_for_thread(thread_id)
+            deleted += 1
+        return deleted
+
+    async def _end_waiting(self, thread_id: str) -> None:
+        """Cancel the thread's run if it waits for a human (it would wait for ever);
+        a run at work is left to finish."""
+        state = await self.tenant.threads.current(thread_id)
+        if state is None or not await waiting_interrupts(self.tenant.client, state):
+            return
+        info = await self.tenant.threads.info(thread_id)
+        if info is not None and info.active:
+            reason = "thread expired (ttl)"
+            await self.tenant.client.cancel(info.active, reason, thread_id=thread_id)
