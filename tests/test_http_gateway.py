@@ -277,6 +277,22 @@ async def test_cancel_stops_a_running_run(sdk: Any) -> None:
     assert (await sdk.threads.get(tid))["status"] == "idle"
 
 
+async def test_deleting_a_thread_with_a_running_run_deletes_it_as_langgraphs_server(
+    sdk: Any, deployment: ServiceProcesses
+) -> None:
+    """LangGraph's server deletes a thread and its runs, an active run included: the
+    gateway cancels the run, then removes the thread, and nothing of it is left."""
+    tid = (await sdk.threads.create())["thread_id"]
+    run = await sdk.runs.create(tid, "agent", input=hello("slow"))
+    await _until_status(sdk, tid, run["run_id"], "running")
+    await sdk.threads.delete(tid)
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get(tid)
+    async with Client(deployment.redis_url, deployment.prefix) as client:
+        assert await client.status(run["run_id"]) in ("cancelled", "failed")  # it stopped
+        assert not await client.redis.exists(*client.names.thread_keys(tid))
+
+
 async def _until_status(sdk: Any, tid: str, run_id: str, status: str) -> None:
     for _ in range(200):
         if (await sdk.runs.get(tid, run_id))["status"] == status:

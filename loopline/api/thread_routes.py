@@ -37,7 +37,7 @@ from loopline.api.params import (
 from loopline.api.records import ThreadRecord
 from loopline.api.runs import state_values, thread_ids, was_stopped
 from loopline.api.tenant import NotFound, Tenant
-from loopline.api.thread_sweep import remove_thread
+from loopline.api.thread_sweep import remove_thread, remove_thread_and_runs
 from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
 from loopline.conversation import waiting_interrupts
 from loopline.history import ThreadHistory, copy_thread, current_snapshot, update_thread
@@ -79,8 +79,8 @@ async def delete(request: Request) -> Response:
     tenant = await tenant_of(request)
     thread_id = request.path_params["thread_id"]
     try:
-        removed = await remove_thread(tenant, thread_id)
-    except ValueError as exc:  # a run is active
+        removed = await remove_thread_and_runs(tenant, thread_id)
+    except ValueError as exc:  # its run did not stop
         return JSONResponse({"detail": str(exc)}, status_code=409)
     if not removed:
         raise NotFound(f"Thread {thread_id} not found")

@@ -28,6 +28,8 @@ log = logging.getLogger("loopline.api.threads")
 
 BATCH = 100
 """The most expired threads one sweep deletes (the rest go at the next)."""
+CANCEL_WAIT_S = 10.0
+"""How long deleting a thread waits for its cancelled run to stop."""
 
 
 async def remove_thread(tenant: Tenant, thread_id: str, with_runs: bool = False) -> bool:
@@ -36,6 +38,26 @@ async def remove_thread(tenant: Tenant, thread_id: str, with_runs: bool = False)
     runs too."""
     removed = await tenant.threads.remove(thread_id)
     return await tenant.records.delete_thread(thread_id, with_runs) or removed
+
+
+async def remove_thread_and_runs(tenant: Tenant, thread_id: str) -> bool:
+    """``DELETE /threads/{id}`` as LangGraph's server does it: the thread goes with its
+    runs, an active one included. loopline cancels the active run and waits (up to
+    ``CANCEL_WAIT_S``) for the loop to let it go before removing; a run that will not stop
+    in that time leaves ``ValueError`` (409)."""
+    try:
+        return await remove_thread(tenant, thread_id)
+    except ValueError:
+        pass
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while True:
+        info = await tenant.threads.info(thread_id)
+        if info is None or not info.active:
+            return await remove_thread(tenant, thread_id)
+        if time.monotonic() > deadline:
+            raise ValueError(f"thread {thread_id}: its run {info.active} did not stop in time")
+        await tenant.client.cancel(info.active, "thread deleted", thread_id=thread_id)
+        await asyncio.sleep(0.05)
 
 
 class ThreadSweeper:
