@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -100,35 +101,49 @@ async def _stream_info(redis: aioredis.Redis, stream: str, group: str) -> dict[s
     return info
 
 
+async def _task_states(
+    redis: aioredis.Redis, names: Names, *fields: str
+) -> AsyncIterator[tuple[str, list[Any]]]:
+    """Every task state hash (SCAN) with these fields of it, ``READ_BATCH`` per round
+    trip; a hash gone between the scan and the read is skipped (its status is None)."""
+    keys = [key async for key in redis.scan_iter(match=_state_pattern(names), count=SCAN_COUNT)]
+    for start in range(0, len(keys), READ_BATCH):
+        batch = keys[start : start + READ_BATCH]
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in batch:
+                pipe.hmget(key, "status", *fields)
+            rows: list[Any] = await pipe.execute()
+        for key, row in zip(batch, rows, strict=True):
+            if row[0] is not None:
+                yield _text(key), row
+
+
+def _state_pattern(names: Names) -> str:
+    return f"{_glob_escape(names.prefix)}:task:*:state"
+
+
 async def _tasks(redis: aioredis.Redis, names: Names) -> dict[str, Any]:
-    pattern = f"{_glob_escape(names.prefix)}:task:*:state"
-    keys = [key async for key in redis.scan_iter(match=pattern, count=SCAN_COUNT)]
     by_status: dict[str, int] = {}
     by_phase: dict[str, int] = {}
     failed_by: dict[str, int] = {}
-    for start in range(0, len(keys), READ_BATCH):
-        async with redis.pipeline(transaction=False) as pipe:
-            for key in keys[start : start + READ_BATCH]:
-                pipe.hmget(key, "status", "phase", "cause")
-            rows: list[Any] = await pipe.execute()
-        for status_raw, phase_raw, cause_raw in rows:
-            if status_raw is None:  # expired between the scan and the read
-                continue
-            status = _text(status_raw)
-            by_status[status] = by_status.get(status, 0) + 1
-            if status == "running":
-                phase = _text(phase_raw or b"")
-                by_phase[phase] = by_phase.get(phase, 0) + 1
-            elif status == "failed":
-                stage = ended_by(_text(cause_raw or b""))
-                failed_by[stage] = failed_by.get(stage, 0) + 1
+    keys = 0
+    async for _, (status_raw, phase_raw, cause_raw) in _task_states(redis, names, "phase", "cause"):
+        keys += 1
+        status = _text(status_raw)
+        by_status[status] = by_status.get(status, 0) + 1
+        if status == "running":
+            phase = _text(phase_raw or b"")
+            by_phase[phase] = by_phase.get(phase, 0) + 1
+        elif status == "failed":
+            stage = ended_by(_text(cause_raw or b""))
+            failed_by[stage] = failed_by.get(stage, 0) + 1
     return {
         "running": by_status.get("running", 0),
         "running_by_phase": dict(sorted(by_phase.items())),
         "kept": dict(sorted(by_status.items())),
         "failed_by": dict(sorted(failed_by.items())),
-        "state_keys": len(keys),
-        "method": f"SCAN MATCH {pattern} COUNT {SCAN_COUNT}",
+        "state_keys": keys,
+        "method": f"SCAN MATCH {_state_pattern(names)} COUNT {SCAN_COUNT}",
     }
 
 
@@ -143,36 +158,25 @@ async def failed_tasks(
     ended it (``ended_by``), the reason its log ends with (``TaskFailed.reason``), its
     agent, thread and step. It SCANs the keyspace as the task counts do: an operator's
     view, not a hot path."""
-    pattern = f"{_glob_escape(names.prefix)}:task:*:state"
-    keys = [key async for key in redis.scan_iter(match=pattern, count=SCAN_COUNT)]
     failed: list[tuple[str, str, str, str]] = []
-    for start in range(0, len(keys), READ_BATCH):
-        batch = keys[start : start + READ_BATCH]
+    async for key, row in _task_states(redis, names, "cause", "agent", "thread"):
+        if _text(row[0]) == "failed":
+            task_id = names.task_of_state_key(key)
+            failed.append((task_id, *(_text(v or b"") for v in row[1:])))  # type: ignore[arg-type]
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(failed), READ_BATCH):  # each log's last entry, batched
+        batch = failed[start : start + READ_BATCH]
         async with redis.pipeline(transaction=False) as pipe:
-            for key in batch:
-                pipe.hmget(key, "status", "cause", "agent", "thread")
-            rows: list[Any] = await pipe.execute()
-        for key, (status_raw, cause_raw, agent_raw, thread_raw) in zip(batch, rows, strict=True):
-            if _text(status_raw or b"") == "failed":
-                task_id = names.task_of_state_key(_text(key))
-                failed.append(
-                    (
-                        task_id,
-                        _text(cause_raw or b""),
-                        _text(agent_raw or b""),
-                        _text(thread_raw or b""),
-                    )
-                )
-    found = [await _failure(redis, names, *row) for row in failed]
+            for task_id, *_ in batch:
+                pipe.xrevrange(names.task_log(task_id), count=1)
+            lasts: list[Any] = await pipe.execute()
+        found += [_failure(*row, last) for row, last in zip(batch, lasts, strict=True)]
     found.sort(key=lambda item: -(item["at"] or 0.0))
     return found[:limit]
 
 
-async def _failure(
-    redis: aioredis.Redis, names: Names, task_id: str, cause: str, agent: str, thread: str
-) -> dict[str, Any]:
+def _failure(task_id: str, cause: str, agent: str, thread: str, last: Any) -> dict[str, Any]:
     """One failed task as ``failed_tasks`` shows it, its reason from its log's last entry."""
-    last: Any = await redis.xrevrange(names.task_log(task_id), count=1)
     event = parse_event(entry_payload(last[0][1])) if last else None
     ended = event if isinstance(event, TaskFailed) else None
     return {
