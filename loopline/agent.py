@@ -48,7 +48,13 @@ from contracts.messages import (
     to_langchain,
     with_input_ids,
 )
-from loopline.checkpoints import is_saver, take_in, write_final
+from loopline.checkpoints import (
+    is_saver,
+    take_in,
+    write_run,
+    write_update,
+    written_by_loopline,
+)
 from loopline.client import Client
 from loopline.conversation import (
     TOOLS_NODE,
@@ -691,7 +697,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         result = await self.aresult(task_id)
         if self._run_config(config).thread_id is not None:
             result = await self._thread_result(result, config)
-            await self._save_checkpoint(result, config)
+            await self._save_checkpoint(result, config, task_id)
         return result
 
     def invoke(
@@ -836,7 +842,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             async for item in stream:
                 yield item
         if run.thread_id is not None and await self._ended(task_id):
-            await self._save_checkpoint({}, config)
+            await self._save_checkpoint({}, config, task_id)
 
     async def _stream_resumed(
         self,
@@ -1071,10 +1077,12 @@ class Agent(Runnable[Any, dict[str, Any]]):
         at = self._run_config(config).checkpoint_id
         async with self.client() as client:
             await self._take_in_saved(client, thread_id)
-            checkpoint = await update_thread(self._history(client), thread_id, values, as_node, at)
-        if is_saver(self.checkpointer):
-            snap = await self.aget_state(config)
-            await write_final(self.checkpointer, thread_id, snap.values)
+            history = self._history(client)
+            checkpoint = await update_thread(history, thread_id, values, as_node, at)
+            if is_saver(self.checkpointer):
+                await write_update(
+                    self.checkpointer, self.reference, history, thread_id, checkpoint
+                )
         return checkpoint.config(thread_id)  # type: ignore[return-value]
 
     def update_state(
@@ -1187,7 +1195,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
             state, answers = await _waiting_answers(client, thread_id, command)
         result = await self.aanswer(state.run_id, answers)
         result = await self._thread_result(result, config)
-        await self._save_checkpoint(result, config)
+        await self._save_checkpoint(result, config, state.run_id)
         return result
 
     async def _take_in_saved(self, client: Client, thread_id: str) -> None:
@@ -1196,19 +1204,29 @@ class Agent(Runnable[Any, dict[str, Any]]):
         copy before the run (``loopline.checkpoints``)."""
         if is_saver(self.checkpointer):
             key = client.space.key(thread_id)
-            given = await take_in(client.redis, client.names, key, self.checkpointer, thread_id)
+            history = self._history(client)
+
+            async def is_ours(checkpoint_id: str) -> bool:
+                return await written_by_loopline(history, thread_id, checkpoint_id)
+
+            given = await take_in(
+                client.redis, client.names, key, self.checkpointer, thread_id, is_ours=is_ours
+            )
             if given is not None:  # the thread's history goes on from the saver's state
                 await record_update(client.threads(), thread_id, given, None, None, replace=True)
 
-    async def _save_checkpoint(self, result: dict[str, Any], config: Any) -> None:
-        """A thread's run ended: its final state goes to the checkpointer as LangGraph's
-        checkpoint, so LangGraph's agent on the same saver continues the thread. A run
-        that waits for a human writes nothing yet (its interrupt is loopline's)."""
+    async def _save_checkpoint(self, result: dict[str, Any], config: Any, run_id: str) -> None:
+        """A thread's run ended: its checkpoints, one per superstep, go to the
+        checkpointer in LangGraph's format (``loopline.checkpoints.write_run``), so
+        LangGraph's agent on the same saver lists the same history and continues the
+        thread from any of them. A run that waits for a human writes nothing yet (its
+        interrupt is loopline's): its checkpoints are written once it ends."""
         if not is_saver(self.checkpointer) or "__interrupt__" in result:
             return
         thread_id = self._thread_id(config)
-        values = (await self.aget_state(config)).values
-        await write_final(self.checkpointer, thread_id, values)
+        async with self.client() as client:
+            history = self._history(client)
+            await write_run(self.checkpointer, self.reference, history, thread_id, run_id)
 
     async def _thread_result(
         self, result: dict[str, Any], config: Mapping[str, Any] | None

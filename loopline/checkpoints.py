@@ -1,36 +1,38 @@
 """The checkpointer given to ``create_agent`` as the record of its threads, in LangGraph's
-own format: at the end of each run loopline writes the thread's state to it as a
-LangGraph checkpoint (so LangGraph's ``create_agent`` on the same saver continues the
-thread), and before a run it takes the saver's newest checkpoint into the thread's
-working copy in Redis when the saver holds a state loopline did not write (a thread
-LangGraph ran or continued).
+own format: at the end of each run loopline writes the run's checkpoints to it, one per
+superstep as LangGraph's loop writes them (``loopline.saver_steps``, from the thread's
+fold in ``loopline.history``), so LangGraph's ``create_agent`` on the same saver lists
+the same history and continues the thread from any of its checkpoints; before a run it
+takes the saver's newest checkpoint into the thread's working copy in Redis when the
+saver holds a state loopline did not write (a thread LangGraph ran or continued).
 
-One checkpoint per run, the final state (``values``; LangGraph writes one per
-superstep), marked as loopline's in its metadata (``WRITER``): a newest checkpoint
-without the mark is someone else's. The one taken in last is kept in the thread's state
-hash (``saver_checkpoint``), so it is taken in once. Only taking in writes Redis from
-the caller's process (a producer under ACLs reads threads only: a thread LangGraph ran
-is refused there with Redis's NOPERM, never skipped).
+A newest checkpoint is loopline's own when the thread's fold has its id (the saver's
+checkpoints keep the fold's ids), or, as older versions wrote them, when its metadata
+carries ``WRITER``. The one taken in last is kept in the thread's state hash
+(``saver_checkpoint``), so it is taken in once. Only taking in writes Redis from the
+caller's process (a producer under ACLs reads threads only: a thread LangGraph ran is
+refused there with Redis's NOPERM, never skipped).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from contracts.messages import from_langchain
 from contracts.streams import Names
+from loopline.history import Checkpoint, ThreadHistory
+from loopline.history import checkpoint_id as new_checkpoint_id
+from loopline.saver_steps import get_tuple, saver_config, write_supersteps
 
 SAVER_FIELD = "saver_checkpoint"
 """The thread state's field: the id of the saver's checkpoint last taken in."""
 WRITER = {"writer": "loopline"}
-"""In the metadata of the checkpoints loopline writes."""
+"""In the metadata of the checkpoints older versions of loopline wrote (one per run)."""
 
 
 def is_saver(checkpointer: Any) -> bool:
@@ -39,68 +41,76 @@ def is_saver(checkpointer: Any) -> bool:
     return isinstance(checkpointer, BaseCheckpointSaver)
 
 
-def saver_config(thread_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-
-
 async def latest(saver: Any, thread_id: str) -> Any:
     """The saver's newest checkpoint tuple of the thread (None: it has none); a saver
     with only sync methods (``PostgresSaver``) is asked on a worker thread."""
-    config = saver_config(thread_id)
-    try:
-        return await saver.aget_tuple(config)
-    except NotImplementedError:
-        return await asyncio.to_thread(saver.get_tuple, config)
+    return await get_tuple(saver, saver_config(thread_id))
 
 
-async def _put(saver: Any, config: Any, checkpoint: Any, metadata: Any, versions: Any) -> Any:
-    try:
-        return await saver.aput(config, checkpoint, metadata, versions)
-    except NotImplementedError:
-        return await asyncio.to_thread(saver.put, config, checkpoint, metadata, versions)
+async def write_run(
+    saver: Any, graph: Any, history: ThreadHistory, thread_id: str, run_id: str
+) -> str | None:
+    """A thread's run ended (or stopped for good): its checkpoints, one per superstep as
+    the thread's fold has them, go to ``saver`` in LangGraph's format for ``graph`` (the
+    agent's compiled graph as LangChain builds it). A run that went on from an earlier
+    checkpoint without an input starts from that one (the fork LangGraph saves first
+    included). The id of the newest checkpoint written; None when there was none."""
+    made = await history.checkpoints(thread_id)
+    run = sorted((c for c in made if c.run_id == run_id), key=lambda c: c.id)
+    if not run:
+        return None
+    by_id = {c.id: c for c in made}
+    parent = by_id.get(run[0].parent_id or "")
+    if run[0].source != "input" and parent is not None and parent.source == "fork":
+        run.insert(0, parent)  # LangGraph's copy of the checkpoint it went on from
+        parent = by_id.get(parent.parent_id or "")
+    return await write_supersteps(
+        saver, graph, thread_id, run, parent=parent, metadata_of=history.metadata
+    )
 
 
-async def write_final(saver: Any, thread_id: str, values: Mapping[str, Any]) -> str:
-    """Write ``values`` (``StateSnapshot.values``: LangChain messages and the state's
-    keys) as the thread's newest checkpoint, a child of the saver's newest; its id.
+async def write_update(
+    saver: Any, graph: Any, history: ThreadHistory, thread_id: str, checkpoint: Checkpoint
+) -> str | None:
+    """An ``update_state`` loopline recorded (the fold's ``checkpoint``, source
+    "update") written to ``saver`` as LangGraph's ``update_state`` writes it: a child of
+    the checkpoint it was applied to, what runs next routed as the node it was written
+    as. Its id."""
+    made = await history.checkpoints(thread_id)
+    parent = next((c for c in made if c.id == checkpoint.parent_id), None)
+    return await write_supersteps(
+        saver, graph, thread_id, [checkpoint], parent=parent, metadata_of=history.metadata
+    )
 
-    The checkpoint is the one LangGraph leaves after a run: the previous channel versions
-    and versions seen kept, the written channels' versions moved on, so LangGraph's
-    agent, given a new input, starts from ``__start__`` on these values."""
-    from langgraph.checkpoint.base import empty_checkpoint
 
-    parent = await latest(saver, thread_id)
-    fresh = empty_checkpoint()  # a new id and time
-    checkpoint: dict[str, Any] = dict(fresh)
-    step = 0
-    config = saver_config(thread_id)
-    if parent is not None:
-        previous = parent.checkpoint
-        checkpoint["channel_versions"] = dict(previous["channel_versions"])
-        checkpoint["versions_seen"] = {k: dict(v) for k, v in previous["versions_seen"].items()}
-        step = int((parent.metadata or {}).get("step", -1)) + 1
-        config = parent.config
-    versions = checkpoint["channel_versions"]
-    new_versions = {}
-    for channel in values:
-        new_versions[channel] = saver.get_next_version(versions.get(channel), None)
-    versions.update(new_versions)
-    checkpoint["channel_values"] = dict(values)
-    checkpoint["updated_channels"] = sorted(values)
-    metadata = {"source": "loop", "step": step, "parents": {}, **WRITER}
-    stored = await _put(saver, config, checkpoint, metadata, new_versions)
-    return str(stored["configurable"]["checkpoint_id"])
+async def written_by_loopline(history: ThreadHistory, thread_id: str, checkpoint_id: str) -> bool:
+    """Whether loopline wrote the saver's checkpoint ``checkpoint_id`` of the thread:
+    the thread's fold has it, or it was made by one of the thread's runs (a run's
+    checkpoint ids end with the run's node, ``loopline.history.checkpoint_id``; the
+    thread's log of runs outlives the runs' own logs)."""
+    if any(c.id == checkpoint_id for c in await history.checkpoints(thread_id)):
+        return True
+    runs = await history.reader.run_ids(thread_id)
+    return any(new_checkpoint_id(0.0, 0, run)[-12:] == checkpoint_id[-12:] for run in runs)
 
 
 async def take_in(
-    redis: aioredis.Redis, names: Names, key: str, saver: Any, thread_id: str
+    redis: aioredis.Redis,
+    names: Names,
+    key: str,
+    saver: Any,
+    thread_id: str,
+    *,
+    is_ours: Any = None,
 ) -> dict[str, Any] | None:
     """Before a run or a read: the working copy becomes the values of the saver's newest
     checkpoint of the thread (messages, todos, the other keys as middleware state) when
     someone else wrote that one (not taken in yet), or when Redis has no working copy
     (it expired: an in-process saver's). Left as it is while a run of the thread is
-    active (a waiting one included: its state is loopline's). The values taken in (the
-    state's keys, LangGraph's private channels left out), None when nothing was."""
+    active (a waiting one included: its state is loopline's). ``is_ours(checkpoint_id)``
+    (awaitable): whether the thread's fold has that checkpoint, which loopline wrote.
+    The values taken in (the state's keys, LangGraph's private channels left out),
+    None when nothing was."""
     found = await latest(saver, thread_id)
     if found is None:
         return None
@@ -109,6 +119,8 @@ async def take_in(
     known: Any = await redis.hmget(state_key, SAVER_FIELD, "active", "created")
     taken, active, exists = (_text(v) for v in known)
     ours = (found.metadata or {}).get("writer") == WRITER["writer"]
+    if not ours and exists and is_ours is not None:
+        ours = bool(await is_ours(checkpoint_id))
     if active or (exists and (ours or taken == checkpoint_id)):
         return None
     values = dict(found.checkpoint.get("channel_values") or {})

@@ -1,0 +1,160 @@
+"""The checkpointer a loopline agent is given receives a checkpoint per superstep, in
+LangGraph's own format: LangChain's ``create_agent`` reading the same saver lists the
+same history as for the same runs of its own (``next``, metadata, tasks and what they
+wrote, values, parents), with the ids loopline's own history shows, and runs on from
+any of those checkpoints as from its own. Twin scripted servers; LangGraph's
+``InMemorySaver``, and ``PostgresSaver`` / ``AsyncPostgresSaver`` on a local
+PostgreSQL (``LOOPLINE_TEST_POSTGRES=1`` asks for them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent as lc_create_agent
+from langgraph.checkpoint.memory import InMemorySaver
+
+from loopline.testing.scripted import ScriptedOpenAIServer
+from tests import tooling
+from tests.test_thread_checkpoints import POSTGRES_URL, need_postgres, postgres_saver
+from tests.test_thread_history import (  # noqa: F401  (RESPONDER: the servers' replies)
+    RESPONDER,
+    both,
+    configs,
+    linked,
+    model,
+    shape,
+    two_turns,
+)
+
+pytestmark = pytest.mark.fast
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def savers(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
+    """LangChain's saver and loopline's: two ``InMemorySaver``s, or one
+    ``PostgresSaver`` (each side on threads of its own)."""
+    if request.param == "memory":
+        yield InMemorySaver(), InMemorySaver()
+    else:
+        for saver in postgres_saver():
+            yield saver, saver
+
+
+def messages(result: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(type(m).__name__, m.content) for m in result["messages"]]
+
+
+def test_langgraph_lists_the_history_loopline_wrote_to_the_saver(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    embedded: None,
+    savers: tuple[Any, Any],
+) -> None:
+    """Two turns with a tool call each: 10 checkpoints, listed by LangGraph from the
+    saver loopline wrote as LangGraph lists its own run's."""
+    agents: Any = both(servers, savers)
+    lc, ll = agents
+    cfgs = configs()
+    two_turns([lc, ll], cfgs)
+    reader: Any = lc_create_agent(model(servers[0]), [tooling.add], checkpointer=savers[1])
+
+    theirs = list(lc.get_state_history(cfgs[0]))
+    written = list(reader.get_state_history(cfgs[1]))
+
+    assert len(theirs) == 10
+    assert [shape(s) for s in written] == [shape(s) for s in theirs]
+    assert [s.next for s in written][:5] == [(), ("model",), ("tools",), ("model",), ("__start__",)]
+    assert linked(written)
+    # the ids are loopline's own: get_state at any of them means the same state on both
+    assert [s.config for s in written] == [s.config for s in ll.get_state_history(cfgs[1])]
+    assert reader.get_state(cfgs[1]).values["messages"][-1].content == "answer after 7"
+
+
+def test_langgraph_runs_on_from_any_checkpoint_loopline_wrote(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    embedded: None,
+    savers: tuple[Any, Any],
+) -> None:
+    """LangGraph's time travel (``invoke(None, config)`` at a checkpoint) from each
+    checkpoint of a loopline run gives what it gives from its own run's."""
+    agents: Any = both(servers, savers)
+    lc, ll = agents
+    cfgs = configs()
+    for agent, config in zip([lc, ll], cfgs, strict=True):
+        agent.invoke({"messages": "first"}, config)
+    reader: Any = lc_create_agent(model(servers[0]), [tooling.add], checkpointer=savers[1])
+    theirs = list(lc.get_state_history(cfgs[0]))
+    written = list(reader.get_state_history(cfgs[1]))
+    assert [s.next for s in written] == [s.next for s in theirs]
+
+    for their_state, written_state in zip(theirs, written, strict=True):
+        if not their_state.next:
+            continue
+        expected = messages(lc.invoke(None, their_state.config))
+        assert messages(reader.invoke(None, written_state.config)) == expected
+        # and with a new input from there, a fork
+        fork = {"messages": "again"}
+        expected = messages(lc.invoke(fork, their_state.config))
+        assert messages(reader.invoke(fork, written_state.config)) == expected
+
+
+async def test_an_async_postgres_saver_gets_a_checkpoint_per_superstep(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer], embedded: None
+) -> None:
+    """``AsyncPostgresSaver`` (async methods only): the same history as LangChain's own
+    run on it, read by LangGraph."""
+    need_postgres()
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    async with AsyncPostgresSaver.from_conn_string(POSTGRES_URL) as saver:
+        await saver.setup()
+        lc, ll = both(servers, (saver, saver))
+        cfgs = configs()
+        for agent, config in zip([lc, ll], cfgs, strict=True):
+            await agent.ainvoke({"messages": "first"}, config)
+            await agent.ainvoke({"messages": "second"}, config)
+        theirs = [shape(s) async for s in lc.aget_state_history(cfgs[0])]
+        written = [shape(s) async for s in lc.aget_state_history(cfgs[1])]
+    assert len(theirs) == 10
+    assert written == theirs
+
+
+def test_updates_and_the_run_after_them_are_in_the_saver_as_langgraph_writes_them(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    embedded: None,
+    savers: tuple[Any, Any],
+) -> None:
+    """``update_state`` as the model (a tool call by hand), as the tools (its answer),
+    then ``invoke(None)`` going on from the update: LangGraph reads from loopline's
+    saver the history (``source`` "update" included) and the state it has from its own."""
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    agents: Any = both(servers, savers)
+    lc, ll = agents
+    cfgs = configs()
+    for agent, config in zip([lc, ll], cfgs, strict=True):
+        agent.invoke({"messages": "first"}, config)
+        call = {"name": "add", "args": {"a": 2, "b": 5}, "id": "call_by_hand"}
+        agent.update_state(
+            config, {"messages": [AIMessage("", tool_calls=[call], id="by-hand")]}, "model"
+        )
+        agent.update_state(
+            config, {"messages": [ToolMessage("7", tool_call_id="call_by_hand")]}, "tools"
+        )
+        agent.invoke(None, config)
+    reader: Any = lc_create_agent(model(servers[0]), [tooling.add], checkpointer=savers[1])
+
+    theirs = list(lc.get_state_history(cfgs[0]))
+    written = list(reader.get_state_history(cfgs[1]))
+
+    def outline(state: Any) -> tuple[Any, ...]:  # an update's task results aside
+        return (
+            state.next,
+            state.metadata,
+            [(type(m).__name__, m.content) for m in state.values.get("messages", [])],
+        )
+
+    assert [outline(s) for s in written] == [outline(s) for s in theirs]
+    assert [s.metadata["source"] for s in written][:3] == ["loop", "update", "update"]
+    assert outline(reader.get_state(cfgs[1])) == outline(lc.get_state(cfgs[0]))
