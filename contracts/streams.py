@@ -470,6 +470,19 @@ class Names:
         return f"{self.prefix}:api:webhook:{{{run_id}}}:lease"
 
     @property
+    def api_saver_runs(self) -> str:
+        """Sorted set: run id of a thread's run not yet written to the deployment's
+        checkpointer (PostgreSQL), scored by when to look at it again (epoch
+        milliseconds). Written with the run; read and emptied by the gateway replicas'
+        recorders (``loopline.api.thread_saver``)."""
+        return f"{self.prefix}:api:saver-runs"
+
+    def api_saver_lease(self, run_id: str) -> str:
+        """String: the gateway replica that writes the run to the checkpointer now
+        (expires: a replica that dies while writing leaves it to another)."""
+        return f"{self.prefix}:api:saver-run:{{{run_id}}}:lease"
+
+    @property
     def threads(self) -> str:
         """Sorted set: thread id scored by its last change (epoch seconds), for listing."""
         return f"{self.prefix}:threads"

@@ -48,13 +48,20 @@ async def latest(saver: Any, thread_id: str) -> Any:
 
 
 async def write_run(
-    saver: Any, graph: Any, history: ThreadHistory, thread_id: str, run_id: str
+    saver: Any,
+    graph: Any,
+    history: ThreadHistory,
+    thread_id: str,
+    run_id: str,
+    *,
+    saved_as: str | None = None,
 ) -> str | None:
     """A thread's run ended (or stopped for good): its checkpoints, one per superstep as
     the thread's fold has them, go to ``saver`` in LangGraph's format for ``graph`` (the
-    agent's compiled graph as LangChain builds it). A run that went on from an earlier
-    checkpoint without an input starts from that one (the fork LangGraph saves first
-    included). The id of the newest checkpoint written; None when there was none."""
+    agent's compiled graph as LangChain builds it), as thread ``saved_as`` (None: the
+    same id). A run that went on from an earlier checkpoint without an input starts
+    from that one (the fork LangGraph saves first included). The id of the newest
+    checkpoint written; None when there was none."""
     made = await history.checkpoints(thread_id)
     run = sorted((c for c in made if c.run_id == run_id), key=lambda c: c.id)
     if not run:
@@ -65,7 +72,7 @@ async def write_run(
         run.insert(0, parent)  # LangGraph's copy of the checkpoint it went on from
         parent = by_id.get(parent.parent_id or "")
     return await write_supersteps(
-        saver, graph, thread_id, run, parent=parent, metadata_of=history.metadata
+        saver, graph, saved_as or thread_id, run, parent=parent, metadata_of=history.metadata
     )
 
 

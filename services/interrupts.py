@@ -140,7 +140,7 @@ def node_config(
             CONFIG_KEY_SEND: _ignore_writes,
             CONFIG_KEY_CHECKPOINT_NS: ns,
             CONFIG_KEY_RUNTIME: runtime,
-        }
+        },
     }
 
 

@@ -42,6 +42,14 @@ class Settings(BaseSettings):
     An in-process saver's thread (``InMemorySaver``) is the exception: the saver holds
     its record, so Redis's working copy of it goes once idle for ``retention_s``."""
 
+    checkpoint_postgres_url: str | None = None
+    """``LOOPLINE_CHECKPOINT_POSTGRES_URL``: a PostgreSQL (``postgresql://user@host/db``)
+    where the gateway records its deployment's threads with LangGraph's
+    ``AsyncPostgresSaver``, a checkpoint per superstep, each tenant's threads as
+    ``<prefix>:<thread id>``. LangGraph reads and continues them there, and a thread
+    whose working copy left Redis is taken back in from it on its next run or read.
+    None: the threads are kept in Redis only."""
+
     thread_sweep_s: float = Field(default=300.0, gt=0)
     """How often the gateway looks for threads past the TTL a client gave them
     (``threads.create(ttl=...)``, ``threads.update(ttl=...)``) and deletes them: LangGraph's

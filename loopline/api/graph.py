@@ -28,7 +28,7 @@ def graph_json(spec: AgentSpec, xray: bool | int = False) -> dict[str, Any]:
     """The JSON of ``get_graph(xray=...)`` of LangChain's agent of this shape, without
     the nodes' class paths (LangGraph's server leaves them out too)."""
     middleware = [_langchain_middleware(m) for m in spec.middleware]
-    agent = reference_graph(GraphArguments(tools=_tools(spec), middleware=middleware))
+    agent = reference_graph(GraphArguments(tools=stand_in_tools(spec), middleware=middleware))
     drawn: dict[str, Any] = agent.get_graph(xray=xray).to_json()
     for node in drawn.get("nodes", []):
         data = node.get("data")
@@ -37,7 +37,7 @@ def graph_json(spec: AgentSpec, xray: bool | int = False) -> dict[str, Any]:
     return drawn
 
 
-def _tools(spec: AgentSpec) -> list[BaseTool]:
+def stand_in_tools(spec: AgentSpec) -> list[BaseTool]:
     """Stand-ins named as the agent's tools (the tools node lists their names)."""
     names = [s["function"]["name"] for s in spec.tool_schemas or () if "function" in s]
     if not names:

@@ -17,7 +17,7 @@ from typing import Any
 from contracts.agent import DeployedAgent
 from contracts.events import ApprovalRequested, TaskCompleted, TaskFailed
 from contracts.messages import to_langchain, with_input_ids
-from loopline.api import webhooks
+from loopline.api import saver_recorder, webhooks
 from loopline.api.assistants import AssistantVersion
 from loopline.api.params import RunBody, parse
 from loopline.api.records import RunRecord, ThreadRecord
@@ -242,6 +242,8 @@ async def start_run(
 
 def _record_run(tenant: Tenant, pipe: Any, record: RunRecord, request: RunRequest) -> None:
     tenant.records.queue_run(pipe, record)
+    if tenant.thread_saver is not None and record.thread_id:
+        saver_recorder.queue_run(pipe, tenant, record.task_id)
     if request.webhook:
         names, keep_s = tenant.names, tenant.settings.retention_s
         webhooks.queue_webhook(pipe, names, record.run_id, request.webhook, keep_s)
@@ -252,7 +254,9 @@ async def _thread_for_run(
 ) -> None:
     """The run's thread, made if ``if_not_exists`` says so, its metadata naming the
     graph and assistant that run on it, as LangGraph's server writes them (clients such
-    as agent-chat-ui list an assistant's threads by them)."""
+    as agent-chat-ui list an assistant's threads by them). A thread whose working copy
+    left Redis is taken back in from the deployment's record of it first."""
+    await tenant.restore_thread(thread_id)
     record = await tenant.records.thread(thread_id)
     if record is None:  # a thread of a client of the bus, or none yet
         info = await tenant.threads.info(thread_id)

@@ -8,6 +8,7 @@ from typing import Any
 from contracts.agent import AgentSpec, DeployedAgent
 from loopline.api.assistants import Assistants, AssistantVersion
 from loopline.api.records import Records
+from loopline.api.thread_saver import ThreadSaver
 from loopline.api.wire import BadRequest
 from loopline.client import Client
 from loopline.threads import ThreadReader
@@ -33,12 +34,23 @@ class Tenant:
         self.store = RedisStore(url, prefix)
         """The deployment's store, the one hooks and tools of this prefix see."""
         self._specs: dict[str, AgentSpec] = {}
+        record = settings.checkpoint_postgres_url
+        self.thread_saver = ThreadSaver(self.client, record) if record else None
+        """The record of the tenant's threads in PostgreSQL
+        (``LOOPLINE_CHECKPOINT_POSTGRES_URL``), None: Redis only."""
 
     @property
     def threads(self) -> ThreadReader:
         return self.client.threads()
 
+    async def restore_thread(self, thread_id: str) -> None:
+        """A thread whose working copy left Redis taken back in from its record."""
+        if self.thread_saver is not None:
+            await self.thread_saver.restore(thread_id)
+
     async def close(self) -> None:
+        if self.thread_saver is not None:
+            await self.thread_saver.close()
         await self.registrations.stop()
         await self.client.close()
 

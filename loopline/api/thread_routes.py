@@ -203,6 +203,7 @@ def _epoch(shown: str) -> float:
 
 
 async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
+    await tenant.restore_thread(thread_id)  # its working copy back from its record
     record = await tenant.records.thread(thread_id)
     info = await tenant.threads.info(thread_id)
     if record is None and info is None:

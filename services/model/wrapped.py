@@ -407,8 +407,6 @@ async def call_with_middleware(
     last = from_langchain(replies[-1])
     if not isinstance(last, AIMessage):
         raise TypeError("the wrap_model_call chain returned no AI message")
-    update = commands.update(
-        hooks.channels, extra, _given_structured(rf, response), access.writes
-    )
+    update = commands.update(hooks.channels, extra, _given_structured(rf, response), access.writes)
     writes = commands.writes(replies[-1], transcript, hooks.channels.codec, access.writes)
     return last, outcomes.get(id(replies[-1])), update, writes

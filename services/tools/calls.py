@@ -293,9 +293,7 @@ class ToolCalls:
             if not lease.held:
                 return
             try:
-                await self.rt.redis.hset(
-                    lease.calls_key, lease.record, self._marker(lease.started)
-                )
+                await self.rt.redis.hset(lease.calls_key, lease.record, self._marker(lease.started))
             except RedisError as exc:  # out of memory or out of reach: again next time
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():  # a cancellation turned error
@@ -388,9 +386,7 @@ class ToolCalls:
         if not job.wrappers:
             assert job.tool is not None  # an unknown tool comes only with wrappers
             runtime = await self._runtime(job)
-            answer = await run_tool(
-                job.tool, call, limit=job.limit, runtime=runtime, mode=job.mode
-            )
+            answer = await run_tool(job.tool, call, limit=job.limit, runtime=runtime, mode=job.mode)
             return with_sends(answer, runtime)
         assert lease is not None  # a wrapped call always runs under its lease
 
