@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -235,6 +236,7 @@ def deployment(
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
     passwords = acl.new_passwords()  # as `loopline acl --new-passwords > .env` writes them
     env.update(passwords)
+    env["LOOPLINE_POSTGRES_PASSWORD"] = secrets.token_hex(24)  # the threads' PostgreSQL
     env.update(
         LOOPLINE_PREFIX=prefix,
         LOOPLINE_REDIS_PORT=str(port),
