@@ -136,3 +136,23 @@ async def test_a_thread_whose_working_copy_left_redis_continues_from_postgresql(
     ]
     state = await recorded(saver, deployment.prefix, thread_id, "answer to again")
     assert [m.content for m in state.values["messages"]][:2] == ["hello", ANSWER]
+
+
+async def test_a_deleted_thread_is_gone_from_postgresql_too(
+    sdk: Any, saver: Any, deployment: ServiceProcesses
+) -> None:
+    """``DELETE /threads/{id}`` (and a TTL's sweep, the same removal) takes the thread
+    out of its record as well: it does not come back from there."""
+    from langgraph_sdk.errors import NotFoundError
+
+    thread = await sdk.threads.create()
+    thread_id = thread["thread_id"]
+    await sdk.runs.wait(thread_id, "agent", input=hello("hello"))
+    await recorded(saver, deployment.prefix, thread_id, ANSWER)
+
+    await sdk.threads.delete(thread_id)
+
+    config = saved_config(deployment.prefix, thread_id)
+    assert await asyncio.to_thread(saver.get_tuple, config) is None
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get(thread_id)

@@ -111,6 +111,7 @@ def loopline_modes(requested: list[str]) -> list[str]:
 
 
 async def thread_exists(tenant: Tenant, thread_id: str) -> bool:
+    await tenant.restore_thread(thread_id)  # its working copy back from its record
     if await tenant.records.thread(thread_id) is not None:
         return True
     return await tenant.threads.info(thread_id) is not None

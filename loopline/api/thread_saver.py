@@ -27,6 +27,7 @@ from loopline.checkpoints import take_in, write_run
 from loopline.client import Client
 from loopline.graph import GraphArguments, reference_graph
 from loopline.history import ThreadHistory, record_update
+from loopline.saver_steps import saver_config
 from services.hooks import hooks_for
 
 
@@ -92,6 +93,14 @@ class ThreadSaver:
             task_id,
             saved_as=self.saved_id(thread_id),
         )
+
+    async def delete(self, thread_id: str) -> bool:
+        """The thread's checkpoints removed from the saver; whether it had any."""
+        saver, config = await self.saver(), saver_config(self.saved_id(thread_id))
+        if await saver.aget_tuple(config) is None:
+            return False
+        await saver.adelete_thread(self.saved_id(thread_id))
+        return True
 
     async def restore(self, thread_id: str) -> bool:
         """The thread's working copy, when Redis has none, taken back in from the saver's

@@ -35,8 +35,11 @@ CANCEL_WAIT_S = 10.0
 async def remove_thread(tenant: Tenant, thread_id: str, with_runs: bool = False) -> bool:
     """Remove a thread's values and the gateway's record of it; whether it existed
     (``ValueError`` for a thread with an active run). ``with_runs``: the records of its
-    runs too."""
+    runs too. The deployment's PostgreSQL record of the thread goes with it: what is
+    deleted or expires is gone from Redis and the record alike."""
     removed = await tenant.threads.remove(thread_id)
+    if tenant.thread_saver is not None:
+        removed = await tenant.thread_saver.delete(thread_id) or removed
     return await tenant.records.delete_thread(thread_id, with_runs) or removed
 
 
