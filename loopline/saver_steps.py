@@ -232,6 +232,7 @@ async def _superstep(
     """The superstep from ``before`` to ``after``: the tasks LangGraph schedules at the
     head, each given what the fold's task of the same node wrote, saved as the head's
     pending writes and applied to the channels."""
+    from langgraph._internal._constants import INTERRUPT, NO_WRITES
     from langgraph.pregel._algo import PregelTaskWrites, task_path_str
 
     scheduled = list(_next_tasks(graph, head).values())
@@ -254,11 +255,14 @@ async def _superstep(
         for i, (task, ran) in enumerate(zip(_by_name(scheduled), _by_name(done), strict=True))
     ]
     _apply(graph, saver, head, applied)  # message ids are given here, before they are saved
-    for task, written in zip(_by_name(scheduled), applied, strict=True):
-        if written.writes:
-            await _put_writes(
-                saver, head.config, list(written.writes), task.id, task_path_str(task.path)
-            )
+    for task, ran, written in zip(_by_name(scheduled), _by_name(done), applied, strict=True):
+        path = task_path_str(task.path)
+        if ran.interrupts:  # what the node asked a human, before it went on
+            asked = [(INTERRUPT, list(ran.interrupts))]
+            await _put_writes(saver, head.config, asked, task.id, path)
+        # a node that wrote nothing is recorded as done, as LangGraph's runner records it
+        writes = list(written.writes) or [(NO_WRITES, None)]
+        await _put_writes(saver, head.config, writes, task.id, path)
 
 
 def _by_name(tasks: Sequence[Any]) -> list[Any]:

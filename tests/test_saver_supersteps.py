@@ -158,3 +158,36 @@ def test_updates_and_the_run_after_them_are_in_the_saver_as_langgraph_writes_the
     assert [outline(s) for s in written] == [outline(s) for s in theirs]
     assert [s.metadata["source"] for s in written][:3] == ["loop", "update", "update"]
     assert outline(reader.get_state(cfgs[1])) == outline(lc.get_state(cfgs[0]))
+
+
+def test_a_run_that_waited_for_a_human_is_in_the_saver_as_langgraph_keeps_it(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    embedded: None,
+    savers: tuple[Any, Any],
+) -> None:
+    """A tool call approved by a human (``HumanInTheLoopMiddleware``): once the run
+    ended, LangGraph lists from loopline's saver the supersteps it lists for its own,
+    the interrupt on the task that asked, a hook that wrote nothing done with ``{}``."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langgraph.types import Command
+
+    from loopline import create_agent
+
+    def hitl() -> list[Any]:
+        return [HumanInTheLoopMiddleware(interrupt_on={"add": True})]
+
+    lc = lc_create_agent(
+        model(servers[0]), [tooling.add], middleware=hitl(), checkpointer=savers[0]
+    )
+    ll = create_agent(model(servers[1]), [tooling.add], middleware=hitl(), checkpointer=savers[1])
+    cfgs = configs()
+    for agent, config in zip([lc, ll], cfgs, strict=True):
+        agent.invoke({"messages": "first"}, config)
+        agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    reader: Any = lc_create_agent(
+        model(servers[0]), [tooling.add], middleware=hitl(), checkpointer=savers[1]
+    )
+
+    theirs = [shape(s) for s in lc.get_state_history(cfgs[0])]
+    written = [shape(s) for s in reader.get_state_history(cfgs[1])]
+    assert written == theirs
