@@ -260,9 +260,17 @@ async def _superstep(
         if ran.interrupts:  # what the node asked a human, before it went on
             asked = [(INTERRUPT, list(ran.interrupts))]
             await _put_writes(saver, head.config, asked, task.id, path)
-        # a node that wrote nothing is recorded as done, as LangGraph's runner records it
-        writes = list(written.writes) or [(NO_WRITES, None)]
-        await _put_writes(saver, head.config, writes, task.id, path)
+        # a node that wrote nothing is recorded as done, as LangGraph's runner records it;
+        # what it wrote to an untracked channel is applied, never stored (as LangGraph's
+        # loop keeps it)
+        writes = [w for w in written.writes if not _untracked(graph, w[0])]
+        await _put_writes(saver, head.config, writes or [(NO_WRITES, None)], task.id, path)
+
+
+def _untracked(graph: Any, channel: str) -> bool:
+    from langgraph.channels.untracked_value import UntrackedValue
+
+    return isinstance(graph.channels.get(channel), UntrackedValue)
 
 
 def _by_name(tasks: Sequence[Any]) -> list[Any]:

@@ -191,3 +191,50 @@ def test_a_run_that_waited_for_a_human_is_in_the_saver_as_langgraph_keeps_it(
     theirs = [shape(s) for s in lc.get_state_history(cfgs[0])]
     written = [shape(s) for s in reader.get_state_history(cfgs[1])]
     assert written == theirs
+
+
+def _todo_list() -> list[Any]:
+    from langchain.agents.middleware import TodoListMiddleware
+
+    return [TodoListMiddleware()]
+
+
+def _call_limit() -> list[Any]:
+    from langchain.agents.middleware import ModelCallLimitMiddleware
+
+    return [ModelCallLimitMiddleware(run_limit=1, exit_behavior="end")]
+
+
+@pytest.mark.parametrize(
+    ("middleware", "prompt"),
+    [(_todo_list, "plan a sum"), (_call_limit, "first")],
+    ids=["todos", "model-call-limit-ends-the-run"],
+)
+def test_hooks_and_their_jumps_are_in_the_saver_as_langgraph_keeps_them(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    embedded: None,
+    middleware: Any,
+    prompt: str,
+) -> None:
+    """Middleware whose hooks are nodes of the graph, a tool the todos service runs
+    (``write_todos``), a hook that jumps to the end: the same history from loopline's
+    saver as from LangChain's."""
+    from loopline import create_agent
+
+    savers = (InMemorySaver(), InMemorySaver())
+    lc = lc_create_agent(
+        model(servers[0]), [tooling.add], middleware=middleware(), checkpointer=savers[0]
+    )
+    ll = create_agent(
+        model(servers[1]), [tooling.add], middleware=middleware(), checkpointer=savers[1]
+    )
+    cfgs = configs()
+    for agent, config in zip([lc, ll], cfgs, strict=True):
+        agent.invoke({"messages": prompt}, config)
+        agent.invoke({"messages": "second"}, config)
+    reader: Any = lc_create_agent(
+        model(servers[0]), [tooling.add], middleware=middleware(), checkpointer=savers[1]
+    )
+    theirs = [shape(s) for s in lc.get_state_history(cfgs[0])]
+    written = [shape(s) for s in reader.get_state_history(cfgs[1])]
+    assert written == theirs
