@@ -125,10 +125,11 @@ async def take_in(
     state_key = names.thread_state(key)
     known: Any = await redis.hmget(state_key, SAVER_FIELD, "active", "created")
     taken, active, exists = (_text(v) for v in known)
-    ours = (found.metadata or {}).get("writer") == WRITER["writer"]
-    if not ours and exists and is_ours is not None:
-        ours = bool(await is_ours(checkpoint_id))
-    if active or (exists and (ours or taken == checkpoint_id)):
+    if active or (exists and taken == checkpoint_id):
+        return None
+    if exists and (found.metadata or {}).get("writer") == WRITER["writer"]:
+        return None
+    if exists and is_ours is not None and await is_ours(checkpoint_id):
         return None
     values = dict(found.checkpoint.get("channel_values") or {})
     given = {k: v for k, v in values.items() if not k.startswith(("__", "branch:"))}

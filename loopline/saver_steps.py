@@ -123,7 +123,10 @@ async def write_supersteps(
         if checkpoint.source == "input":
             writes = _input_writes(checkpoint)
             if writes is not None:
-                _apply(graph, saver, head, [_input_task(writes)])
+                # a new input drops what the head had still to run (its tasks consume
+                # their triggers, writing nothing), as LangGraph's loop does
+                discarded = list(_next_tasks(graph, head).values())
+                _apply(graph, saver, head, [*discarded, _input_task(writes)])
         elif checkpoint.source == "fork":
             head.updated = set()  # a copy of its parent, nothing written
         elif checkpoint.source == "update":

@@ -238,3 +238,25 @@ def test_hooks_and_their_jumps_are_in_the_saver_as_langgraph_keeps_them(
     theirs = [shape(s) for s in lc.get_state_history(cfgs[0])]
     written = [shape(s) for s in reader.get_state_history(cfgs[1])]
     assert written == theirs
+
+
+@pytest.mark.parametrize("with_input", [False, True], ids=["go-on", "new-input"])
+def test_loopline_time_travel_is_in_the_saver_as_langgraphs(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer],
+    embedded: None,
+    with_input: bool,
+) -> None:
+    """A run from an earlier checkpoint, through each side's own agent (``invoke`` at
+    the checkpoint before the model's second call): LangGraph lists the fork from
+    loopline's saver as from its own, both branches kept."""
+    savers = (InMemorySaver(), InMemorySaver())
+    agents: Any = both(servers, savers)
+    cfgs = configs()
+    for agent, config in zip(agents, cfgs, strict=True):
+        agent.invoke({"messages": "first"}, config)
+        at = next(s for s in agent.get_state_history(config) if s.next == ("model",))
+        agent.invoke({"messages": "again"} if with_input else None, at.config)
+    reader: Any = lc_create_agent(model(servers[0]), [tooling.add], checkpointer=savers[1])
+    theirs = [shape(s) for s in agents[0].get_state_history(cfgs[0])]
+    written = [shape(s) for s in reader.get_state_history(cfgs[1])]
+    assert written == theirs
