@@ -29,7 +29,7 @@ import copy
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
 
@@ -41,7 +41,8 @@ INPUT_TASK = "__input__"
 
 
 class SaverStepsError(ValueError):
-    """A run's supersteps do not fit the agent's graph as LangGraph schedules it."""
+    """A run's supersteps do not fit the agent's graph as LangGraph schedules it, or
+    that graph cannot be built (permanent: writing again would fail again)."""
 
 
 @dataclass
@@ -59,6 +60,9 @@ class _Head:
     """The channel versions of the checkpoint last stored (what moved since is put)."""
     fresh: bool
     """The thread has no checkpoint in the saver yet."""
+    writes: list[tuple[str, tuple[Any, ...]]]
+    """The saver calls to make (``put``, ``put_writes``), made once every superstep
+    fitted the graph: a run is written whole or not at all."""
 
 
 def saver_config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
@@ -132,10 +136,12 @@ async def write_supersteps(
         elif checkpoint.source == "update":
             _apply(graph, saver, head, [_update_task(graph, checkpoint)])
         elif previous is not None:
-            await _superstep(saver, graph, head, previous, checkpoint)
-        await _save(saver, graph, head, checkpoint, metadata_of(checkpoint))
+            _superstep(saver, graph, head, previous, checkpoint)
+        _save(saver, graph, head, checkpoint, metadata_of(checkpoint))
         _check_next(graph, head, checkpoint)
         last, previous = checkpoint.id, checkpoint
+    for call, args in head.writes:
+        await (_put(saver, *args) if call == "put" else _put_writes(saver, *args))
     return last
 
 
@@ -155,7 +161,7 @@ async def _head(saver: Any, graph: Any, thread_id: str, parent_id: str | None) -
         config, step = found.config, int((found.metadata or {}).get("step", -1))
     channels, managed = channels_from_checkpoint(graph.channels, checkpoint)  # type: ignore[arg-type]
     stored = dict(checkpoint["channel_versions"])
-    return _Head(checkpoint, config, step, channels, managed, set(), stored, found is None)
+    return _Head(checkpoint, config, step, channels, managed, set(), stored, found is None, [])
 
 
 def _input_writes(checkpoint: Checkpoint) -> list[tuple[str, Any]] | None:
@@ -229,9 +235,7 @@ def _next_tasks(graph: Any, head: _Head) -> dict[str, Any]:
     return tasks
 
 
-async def _superstep(
-    saver: Any, graph: Any, head: _Head, before: Checkpoint, after: Checkpoint
-) -> None:
+def _superstep(saver: Any, graph: Any, head: _Head, before: Checkpoint, after: Checkpoint) -> None:
     """The superstep from ``before`` to ``after``: the tasks LangGraph schedules at the
     head, each given what the fold's task of the same node wrote, saved as the head's
     pending writes and applied to the channels."""
@@ -262,12 +266,13 @@ async def _superstep(
         path = task_path_str(task.path)
         if ran.interrupts:  # what the node asked a human, before it went on
             asked = [(INTERRUPT, list(ran.interrupts))]
-            await _put_writes(saver, head.config, asked, task.id, path)
+            head.writes.append(("put_writes", (head.config, asked, task.id, path)))
         # a node that wrote nothing is recorded as done, as LangGraph's runner records it;
         # what it wrote to an untracked channel is applied, never stored (as LangGraph's
         # loop keeps it)
         writes = [w for w in written.writes if not _untracked(graph, w[0])]
-        await _put_writes(saver, head.config, writes or [(NO_WRITES, None)], task.id, path)
+        writes = writes or [(NO_WRITES, None)]
+        head.writes.append(("put_writes", (head.config, writes, task.id, path)))
 
 
 def _untracked(graph: Any, channel: str) -> bool:
@@ -326,11 +331,12 @@ def _pending_calls(checkpoint: Checkpoint) -> list[dict[str, Any]]:
     return []
 
 
-async def _save(
+def _save(
     saver: Any, graph: Any, head: _Head, checkpoint: Checkpoint, metadata: Mapping[str, Any]
 ) -> None:
     """The head's channels as a new checkpoint with the fold's id and time, a child of
     the head."""
+    from langgraph.checkpoint.base import copy_checkpoint
     from langgraph.pregel._checkpoint import create_checkpoint
 
     head.step += 1
@@ -351,7 +357,11 @@ async def _save(
     made["ts"] = datetime.datetime.fromtimestamp(checkpoint.at, datetime.UTC).isoformat()
     versions = {k: v for k, v in made["channel_versions"].items() if head.stored.get(k) != v}
     stored = {**metadata, "step": head.step, "parents": {}}
-    head.config = await _put(saver, head.config, made, stored, versions)
+    # a copy: the head's checkpoint goes on changing in place (``apply_writes``)
+    kept: Any = copy_checkpoint(cast(Any, made))
+    head.writes.append(("put", (head.config, kept, stored, versions)))
+    thread_id = head.config["configurable"]["thread_id"]
+    head.config = saver_config(thread_id, made["id"])  # what the saver's put answers
     head.checkpoint, head.stored = made, dict(made["channel_versions"])
     head.fresh = False
 

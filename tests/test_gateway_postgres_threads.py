@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -63,20 +63,24 @@ def saver() -> Iterator[Any]:
         yield found
 
 
-def reader(saver: Any) -> Any:
-    """LangChain's agent of the deployed agent's shape, on the deployment's saver (it
-    only reads here)."""
+def reader(saver: Any, middleware: Sequence[Any] = ()) -> Any:
+    """LangChain's agent of the deployed agent's shape (``test_http_gateway``'s ``agent``;
+    with ``TodoListMiddleware``, its ``planner``) on the deployment's saver (it only
+    reads here)."""
     model = GenericFakeChatModel(messages=iter(()))
-    return lc_create_agent(model, tools=[tooling.add, tooling.hang], checkpointer=saver)
+    tools = [] if middleware else [tooling.add, tooling.hang]
+    return lc_create_agent(model, tools=tools, middleware=middleware, checkpointer=saver)
 
 
 def saved_config(prefix: str, thread_id: str) -> Any:
     return {"configurable": {"thread_id": f"{prefix}:{thread_id}"}}
 
 
-async def recorded(saver: Any, prefix: str, thread_id: str, last: str) -> Any:
+async def recorded(
+    saver: Any, prefix: str, thread_id: str, last: str, middleware: Sequence[Any] = ()
+) -> Any:
     """The saver's newest state of the thread once its last message is ``last``."""
-    agent, config = reader(saver), saved_config(prefix, thread_id)
+    agent, config = reader(saver, middleware), saved_config(prefix, thread_id)
     deadline = time.monotonic() + RECORDED_WITHIN_S
     while True:
         state = await asyncio.to_thread(agent.get_state, config)
@@ -101,12 +105,58 @@ async def test_a_thread_run_through_the_gateway_is_in_postgresql_as_langgraph_ke
 
     assert [s.next for s in kept] == [(), ("model",), ("tools",), ("model",), ("__start__",)]
     assert [s.metadata["source"] for s in kept] == ["loop"] * 4 + ["input"]
-    # the ids the gateway shows are those of the checkpoints in PostgreSQL
-    assert [s.config["configurable"]["checkpoint_id"] for s in kept] == [
-        s["checkpoint"]["checkpoint_id"] for s in shown
-    ]
+    assert same_history(kept, shown)
     assert [m.type for m in state.values["messages"]] == ["human", "ai", "tool", "ai"]
     assert state.values["messages"][2].content == "5"
+
+
+def same_history(kept: list[Any], shown: list[dict[str, Any]]) -> bool:
+    """The history LangGraph reads from PostgreSQL is the one the gateway shows: the
+    same checkpoint ids, ``next``, sources and messages."""
+
+    def outline(ids: Any, next: Any, source: Any, messages: list[Any]) -> tuple[Any, ...]:
+        return (ids, tuple(next), source, messages)
+
+    return [
+        outline(
+            s.config["configurable"]["checkpoint_id"],
+            s.next,
+            s.metadata["source"],
+            [(m.type, m.content) for m in s.values.get("messages", [])],
+        )
+        for s in kept
+    ] == [
+        outline(
+            s["checkpoint"]["checkpoint_id"],
+            s["next"],
+            s["metadata"]["source"],
+            [(m["type"], m["content"]) for m in (s["values"] or {}).get("messages", [])],
+        )
+        for s in shown
+    ]
+
+
+async def test_a_planners_todos_are_in_postgresql_as_the_gateway_shows_them(
+    sdk: Any, saver: Any, deployment: ServiceProcesses
+) -> None:
+    """The deployed ``planner`` (``TodoListMiddleware``: ``write_todos`` run by the todos
+    service): its todo list and every checkpoint in PostgreSQL as the gateway shows them."""
+    from langchain.agents.middleware import TodoListMiddleware
+
+    thread = await sdk.threads.create()
+    thread_id = thread["thread_id"]
+    await sdk.runs.wait(thread_id, "planner", input=hello("plan"))
+
+    middleware = [TodoListMiddleware()]
+    state = await recorded(saver, deployment.prefix, thread_id, "Planned.", middleware)
+    config = saved_config(deployment.prefix, thread_id)
+    agent = reader(saver, middleware)
+    kept = await asyncio.to_thread(lambda: list(agent.get_state_history(config)))
+    shown = await sdk.threads.get_history(thread_id, limit=100)
+
+    assert state.values["todos"] == [{"content": "a", "status": "pending"}]
+    assert ("tools",) in [s.next for s in kept]  # write_todos ran as a tools superstep
+    assert same_history(kept, shown)
 
 
 async def test_a_thread_whose_working_copy_left_redis_continues_from_postgresql(

@@ -27,7 +27,7 @@ class NotDrawable(ValueError):
 def graph_json(spec: AgentSpec, xray: bool | int = False) -> dict[str, Any]:
     """The JSON of ``get_graph(xray=...)`` of LangChain's agent of this shape, without
     the nodes' class paths (LangGraph's server leaves them out too)."""
-    middleware = [_langchain_middleware(m) for m in spec.middleware]
+    middleware = [as_langchain_middleware(m) for m in spec.middleware]
     agent = reference_graph(GraphArguments(tools=stand_in_tools(spec), middleware=middleware))
     drawn: dict[str, Any] = agent.get_graph(xray=xray).to_json()
     for node in drawn.get("nodes", []):
@@ -54,7 +54,9 @@ def _never_called(**kwargs: Any) -> None:
     raise RuntimeError("a stand-in tool of a drawing is never called")
 
 
-def _langchain_middleware(spec: MiddlewareSpec) -> Any:
+def as_langchain_middleware(spec: MiddlewareSpec) -> Any:
+    """LangChain's middleware class the spec names, made with its parameters
+    (``NotDrawable`` for another class)."""
     cls = getattr(langchain_middleware, spec.type, None)
     if not isinstance(cls, type) or not issubclass(cls, langchain_middleware.AgentMiddleware):
         raise NotDrawable(

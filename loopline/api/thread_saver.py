@@ -22,13 +22,23 @@ import time
 from typing import Any
 
 from contracts.agent import AgentSpec
-from loopline.api.graph import stand_in_tools
+from loopline.api.graph import as_langchain_middleware, stand_in_tools
 from loopline.checkpoints import take_in, write_run
 from loopline.client import Client
 from loopline.graph import GraphArguments, reference_graph
 from loopline.history import ThreadHistory, record_update
-from loopline.saver_steps import saver_config
+from loopline.saver_steps import SaverStepsError, saver_config
 from services.hooks import hooks_for
+
+
+def _middleware(spec: AgentSpec, loaded: dict[int, Any]) -> list[Any]:
+    """The agent's middleware as objects of the graph: each as this process loaded it
+    for the hooks, and one the services run natively (``TodoListMiddleware``,
+    ``ContextEditingMiddleware``: no hook object) as LangChain's class of its name."""
+    return [
+        loaded[i] if i in loaded else as_langchain_middleware(m)
+        for i, m in enumerate(spec.middleware)
+    ]
 
 
 class ThreadSaver:
@@ -72,13 +82,19 @@ class ThreadSaver:
         """LangChain's compiled graph of the deployed agent's shape (built once per
         agent id)."""
         if spec.agent_id not in self._graphs:
-            hooks = hooks_for(spec.agent_id, spec)
-            arguments = GraphArguments(
-                tools=stand_in_tools(spec),
-                middleware=[m for _, m in hooks.instances],
-                state_schema=hooks.state_schema,
-            )
-            self._graphs[spec.agent_id] = reference_graph(arguments)
+            try:
+                hooks = hooks_for(spec.agent_id, spec)
+                arguments = GraphArguments(
+                    tools=stand_in_tools(spec),
+                    middleware=_middleware(spec, dict(hooks.instances)),
+                    state_schema=hooks.state_schema,
+                )
+                self._graphs[spec.agent_id] = reference_graph(arguments)
+            except Exception as exc:  # middleware that is not LangChain's kind, say
+                raise SaverStepsError(
+                    f"agent {spec.name or spec.agent_id}: LangChain's graph of its shape "
+                    f"cannot be built ({type(exc).__name__}: {exc})"
+                ) from exc
         return self._graphs[spec.agent_id]
 
     async def record_run(self, thread_id: str, task_id: str, spec: AgentSpec) -> str | None:
