@@ -65,10 +65,11 @@ def saver() -> Iterator[Any]:
 
 def reader(saver: Any, middleware: Sequence[Any] = ()) -> Any:
     """LangChain's agent of the deployed agent's shape (``test_http_gateway``'s ``agent``;
-    with ``TodoListMiddleware``, its ``planner``) on the deployment's saver (it only
-    reads here)."""
+    with ``TodoListMiddleware``, its ``planner``; with ``HumanInTheLoopMiddleware``, its
+    ``gated``) on the deployment's saver (it only reads here)."""
     model = GenericFakeChatModel(messages=iter(()))
-    tools = [] if middleware else [tooling.add, tooling.hang]
+    planner = any(type(m).__name__ == "TodoListMiddleware" for m in middleware)
+    tools = [] if planner else [tooling.add, tooling.hang]
     return lc_create_agent(model, tools=tools, middleware=middleware, checkpointer=saver)
 
 
@@ -206,3 +207,29 @@ async def test_a_deleted_thread_is_gone_from_postgresql_too(
     assert await asyncio.to_thread(saver.get_tuple, config) is None
     with pytest.raises(NotFoundError):
         await sdk.threads.get(thread_id)
+
+
+async def test_a_run_approved_by_a_human_is_in_postgresql_once_it_ended(
+    sdk: Any, saver: Any, deployment: ServiceProcesses
+) -> None:
+    """The deployed ``gated`` agent asks a human before ``add``; the run waits, then is
+    approved (``command.resume``): once it ended, PostgreSQL holds its history as the
+    gateway shows it, the question on the task that asked."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    thread = await sdk.threads.create()
+    thread_id = thread["thread_id"]
+    await sdk.runs.wait(thread_id, "gated", input=hello("gated"))
+    approve = {"resume": {"decisions": [{"type": "approve"}]}}
+    await sdk.runs.wait(thread_id, "gated", command=approve)
+
+    middleware = [HumanInTheLoopMiddleware(interrupt_on={"add": True})]
+    await recorded(saver, deployment.prefix, thread_id, "2 + 3 is 5.", middleware)
+    config = saved_config(deployment.prefix, thread_id)
+    agent = reader(saver, middleware)
+    kept = await asyncio.to_thread(lambda: list(agent.get_state_history(config)))
+    shown = await sdk.threads.get_history(thread_id, limit=100)
+
+    assert same_history(kept, shown)
+    asked = [t for s in kept for t in s.tasks if t.interrupts]
+    assert [t.name for t in asked] == ["HumanInTheLoopMiddleware.after_model"]
