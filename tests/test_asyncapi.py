@@ -37,6 +37,7 @@ NOT_STREAMS = {
     "api_cron_schedule",
     "api_cron_firing",
     "api_webhooks",
+    "api_saver_runs",  # the gateway's runs still to write to its PostgreSQL record
 }  # Names properties naming other keys (and pub/sub channels)
 
 
