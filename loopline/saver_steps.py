@@ -35,10 +35,6 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from loopline.history import MODEL, START, TOOLS, Checkpoint, Task
 
-INPUT_TASK = "__input__"
-"""The name LangGraph's loop gives the writes of a run's input (``langgraph.constants``'s
-``INPUT``)."""
-
 
 class SaverStepsError(ValueError):
     """A run's supersteps do not fit the agent's graph as LangGraph schedules it, or
@@ -173,9 +169,10 @@ def _input_writes(checkpoint: Checkpoint) -> list[tuple[str, Any]] | None:
 
 
 def _input_task(writes: list[tuple[str, Any]]) -> Any:
+    from langgraph._internal._constants import INPUT
     from langgraph.pregel._algo import PregelTaskWrites
 
-    return PregelTaskWrites((), INPUT_TASK, writes, [])
+    return PregelTaskWrites((), INPUT, writes, [])
 
 
 def _update_task(graph: Any, checkpoint: Checkpoint) -> Any:
@@ -184,14 +181,18 @@ def _update_task(graph: Any, checkpoint: Checkpoint) -> Any:
     fold holds after it (``Overwrite``: the update through the reducers is the fold's
     reckoning) and the route to what runs next."""
     from langgraph._internal._constants import INTERRUPT
+    from langgraph.channels.binop import BinaryOperatorAggregate
     from langgraph.pregel._algo import PregelTaskWrites
     from langgraph.types import Overwrite
 
+    def whole(key: str, value: Any) -> tuple[str, Any]:
+        # a reducer's channel takes the value as it is (Overwrite), another one holds it
+        reduced = isinstance(graph.channels.get(key), BinaryOperatorAggregate)
+        return (key, Overwrite(copy.deepcopy(value)) if reduced else copy.deepcopy(value))
+
     as_node = TOOLS if checkpoint.next == (MODEL,) else MODEL
-    writes: list[tuple[str, Any]] = [("messages", Overwrite(copy.deepcopy(checkpoint.messages)))]
-    for key, value in checkpoint.keys.items():
-        if key in graph.channels:
-            writes.append((key, Overwrite(copy.deepcopy(value))))
+    writes = [whole("messages", checkpoint.messages)]
+    writes.extend(whole(k, v) for k, v in checkpoint.keys.items() if k in graph.channels)
     writes.extend(_routes(graph, checkpoint))
     return PregelTaskWrites((INTERRUPT, 0), as_node, writes, [INTERRUPT])
 
