@@ -28,8 +28,7 @@ NOT_YET_ALIKE = {
     "runs.stream tasks",
     "runs.join_stream",  # loopline replays an ended run's stream; LangGraph's sends nothing
     "runs.cancel rollback",
-    "store.put_item ttl",
-    "store.search_items query",
+    "store.search_items query",  # refused without a vector index; LangGraph ignores it
 }
 """The calls LangGraph's server answers that loopline answers otherwise (refused with
 422 by name, or a route it does not have)."""
