@@ -17,7 +17,6 @@ deployment = shared.deployment
 gateway = shared.gateway
 
 NOT_YET_ALIKE = {
-    "threads.create supersteps",
     "threads.join_stream",
     "threads.stream",
     "runs.create after_seconds",

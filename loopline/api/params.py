@@ -185,13 +185,37 @@ class ThreadTTL(Params):
         return value
 
 
+class SuperstepUpdate(Params):
+    """One node's write in a superstep of ``threads.create(supersteps=...)``; a
+    ``command`` is not implemented (an update is values written as a node)."""
+
+    values: dict[str, Any] | None = None
+    as_node: str | None = None
+    command: dict[str, Any] | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _no_command(cls, value: dict[str, Any] | None) -> None:
+        if value is not None:
+            raise ValueError("a superstep's command is not implemented: give values")
+        return value
+
+
+class Superstep(Params):
+    updates: list[SuperstepUpdate] = Field(min_length=1, max_length=1)
+    """One update per superstep: loopline writes one node's at a time."""
+
+
 class ThreadCreate(Params):
-    """``POST /threads`` (``supersteps`` is not implemented)."""
+    """``POST /threads``; ``supersteps`` are state updates applied in turn to the new
+    thread, for the agent its ``metadata.graph_id`` names (LangGraph's
+    ``bulk_update_state``)."""
 
     thread_id: str | None = Field(None, min_length=1, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
     if_exists: Literal["raise", "do_nothing"] = "raise"
     ttl: ThreadTTL | None = None
+    supersteps: list[Superstep] | None = None
 
 
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
