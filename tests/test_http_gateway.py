@@ -730,11 +730,17 @@ def test_agent_chat_ui_calls_through_the_javascript_sdk(
 ) -> None:
     """useStream's submit, its rejoin after a reload from the last event id, its history
     fetch and the chat's thread list, as agent-chat-ui makes them
-    (``tests/node/agent_chat_ui_flow.mjs``)."""
+    (``tests/node/agent_chat_ui_flow.mjs``). The same flow against ``langgraph dev``
+    (langgraph-api 0.16.7, the same graph and replies) printed what is asserted here, but
+    for the ``end`` event it does not send and its assistant ids (uuids; loopline's are
+    the deployed agents' names)."""
     seen = run_node(CHAT_UI_FLOW, gateway, node_sdk)
     assert seen["runId"] and seen["lastEventId"]  # from Content-Location, and the SSE ids
     assert seen["before"][0] == "metadata" and seen["before"][-1] == "updates"
-    assert seen["after"][-1] == "end" and "metadata" not in seen["after"]  # not replayed
+    # LangGraph's server (0.16) ends a stream without an ``end`` event; loopline sends one
+    after = [event for event in seen["after"] if event != "end"]
+    assert after[-1] == "values" and "metadata" not in after  # nothing before it replayed
+    assert after[:3] == ["values", "messages", "updates"]  # the tool's step, then the model's
     assert seen["tokens"] == SCRIPTS["slow"][1].content  # every token after the reload
     assert seen["answer"] == SCRIPTS["slow"][1].content
     assert seen["history"][0] == {"next": [], "count": 4}  # newest first: the answer
