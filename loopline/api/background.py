@@ -1,6 +1,6 @@
 """What every gateway replica runs beside its routes: for each tenant it serves, the
-cron scheduler, the webhook sender, the sweep of expired threads and, with a PostgreSQL
-record of the threads, the recorder of their runs. Any number of
+cron scheduler, the webhook sender, the sweeps of expired threads and store items and,
+with a PostgreSQL record of the threads, the recorder of their runs. Any number of
 replicas may run them: each tick and each webhook is claimed in Redis by one, and
 deleting an expired thread twice deletes it once."""
 
@@ -18,6 +18,7 @@ from loopline.api import webhooks
 from loopline.api.cron_scheduler import CronScheduler
 from loopline.api.gateway import Gateway
 from loopline.api.saver_recorder import SaverRecorder
+from loopline.api.store_sweep import StoreSweeper
 from loopline.api.thread_sweep import ThreadSweeper
 from loopline.api.webhook_delivery import TIMEOUT_S, WebhookSender
 
@@ -45,6 +46,8 @@ async def running(gateway: Gateway) -> AsyncIterator[None]:
             if tenant.thread_saver is not None:
                 recorder = SaverRecorder(tenant, replica)
                 tasks.append(asyncio.create_task(recorder.run(gateway.stopping)))
+            if store_sweeper := StoreSweeper.of(tenant):
+                tasks.append(asyncio.create_task(store_sweeper.run(gateway.stopping)))
         try:
             yield
         finally:

@@ -185,13 +185,37 @@ class ThreadTTL(Params):
         return value
 
 
+class SuperstepUpdate(Params):
+    """One node's write in a superstep of ``threads.create(supersteps=...)``; a
+    ``command`` is not implemented (an update is values written as a node)."""
+
+    values: dict[str, Any] | None = None
+    as_node: str | None = None
+    command: dict[str, Any] | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _no_command(cls, value: dict[str, Any] | None) -> None:
+        if value is not None:
+            raise ValueError("a superstep's command is not implemented: give values")
+        return value
+
+
+class Superstep(Params):
+    updates: list[SuperstepUpdate] = Field(min_length=1, max_length=1)
+    """One update per superstep: loopline writes one node's at a time."""
+
+
 class ThreadCreate(Params):
-    """``POST /threads`` (``supersteps`` is not implemented)."""
+    """``POST /threads``; ``supersteps`` are state updates applied in turn to the new
+    thread, for the agent its ``metadata.graph_id`` names (LangGraph's
+    ``bulk_update_state``)."""
 
     thread_id: str | None = Field(None, min_length=1, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
     if_exists: Literal["raise", "do_nothing"] = "raise"
     ttl: ThreadTTL | None = None
+    supersteps: list[Superstep] | None = None
 
 
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
@@ -386,27 +410,22 @@ class SubgraphsQuery(Params):
 
 
 class StoreParams(Params):
-    """The deployment's store keeps items until they are deleted (``ttl`` is refused),
-    so there is no TTL to refresh: ``refresh_ttl`` may only say false."""
+    """``refresh_ttl``: whether reading renews the TTL of what it returns; unset, the
+    store's ``refresh_on_read`` (``LOOPLINE_STORE``) decides, as in LangGraph."""
 
-    refresh_ttl: bool = False
-
-    @field_validator("refresh_ttl")
-    @classmethod
-    def _no_ttl(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("the store's items have no TTL to refresh (true is not implemented)")
-        return value
+    refresh_ttl: bool | None = None
 
 
 class StorePut(Params):
-    """``PUT /store/items``. ``index`` may only say ``false`` (the store has no vector
-    index); ``ttl`` is refused (items are kept until deleted)."""
+    """``PUT /store/items``. ``ttl`` in minutes (unset: the store's ``default_ttl``);
+    ``index``: false to leave the item out of the vector index, or the fields to embed
+    instead of the configured ones (only with an index configured)."""
 
     namespace: list[str]
     key: str
     value: dict[str, Any]
-    index: Literal[False] | None = None
+    index: Literal[False] | list[str] | None = None
+    ttl: float | None = Field(None, gt=0)
 
 
 class StoreItemQuery(StoreParams):
@@ -425,13 +444,14 @@ class StoreDelete(Params):
 
 class StoreSearch(StoreParams):
     """``POST /store/items/search``: items under a namespace prefix whose value matches
-    ``filter`` (LangGraph's operators), newest first. ``query`` is refused: there is no
-    vector index to rank by."""
+    ``filter`` (LangGraph's operators), newest first, or ranked by similarity to
+    ``query`` (only with an index configured)."""
 
     namespace_prefix: list[str] = Field(default_factory=list)
     filter: dict[str, Any] | None = None
     limit: int = Field(10, ge=0)
     offset: int = Field(0, ge=0)
+    query: str | None = None
 
 
 class StoreNamespaces(Params):
