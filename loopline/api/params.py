@@ -3,8 +3,7 @@ reads a body or a query string against them.
 
 Each route's parameters are a pydantic model that forbids anything it does not declare:
 a parameter of LangGraph's Agent Server API that loopline does not implement
-(``interrupt_before``, ``after_seconds``, ``checkpoint``, the ``debug``
-stream mode, ``cancel(action="rollback")``, ...) is answered 422 with its name and why,
+(``interrupt_before``, ``checkpoint``, ``cancel(action="rollback")``, ...) is answered 422 with its name and why,
 never accepted and ignored. A field is declared here only where the gateway acts on it;
 a few are declared with only the values whose meaning loopline already has (a stream is
 always resumable, a run always goes on when its client leaves).
@@ -23,9 +22,20 @@ from starlette.datastructures import QueryParams
 from contracts.events import MultitaskStrategy
 from loopline.api.wire import BadRequest
 
-StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom"]
+StreamMode = Literal[
+    "values",
+    "updates",
+    "messages",
+    "messages-tuple",
+    "custom",
+    "events",
+    "debug",
+    "checkpoints",
+    "tasks",
+]
 """The stream modes the gateway streams (``messages-tuple`` is LangGraph's name for the
-``messages`` mode's ``(chunk, metadata)`` pairs; ``messages`` its older shape)."""
+``messages`` mode's ``(chunk, metadata)`` pairs; ``messages`` its older shape; the last
+four are LangGraph's server's: ``loopline.api.run_modes``)."""
 
 UNSUPPORTED = "not supported by this gateway (loopline refuses it rather than ignore it)"
 

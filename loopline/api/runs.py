@@ -17,7 +17,7 @@ from typing import Any
 from contracts.agent import DeployedAgent
 from contracts.events import ApprovalRequested, TaskCompleted, TaskFailed
 from contracts.messages import to_langchain, with_input_ids
-from loopline.api import webhooks
+from loopline.api import run_modes, webhooks
 from loopline.api.assistants import AssistantVersion
 from loopline.api.params import RunBody, parse
 from loopline.api.records import RunRecord, ThreadRecord
@@ -100,10 +100,11 @@ class RunRequest:
 
 
 def loopline_modes(requested: list[str]) -> list[str]:
-    """The stream-mode layer's modes behind the modes a client asked for; modes it does
-    not produce (``debug``, ``events``, ...) give nothing."""
+    """The stream-mode layer's modes behind the modes a client asked for (those only
+    LangGraph's server streams, ``events``, ``debug``, ..., are made from some of them:
+    ``run_modes.reads``)."""
     found: list[str] = []
-    for mode in requested:
+    for mode in [*requested, *run_modes.reads(requested)]:
         name = "messages" if mode in TAGGED_MODES else mode
         if name in STREAM_MODES and name not in found:
             found.append(name)
