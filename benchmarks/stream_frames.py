@@ -120,8 +120,13 @@ async def _delayed(http: httpx.AsyncClient) -> dict[str, Any]:
     thread_soon = (await http.get(f"/threads/{tid}")).json()
     joined = (await http.get(f"/threads/{tid}/runs/{made['run_id']}/join", timeout=60)).json()
     later = (await http.get(f"/threads/{tid}/runs/{made['run_id']}")).json()
-    return {"created": made, "soon": soon, "thread_soon": thread_soon, "joined": joined,
-            "later": later}
+    return {
+        "created": made,
+        "soon": soon,
+        "thread_soon": thread_soon,
+        "joined": joined,
+        "later": later,
+    }
 
 
 async def record(url: str) -> dict[str, Any]:
@@ -152,7 +157,10 @@ def loopline_gateway(redis_url: str, model_url: str) -> Iterator[str]:
     prefix = new_prefix()
     env = {"OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": "unused"}
     try:
-        with Services(redis_url, prefix, env=env), GatewayProcess(redis_url, prefix, env=env) as api:
+        with (
+            Services(redis_url, prefix, env=env),
+            GatewayProcess(redis_url, prefix, env=env) as api,
+        ):
             asyncio.run(_deploy(redis_url, prefix))
             yield api.url
     finally:
@@ -160,7 +168,9 @@ def loopline_gateway(redis_url: str, model_url: str) -> Iterator[str]:
 
 
 async def _deploy(url: str, prefix: str) -> None:
-    agent = create_agent("gpt-4o-mini", tools=[ADD], settings=Settings(redis_url=url, prefix=prefix))
+    agent = create_agent(
+        "gpt-4o-mini", tools=[ADD], settings=Settings(redis_url=url, prefix=prefix)
+    )
     async with Client(url, prefix) as client:
         await client.deploy(agent, name=ASSISTANT)
 
@@ -169,7 +179,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--langgraph", help="the `langgraph` command: record its frames")
     parser.add_argument("--loopline", action="store_true", help="record the gateway's frames")
-    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379"))
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
+    )
     args = parser.parse_args()
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     with ScriptedOpenAIServer(responder=respond) as model:

@@ -110,7 +110,13 @@ class EventTranslator:
 
     def _graph(self, kind: str, data: dict[str, Any]) -> Event:
         return self._event(
-            kind, self.name, data, run_id=self.root, metadata=dict(self.metadata), tags=[], parents=[]
+            kind,
+            self.name,
+            data,
+            run_id=self.root,
+            metadata=dict(self.metadata),
+            tags=[],
+            parents=[],
         )
 
     def begin(self) -> list[Event]:

@@ -3,7 +3,8 @@ reads a body or a query string against them.
 
 Each route's parameters are a pydantic model that forbids anything it does not declare:
 a parameter of LangGraph's Agent Server API that loopline does not implement
-(``interrupt_before``, ``checkpoint``, ``cancel(action="rollback")``, ...) is answered 422 with its name and why,
+(``interrupt_before``, ``checkpoint``, ``cancel(action="rollback")``, ...) is answered
+422 with its name and why,
 never accepted and ignored. A field is declared here only where the gateway acts on it;
 a few are declared with only the values whose meaning loopline already has (a stream is
 always resumable, a run always goes on when its client leaves).
@@ -113,6 +114,8 @@ class RunBody(Params):
     on_completion: Literal["delete", "keep"] | None = None
     """A stateless run's thread: ``delete`` (the default) leaves none behind, ``keep``
     keeps it as an ordinary thread."""
+    after_seconds: float | None = Field(None, ge=0)
+    """Start the run this many seconds later (pending meanwhile)."""
     durability: Literal["sync", "async"] | None = None
     """Every step is committed before the next starts, which both promise; ``exit``
     (checkpoint only at the end) is not implemented."""

@@ -131,7 +131,7 @@ class ServerModes:
         """The graph's own ``on_chain_stream`` events carry its stream-mode chunks: the
         server sends those as the modes' frames, never as ``events``."""
         assert self.events is not None
-        return event["event"] == "on_chain_stream" and event["run_id"] == self.events.root
+        return bool(event["event"] == "on_chain_stream" and event["run_id"] == self.events.root)
 
     async def closing(self) -> list[Frame]:
         """The frames after the run's last item (it ended, or stopped for a human)."""
