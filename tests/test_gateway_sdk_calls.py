@@ -20,12 +20,7 @@ NOT_YET_ALIKE = {
     "threads.create supersteps",
     "threads.join_stream",
     "threads.stream",
-    "runs.create after_seconds",
     "runs.create interrupt_before",
-    "runs.stream events",
-    "runs.stream debug",
-    "runs.stream checkpoints",
-    "runs.stream tasks",
     "runs.join_stream",  # loopline replays an ended run's stream; LangGraph's sends nothing
     "runs.cancel rollback",
     "store.put_item ttl",

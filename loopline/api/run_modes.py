@@ -210,7 +210,9 @@ class ServerModes:
         return {
             "config": _with(snapshot.config, run),
             "parent_config": _with(snapshot.parent_config, run),
-            "values": _messages_as_dicts(snapshot.values),
+            # the channels as they stand: a new thread's input checkpoint has no messages
+            # saved, the stream reads the empty channel
+            "values": _messages_as_dicts({"messages": [], **snapshot.values}),
             "metadata": {k: (snapshot.metadata or {}).get(k) for k in CHECKPOINT_METADATA},
             "next": following,
             "tasks": tasks,
