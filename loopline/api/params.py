@@ -17,11 +17,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from starlette.datastructures import QueryParams
 
 from contracts.events import MultitaskStrategy
 from loopline.api.wire import BadRequest
+from loopline.graph import REFUSED_KEYWORDS
 
 StreamMode = Literal[
     "values",
@@ -116,6 +124,9 @@ class RunBody(Params):
     keeps it as an ordinary thread."""
     after_seconds: float | None = Field(None, ge=0)
     """Start the run this many seconds later (pending meanwhile)."""
+    interrupt_before: Any = None
+    interrupt_after: Any = None
+    """LangGraph's static breakpoints: refused with why (``loopline.graph``)."""
     durability: Literal["sync", "async"] | None = None
     """Every step is committed before the next starts, which both promise; ``exit``
     (checkpoint only at the end) is not implemented."""
@@ -124,6 +135,15 @@ class RunBody(Params):
     @classmethod
     def _modes(cls, value: Any) -> Any:
         return _listed(value) or ["values"]
+
+    @field_validator("interrupt_before", "interrupt_after")
+    @classmethod
+    def _no_breakpoints(cls, value: Any, info: ValidationInfo) -> Any:
+        # the loop runs a task's steps without stopping between nodes, and a run
+        # cannot start at the tools: what an interrupt_before=["tools"] run goes on from
+        if value:
+            raise ValueError(REFUSED_KEYWORDS[str(info.field_name)])
+        return value
 
 
 class RunsQuery(Params):
