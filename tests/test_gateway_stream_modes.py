@@ -197,3 +197,49 @@ async def test_a_delayed_run_outlives_the_gateway_that_took_it(
             assert (await client.runs.get(tid, run["run_id"]))["status"] == "success"
         finally:
             await client.http.client.aclose()
+
+
+async def test_a_resume_streams_the_checkpoints_it_makes(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    asked = await sdk.runs.wait(tid, "gated", input=hello(ONE_TOOL_CALL))
+    assert asked["__interrupt__"]
+    before = {h["checkpoint"]["checkpoint_id"] for h in await sdk.threads.get_history(tid)}
+    approve = {"resume": {"decisions": [{"type": "approve"}]}}
+    parts = sdk.runs.stream(tid, "gated", command=approve, stream_mode=["checkpoints", "tasks"])
+    frames = [(p.event, p.data) for p in await collect(parts)]
+    streamed = [
+        d["config"]["configurable"]["checkpoint_id"] for e, d in frames if e == "checkpoints"
+    ]
+    history = await sdk.threads.get_history(tid, limit=50)
+    made = [h["checkpoint"]["checkpoint_id"] for h in reversed(history)]
+    assert streamed == [c for c in made if c not in before] and streamed
+    final = [d for e, d in frames if e == "checkpoints"][-1]
+    assert final["next"] == [] and final["values"]["messages"][-1]["content"] == "2 + 3 is 5."
+    ran = [(d["name"], "input" in d) for e, d in frames if e == "tasks"]
+    hitl = "HumanInTheLoopMiddleware.after_model"  # it resumes, then runs on the answer
+    each = [hitl, "tools", "model", hitl]
+    assert ran == [(node, started) for node in each for started in (True, False)]
+
+
+async def test_a_reconnect_gets_the_rest_of_the_server_modes_once(sdk: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    modes = ["checkpoints", "tasks", "events"]
+    seen: list[Any] = []
+    stream = sdk.runs.stream(tid, "agent", input=hello("slow"), stream_mode=modes)
+    async for part in stream:
+        seen.append(part)
+        if part.event == "tasks" and part.data["name"] == "tools":  # the slow tool runs
+            break
+    await stream.aclose()
+    run_id = seen[0].data["run_id"]
+    rest = await collect(
+        sdk.runs.join_stream(tid, run_id, stream_mode=modes, last_event_id=seen[-1].id)
+    )
+    whole = await collect(sdk.runs.join_stream(tid, run_id, stream_mode=modes))
+    shown = [(p.event, p.id, p.data) for p in whole]
+    assert [(p.event, p.id, p.data) for p in seen] == shown[: len(seen)]  # the same frames
+    # a reconnect goes on after the item whose frames the client saw last (they share
+    # its id), with no frame twice and none missing
+    after = max(i for i, (_, frame_id, _) in enumerate(shown) if frame_id == seen[-1].id)
+    assert [(p.event, p.id, p.data) for p in rest] == shown[after + 1 :]
+    assert rest[0].event != "metadata" and rest[-1].event == "end"

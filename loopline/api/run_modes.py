@@ -122,7 +122,10 @@ class ServerModes:
         elif mode == "values":
             self.state = dict(data)
             self.values_seen += 1
-            out.extend(await self._checkpoints(self.values_seen + 1))
+            # a new run's first values come with its input's and __start__'s checkpoints;
+            # a resume's first values are the state it goes on from (no new checkpoint)
+            ahead = -1 if self.record.is_resume else 1
+            out.extend(await self._checkpoints(self.values_seen + ahead))
             if self.history is None:
                 self.step = self.values_seen - 1
         return out
