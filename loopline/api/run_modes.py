@@ -79,6 +79,7 @@ class ServerModes:
             **record.metadata,
             "graph_id": graph_id,
             "assistant_id": record.assistant_id,
+            "run_attempt": 1,  # the server's attempt count: a loopline run is one attempt
             "run_id": record.run_id,
         }
         self.lifecycle = Lifecycle((), self.run_metadata)
@@ -106,7 +107,10 @@ class ServerModes:
                 [],
                 system,
                 name=self.record.assistant_id.partition("@")[0],
-                metadata={k: v for k, v in self.run_metadata.items() if k != "ls_integration"},
+                metadata={
+                    **{k: v for k, v in self.run_metadata.items() if k != "ls_integration"},
+                    **({"thread_id": self.record.thread_id} if self.record.thread_id else {}),
+                },
             )
 
     async def frames(self, item: Item) -> list[Frame]:
