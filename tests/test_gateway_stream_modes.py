@@ -243,3 +243,26 @@ async def test_a_reconnect_gets_the_rest_of_the_server_modes_once(sdk: Any) -> N
     after = max(i for i, (_, frame_id, _) in enumerate(shown) if frame_id == seen[-1].id)
     assert [(p.event, p.id, p.data) for p in rest] == shown[after + 1 :]
     assert rest[0].event != "metadata" and rest[-1].event == "end"
+
+
+async def test_a_delayed_run_cancelled_before_it_starts_never_runs(sdk: Any, scripted: Any) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    run = await sdk.runs.create(tid, "agent", input=hello("never asked"), after_seconds=1)
+    joined = asyncio.ensure_future(sdk.runs.join(tid, run["run_id"]))  # waits meanwhile
+    await sdk.runs.cancel(tid, run["run_id"])
+    assert await asyncio.wait_for(joined, 10) == {}  # the thread has no state: nothing ran
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+    await asyncio.sleep(1.5)  # past when it was due
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+    asked = [str(r["messages"][-1]["content"]) for r in scripted.requests]
+    assert "never asked" not in asked
+    frames = await collect(sdk.runs.join_stream(tid, run["run_id"]))
+    assert [p.event for p in frames] == ["metadata", "end"]
+
+
+async def test_a_delayed_stateless_run_runs_when_due(sdk: Any) -> None:
+    run = await sdk.runs.create(None, "agent", input=hello(), after_seconds=1)
+    assert run["status"] == "pending" and run["thread_id"]
+    values = await sdk.runs.join(run["thread_id"], run["run_id"])
+    assert values["messages"][-1]["content"] == shared.ANSWER

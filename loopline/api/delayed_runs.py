@@ -63,6 +63,30 @@ Starter = Callable[[Tenant, str, dict[str, Any]], Awaitable[Any]]
 """Starts a run (its id, and what ``schedule`` kept): ``runs.start_delayed``."""
 
 
+async def forget(tenant: Tenant, run_id: str) -> bool:
+    """Take back a delayed run that has not started (its cancel); whether it was one."""
+    names = tenant.names
+    async with tenant.redis.pipeline(transaction=True) as pipe:
+        pipe.zrem(names.api_delayed, run_id)
+        pipe.hdel(names.api_delayed_runs, run_id)
+        removed, _ = await pipe.execute()
+    return bool(removed)
+
+
+NOT_STARTED = ("interrupted", "error")
+"""A delayed run's status when it was cancelled, or could not start, before it ran."""
+
+
+async def until_started(tenant: Tenant, run_id: str) -> bool:
+    """Wait while the run is delayed; whether it started (False: it was cancelled or
+    could not start, and no task of it will ever run; its record says so, read after
+    the wait, since the caller's copy may be older than the cancel)."""
+    while await tenant.redis.zscore(tenant.names.api_delayed, run_id) is not None:
+        await asyncio.sleep(POLL_S)
+    record = await tenant.records.run(run_id)
+    return record is None or record.ended not in NOT_STARTED
+
+
 RECENT_RUNS = 100
 """The thread's newest runs ``waiting_on`` looks at."""
 
@@ -70,9 +94,7 @@ RECENT_RUNS = 100
 async def waiting_on(tenant: Tenant, thread_id: str, besides: str = "") -> bool:
     """Whether a delayed run of the thread (other than ``besides``) has not started yet:
     the thread is busy meanwhile, as on LangGraph's server."""
-    run_ids = [
-        r for r in await tenant.records.run_ids(thread_id, 0, RECENT_RUNS) if r != besides
-    ]
+    run_ids = [r for r in await tenant.records.run_ids(thread_id, 0, RECENT_RUNS) if r != besides]
     if not run_ids:
         return False
     scores = await tenant.redis.zmscore(tenant.names.api_delayed, run_ids)
@@ -120,7 +142,7 @@ class DelayedRuns:
                 await self.start(tenant, run_id, json.loads(raw))
             except Exception as exc:  # its thread was deleted, its thread is busy, ...
                 log.warning("delayed run %s did not start: %s", run_id, exc)
-                await self._ended(run_id, "error")
+                await self._ended(run_id, NOT_STARTED[1])
         async with tenant.redis.pipeline(transaction=True) as pipe:
             pipe.zrem(names.api_delayed, run_id)
             pipe.hdel(names.api_delayed_runs, run_id)
@@ -133,4 +155,4 @@ class DelayedRuns:
             await self.tenant.records.save_run(record)
 
 
-__all__ = ["DelayedRuns", "schedule"]
+__all__ = ["DelayedRuns", "forget", "schedule", "until_started", "waiting_on"]

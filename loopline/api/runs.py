@@ -442,7 +442,11 @@ def _entry_key(entry_id: str) -> tuple[int, int]:
 async def wait_for(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
     """Wait until the run ends (or stops at an interrupt) and return what LangGraph's
     ``/wait`` and ``/join`` return: the state's values (with ``__interrupt__`` when a
-    human is asked), or ``{"__error__": ...}`` for a run that failed."""
+    human is asked), or ``{"__error__": ...}`` for a run that failed. A delayed run
+    cancelled before it started: the thread's values as they are."""
+    if not await delayed_runs.until_started(tenant, record.run_id):
+        state = await tenant.threads.current(record.thread_id) if record.thread_id else None
+        return await state_values(tenant, state) if state is not None and state.run_id else {}
     _, outcome = await tenant.client.outcome(record.task_id, after=record.log_after)
     if isinstance(outcome, TaskFailed) and not await was_stopped(tenant, record.task_id):
         return {"__error__": {"error": "TaskFailed", "message": outcome.reason}}
@@ -489,6 +493,12 @@ async def state_values(tenant: Tenant, state: ThreadValues) -> dict[str, Any]:
 
 
 async def cancel_run(tenant: Tenant, record: RunRecord) -> None:
+    """Cancel the run: a delayed one that has not started never does (``interrupted``,
+    as LangGraph's server shows a cancelled pending run)."""
+    if await delayed_runs.forget(tenant, record.run_id):
+        record.ended = "interrupted"
+        await tenant.records.save_run(record)
+        return
     await tenant.client.cancel(
         record.task_id, "cancelled by request", thread_id=record.thread_id or None
     )

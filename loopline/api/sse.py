@@ -21,6 +21,7 @@ from typing import Any
 from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
 
 from contracts.events import DecisionsRefused
+from loopline.api import delayed_runs
 from loopline.api.events import Cursor, Failed, run_items
 from loopline.api.records import RunRecord
 from loopline.api.run_modes import SERVER_MODES, ServerModes
@@ -112,6 +113,9 @@ async def run_frames(
     cursor = Cursor.decode(last_event_id) if last_event_id else Cursor()
     if not last_event_id:
         yield frame("metadata", {"run_id": record.run_id, "attempt": 1})
+    if not await delayed_runs.until_started(tenant, record.run_id):
+        yield frame("end", None)  # a delayed run cancelled before it started: nothing ran
+        return
     writer = FrameWriter(tenant, record, requested)
     await writer.prepare()
     failed = False
