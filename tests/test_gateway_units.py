@@ -183,11 +183,14 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
             {**run, "on_completion": "never"},
             {**run, "durability": "exit"},
         ],
-        ThreadCreate: [{"supersteps": []}, {"ttl": {"ttl": 5, "strategy": "keep_latest"}}],
+        ThreadCreate: [
+            {"supersteps": [{"updates": [{"values": {}, "command": {"resume": 1}}]}]},
+            {"ttl": {"ttl": 5, "strategy": "keep_latest"}},
+        ],
         HistoryBody: [{"select": ["values"]}, {"before": {"checkpoint_id": "c1"}}],
         ThreadPatch: [{"ttl": {"ttl": 5, "strategy": "keep_latest"}}],
         StateUpdate: [{"task_id": "t1"}],
-        StoreSearch: [{"query": "x"}, {"refresh_ttl": True}],
+        StoreSearch: [{"limit": -1}, {"refresh_ttl": "sometimes"}],
         AssistantSearch: [{"select": ["nope"]}, {"sort_by": "size"}],
     }
     for model, bodies in refused.items():
@@ -195,8 +198,8 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
             (name,) = set(body) - set(run)  # the one parameter refused
             with pytest.raises(BadRequest, match=name):
                 parse(model, body)
-    with pytest.raises(BadRequest, match="ttl"):  # items are kept until deleted
-        parse(StorePut, {"namespace": ["a"], "key": "k", "value": {}, "ttl": 5})
+    with pytest.raises(BadRequest, match="ttl"):  # minutes, more than none
+        parse(StorePut, {"namespace": ["a"], "key": "k", "value": {}, "ttl": 0})
     with pytest.raises(BadRequest, match="'made-up' is not supported"):
         parse(RunBody, {**run, "stream_mode": "made-up"})
     for mode in ("events", "debug", "checkpoints", "tasks"):
