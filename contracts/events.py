@@ -15,7 +15,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from contracts.agent import AgentSpec, RunMode
-from contracts.messages import AIMessage, Message, ToolCall, ToolMessage
+from contracts.messages import (
+    AIMessage,
+    HumanMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+)
 from contracts.todos import Todo
 
 SCHEMA_VERSION = 1
@@ -212,15 +219,34 @@ class StructuredOutcome(BaseModel):
     """Whether ``response`` is the structured response (it may be JSON null)."""
 
 
+class RemovedMessage(BaseModel):
+    """LangChain's ``RemoveMessage`` in a ``messages`` write: ``add_messages`` deletes the
+    state's message with this id; LangGraph's ``REMOVE_ALL_MESSAGES`` id deletes every
+    message before the ones that follow it in the write."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["remove"] = "remove"
+    id: str
+
+
+WrittenMessage = Annotated[
+    SystemMessage | HumanMessage | AIMessage | ToolMessage | RemovedMessage,
+    Field(discriminator="type"),
+]
+
+
 class CommandWrite(BaseModel):
     """One write of a ``wrap_model_call`` command's update: a state key's value (JSON),
-    or, for ``messages``, the messages it adds."""
+    or, for ``messages``, the messages as the command wrote them (``add_messages``
+    appends them, replaces the state's message of the same id, and deletes for a
+    ``RemovedMessage``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     key: str
     value: Any = None
-    messages: list[Message] = Field(default_factory=list)
+    messages: list[WrittenMessage] = Field(default_factory=list)
 
 
 class ModelResponded(Event):
@@ -253,10 +279,24 @@ class ModelResponded(Event):
     into ``update``, and shown as LangGraph's ``updates`` stream shows the node's
     writes."""
 
+    rewrite: list[Message] | None = None
+    """The state's messages before the reply, when the model node's writes changed the
+    transcript it was given (None: they did not): a command replaced or removed messages
+    (``add_messages`` by id, ``RemoveMessage``, ``REMOVE_ALL_MESSAGES``), or a layer
+    changed the request's own message list, which LangChain's model node then writes back
+    (``_build_commands(repaired_messages=...)``). The transcript is replaced by them, the
+    reply follows, then ``added``."""
+    after_reply: list[Message] | None = None
+    """With ``rewrite``: the messages the writes leave after the reply (the structured
+    output's answers aside), which ``added`` gives."""
+
     @property
     def added(self) -> list[Message]:
         """The messages the commands added beside the reply, in order."""
-        return [m for write in self.writes for m in write.messages]
+        if self.after_reply is not None:
+            return list(self.after_reply)
+        written = (m for write in self.writes for m in write.messages)
+        return [m for m in written if not isinstance(m, RemovedMessage)]
 
 
 class ModelInterrupted(Event):

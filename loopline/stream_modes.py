@@ -64,12 +64,14 @@ from contracts.events import (
     ModelResponded,
     NodesUpdated,
     NodeUpdate,
+    RemovedMessage,
     StepStarted,
     TaskCompleted,
     TaskFailed,
     TodosUpdated,
     ToolCompleted,
     ToolInterrupted,
+    WrittenMessage,
     parse_event,
 )
 from contracts.messages import MESSAGE_ADAPTER, from_langchain, to_langchain
@@ -530,10 +532,11 @@ class ModeTranslator:
         if step in self.shown:
             # shown before the run stopped for a human (it is logged once decided): the
             # model node does not run again
-            added = [to_langchain(m) for m in event.added]
-            self.state = merge_messages(self.state, [message, *added])
+            self._reply_decided(event, message)
             return []
         self.shown.add(step)
+        if event.rewrite is not None:  # the node's writes changed the messages before it
+            self.state = [to_langchain(m) for m in event.rewrite]
         self.state.append(message)
         structured = event.structured
         # the structured-output calls are answered by the model node itself
@@ -575,6 +578,14 @@ class ModeTranslator:
             out.extend(self._todo_node(event.message))
         return out
 
+    def _reply_decided(self, event: ModelResponded, message: BaseMessage) -> None:
+        """A reply shown before its run stopped for a human joins the state again."""
+        added = [to_langchain(m) for m in event.added]
+        if event.rewrite is not None:
+            self.state = [*(to_langchain(m) for m in event.rewrite), message, *added]
+        else:
+            self.state = merge_messages(self.state, [message, *added])
+
     def _model_writes(self, event: ModelResponded, own: list[BaseMessage]) -> Any:
         """The model node's update as LangGraph's ``updates`` shows a node that returned
         commands (LangChain's model node with wrap_model_call commands): its own write,
@@ -585,7 +596,7 @@ class ModeTranslator:
             writes.append(("structured_response", self.keys.get("structured_response")))
         for write in event.writes:
             if write.key == "messages":
-                writes.append(("messages", [to_langchain(m) for m in write.messages]))
+                writes.append(("messages", [_written(m) for m in write.messages]))
             else:
                 writes.append((write.key, self.view.channels.codec.decode_value(write.value)))
         writes = [(k, v) for k, v in writes if k == "messages" or self.view.shown(k)]
@@ -799,6 +810,15 @@ def _shown(message: BaseMessage) -> BaseMessage:
     """A message as a stream shows it: without the stand-in id it had for the merge."""
     shown: BaseMessage = without_stand_in_ids([message])[0]
     return shown
+
+
+def _written(message: WrittenMessage) -> BaseMessage:
+    """A message of a command's write, as the command wrote it."""
+    if isinstance(message, RemovedMessage):
+        from langchain_core.messages import RemoveMessage
+
+        return RemoveMessage(id=message.id)
+    return to_langchain(message)  # type: ignore[no-any-return]
 
 
 def _streamed(raw: dict[str, Any]) -> BaseMessage | dict[str, Any]:

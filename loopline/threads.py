@@ -201,6 +201,8 @@ class ThreadReader:
             # checkpoint holds it already (the model node ran)
             reply = parse_event(pending)
             if isinstance(reply, ModelResponded):
+                if reply.rewrite is not None:  # its writes changed the messages before it
+                    messages = list(reply.rewrite)
                 messages.extend([reply.message, *reply.added])
         # read after the transcript: a step's results move into it at once, so a step
         # that ends between the reads shows them once or not yet, never twice

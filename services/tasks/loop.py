@@ -368,6 +368,7 @@ class Loop:
             and event.transcript_len is not None
             and not hooks.has_state_hooks
             and not turn.after_ai  # the fused join length counts the reply alone
+            and event.rewrite is None  # and the transcript it was given
         ):
             fusion = await self._tool_calls_fusion(event, turn, digests)
         state = self._known(await self._record_reply(event, turn, fusion, digests, hooks), tid)
@@ -752,6 +753,9 @@ class Loop:
                 end_after=completed if turn.end_after_tools else b"",
                 nodes_event=_nodes_event(tid, event.step, turn.ran),
                 again=turn.again,
+                rewrite=None
+                if event.rewrite is None
+                else [m.model_dump_json() for m in event.rewrite],
             ),
             fusion,
         )
@@ -833,7 +837,8 @@ class Loop:
         """Run after_model (and at the end after_agent) hooks; None when the task waits
         for an answer to an interrupt or failed."""
         tid = event.task_id
-        transcript = await self._transcript(tid)
+        # the model node's writes may have changed the messages before the reply
+        transcript = event.rewrite if event.rewrite is not None else await self._transcript(tid)
         writer = CustomWriter(self.rt, tid, event.step, "after_model")
         thread: Any = None
         if hooks.wants_config:  # the thread is in the config a hook is given
