@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -26,6 +27,8 @@ from contracts.messages import (
 from contracts.todos import Todo
 
 SCHEMA_VERSION = 1
+
+T = TypeVar("T")
 
 MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
 MULTITASK_STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt", "rollback")
@@ -236,6 +239,43 @@ WrittenMessage = Annotated[
 ]
 
 
+class KeptMessages(BaseModel):
+    """In ``ModelResponded.rewrite``: ``count`` messages of the transcript the model node
+    was given, from position ``start``, kept as they are (named, not carried: a rewrite
+    costs what it changed)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["kept"] = "kept"
+    start: int = Field(ge=0)
+    count: int = Field(ge=1)
+
+
+RewrittenMessage = Annotated[
+    SystemMessage | HumanMessage | AIMessage | ToolMessage | KeptMessages,
+    Field(discriminator="type"),
+]
+
+
+def rewritten(
+    rewrite: Sequence[RewrittenMessage], given: Sequence[T], convert: Callable[[Message], T]
+) -> list[T]:
+    """The messages a rewrite stands for: the kept ones taken from ``given`` (the
+    transcript the model node was given, in any form), the others ``convert``ed."""
+    out: list[T] = []
+    for item in rewrite:
+        if isinstance(item, KeptMessages):
+            if item.start + item.count > len(given):
+                raise ValueError(
+                    f"a rewrite keeps messages {item.start}..{item.start + item.count - 1} "
+                    f"of a transcript of {len(given)}"
+                )
+            out.extend(given[item.start : item.start + item.count])
+        else:
+            out.append(convert(item))
+    return out
+
+
 class CommandWrite(BaseModel):
     """One write of a ``wrap_model_call`` command's update: a state key's value (JSON),
     or, for ``messages``, the messages as the command wrote them (``add_messages``
@@ -279,13 +319,14 @@ class ModelResponded(Event):
     into ``update``, and shown as LangGraph's ``updates`` stream shows the node's
     writes."""
 
-    rewrite: list[Message] | None = None
+    rewrite: list[RewrittenMessage] | None = None
     """The state's messages before the reply, when the model node's writes changed the
     transcript it was given (None: they did not): a command replaced or removed messages
     (``add_messages`` by id, ``RemoveMessage``, ``REMOVE_ALL_MESSAGES``), or a layer
     changed the request's own message list, which LangChain's model node then writes back
-    (``_build_commands(repaired_messages=...)``). The transcript is replaced by them, the
-    reply follows, then ``added``."""
+    (``_build_commands(repaired_messages=...)``). The transcript is replaced by them
+    (``rewritten``: the unchanged ones are only named), the reply follows, then
+    ``added``."""
     after_reply: list[Message] | None = None
     """With ``rewrite``: the messages the writes leave after the reply (the structured
     output's answers aside), which ``added`` gives."""

@@ -73,6 +73,7 @@ from contracts.events import (
     ToolInterrupted,
     WrittenMessage,
     parse_event,
+    rewritten,
 )
 from contracts.messages import MESSAGE_ADAPTER, from_langchain, to_langchain
 from contracts.messages import AIMessage as Reply
@@ -532,11 +533,12 @@ class ModeTranslator:
         if step in self.shown:
             # shown before the run stopped for a human (it is logged once decided): the
             # model node does not run again
-            self._reply_decided(event, message)
+            added = [to_langchain(m) for m in event.added]
+            self.state = merge_messages(self.state, [message, *added])
             return []
         self.shown.add(step)
         if event.rewrite is not None:  # the node's writes changed the messages before it
-            self.state = [to_langchain(m) for m in event.rewrite]
+            self.state = rewritten(event.rewrite, self.state, to_langchain)
         self.state.append(message)
         structured = event.structured
         # the structured-output calls are answered by the model node itself
@@ -577,14 +579,6 @@ class ModeTranslator:
         if self.view.todo_node is not None and self.view.todo_after is None:
             out.extend(self._todo_node(event.message))
         return out
-
-    def _reply_decided(self, event: ModelResponded, message: BaseMessage) -> None:
-        """A reply shown before its run stopped for a human joins the state again."""
-        added = [to_langchain(m) for m in event.added]
-        if event.rewrite is not None:
-            self.state = [*(to_langchain(m) for m in event.rewrite), message, *added]
-        else:
-            self.state = merge_messages(self.state, [message, *added])
 
     def _model_writes(self, event: ModelResponded, own: list[BaseMessage]) -> Any:
         """The model node's update as LangGraph's ``updates`` shows a node that returned

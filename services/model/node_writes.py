@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contracts.events import RemovedMessage, WrittenMessage
+from contracts.events import KeptMessages, RemovedMessage, RewrittenMessage, WrittenMessage
 from contracts.messages import AIMessage, Message, from_langchain, to_langchain
 
 REPLY_MARK = "loopline-model-reply"
@@ -40,8 +40,9 @@ class Placed:
     writes only add messages after it (``ModelResponded.added`` takes them from the
     writes)."""
 
-    rewrite: list[Message] | None = None
-    """The messages before the reply, when they are not the transcript the node had."""
+    rewrite: list[RewrittenMessage] | None = None
+    """The messages before the reply, when they are not the transcript the node had (its
+    unchanged messages by position: ``by_reference``)."""
     after: list[Message] | None = None
     """The messages after the reply (the structured output's answers aside)."""
 
@@ -126,4 +127,26 @@ def placed(
     answers = [m for m in own if m is not reply]  # the loop adds the structured answers
     after = [from_langchain(m) for m in messages[at + 1 :] if not any(m is a for a in answers)]
     before = [from_langchain(m) for m in messages[:at]]
-    return Placed(None if before == list(transcript) else before, after)
+    if before == list(transcript):
+        return Placed(None, after)
+    return Placed(by_reference(before, transcript), after)
+
+
+def by_reference(
+    before: Sequence[Message], transcript: Sequence[Message]
+) -> list[RewrittenMessage]:
+    """``before`` with each run of messages that stand unchanged in ``transcript`` named by
+    position (``KeptMessages``), so the event carries only what changed."""
+    at = {m.id: i for i, m in enumerate(transcript) if m.id}
+    out: list[RewrittenMessage] = []
+    for message in before:
+        index = at.get(message.id) if message.id else None
+        if index is None or transcript[index] != message:
+            out.append(message)
+            continue
+        last = out[-1] if out else None
+        if isinstance(last, KeptMessages) and last.start + last.count == index:
+            out[-1] = KeptMessages(start=last.start, count=last.count + 1)
+        else:
+            out.append(KeptMessages(start=index, count=1))
+    return out

@@ -29,6 +29,7 @@ from contracts.events import (
     DecisionsSubmitted,
     Event,
     ExceptionInfo,
+    KeptMessages,
     ModelFailed,
     ModelInterrupted,
     ModelRequested,
@@ -47,6 +48,7 @@ from contracts.events import (
     ToolInterrupted,
     dump_event,
     parse_event,
+    rewritten,
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message, with_input_ids
 from services import deployed
@@ -753,9 +755,7 @@ class Loop:
                 end_after=completed if turn.end_after_tools else b"",
                 nodes_event=_nodes_event(tid, event.step, turn.ran),
                 again=turn.again,
-                rewrite=None
-                if event.rewrite is None
-                else [m.model_dump_json() for m in event.rewrite],
+                rewrite=_rewrite_args(event),
             ),
             fusion,
         )
@@ -837,8 +837,9 @@ class Loop:
         """Run after_model (and at the end after_agent) hooks; None when the task waits
         for an answer to an interrupt or failed."""
         tid = event.task_id
-        # the model node's writes may have changed the messages before the reply
-        transcript = event.rewrite if event.rewrite is not None else await self._transcript(tid)
+        transcript = await self._transcript(tid)
+        if event.rewrite is not None:  # the model node's writes changed the messages before it
+            transcript = rewritten(event.rewrite, transcript, lambda m: m)
         writer = CustomWriter(self.rt, tid, event.step, "after_model")
         thread: Any = None
         if hooks.wants_config:  # the thread is in the config a hook is given
@@ -1119,6 +1120,17 @@ def _update_pairs(writes: list[tuple[str, Any]]) -> str:
     if not writes:
         return ""
     return json.dumps([part for key, value in writes for part in (key, json.dumps(value))])
+
+
+def _rewrite_args(event: ModelResponded) -> list[str | list[int]] | None:
+    """``ModelResponded.rewrite`` as the transition takes it: each new message's JSON, each
+    run of kept ones as ``[start, count]``."""
+    if event.rewrite is None:
+        return None
+    return [
+        [m.start, m.count] if isinstance(m, KeptMessages) else m.model_dump_json()
+        for m in event.rewrite
+    ]
 
 
 def _structured_response(event: ModelResponded, turn: ModelTurn) -> Any:

@@ -17,9 +17,18 @@ if s[4] then
 end
 -- the model node's writes changed the messages before the reply: they replace the
 -- transcript (a new revision: copies of the old one are stale)
+-- (a run of the old messages kept is named [start, count], 0-based)
 if arg.rewrite ~= '' then
+  local old = redis.call('LRANGE', KEYS[2], 0, -1)
+  local msgs = {}
+  for _, item in ipairs(cjson.decode(arg.rewrite)) do
+    if type(item) == 'table' then
+      for i = item[1] + 1, item[1] + item[2] do msgs[#msgs + 1] = old[i] end
+    else
+      msgs[#msgs + 1] = item
+    end
+  end
   redis.call('DEL', KEYS[2])
-  local msgs = cjson.decode(arg.rewrite)
   for i = 1, #msgs, 500 do
     redis.call('RPUSH', KEYS[2], unpack(msgs, i, math.min(i + 499, #msgs)))
   end
