@@ -327,6 +327,9 @@ class ModelResponded(Event):
     (``_build_commands(repaired_messages=...)``). The transcript is replaced by them
     (``rewritten``: the unchanged ones are only named), the reply follows, then
     ``added``."""
+    rev: int = Field(default=0, ge=0)
+    """The transcript's revision the reply joins: the request's, one more after a
+    ``rewrite`` (the transition moves it)."""
     after_reply: list[Message] | None = None
     """With ``rewrite``: the messages the writes leave after the reply (the structured
     output's answers aside), which ``added`` gives."""
@@ -430,6 +433,9 @@ class ToolRequested(Event):
     completes the step can publish the next model request in the same commit."""
     result_at: int | None = Field(default=None, ge=0)
     """Where this call's result will stand in the transcript."""
+    rev: int = Field(default=0, ge=0)
+    """The transcript's revision the step's results join (what the next model request
+    names, for a reader's copy of the transcript)."""
     seal: str | None = None
     """The services' keyed digest of the call's task, step, agent, id, tool and arguments
     (``services.seal``): proof that a transition issued it, so the tools service need not

@@ -116,7 +116,7 @@ def placed(
             "a wrap_model_call Command removed the model's reply from the state: loopline "
             "routes on the reply, where LangChain's graph would route on what is left"
         )
-    if messages[at] is not marked:
+    if messages[at] is not marked and messages[at] != marked:  # written again, unchanged: kept
         raise NotImplementedError(
             "a wrap_model_call Command replaced the model's reply (a message with its id): "
             "loopline routes on the reply the model gave"

@@ -379,7 +379,7 @@ class Loop:
             # this process's cached transcript takes it without reading it back.
             self._committed(tid, state)
             if event.transcript_len is not None:
-                self.rt.remember(tid, 0, event.transcript_len, turn.ai)
+                self.rt.remember(tid, event.rev, event.transcript_len, turn.ai)
             return
         cause = Cause.model(event.step)
         if state.step == event.step and state.cause == cause:
@@ -412,16 +412,21 @@ class Loop:
         return turn_with(turn, event.added) if event.added else turn
 
     async def tool_completed(
-        self, event: ToolCompleted, join_len: int | None = None, result_at: int | None = None
+        self,
+        event: ToolCompleted,
+        join_len: int | None = None,
+        result_at: int | None = None,
+        rev: int = 0,
     ) -> None:
-        """``join_len``, ``result_at``: from the call's ToolRequested, when the caller has
-        them (then a result that completes the step can fuse the next model request)."""
+        """``join_len``, ``result_at``, ``rev``: from the call's ToolRequested, when the
+        caller has them (then a result that completes the step can fuse the next model
+        request)."""
         tid = event.task_id
         cause = Cause.tool(event.step, event.message.tool_call_id)
         tool_message = event.message.model_dump_json().encode()
         fusion = None
         if join_len is not None:
-            fusion = await self._model_request_fusion(event, tool_message, join_len, result_at)
+            fusion = await self._model_request_fusion(event, tool_message, join_len, result_at, rev)
         record = RecordResult(
             step=event.step,
             cause=cause,
@@ -590,6 +595,7 @@ class Loop:
                 join_len=state.transcript_len + len(state.expected),
                 expected=state.expected,
                 sealer=await rt.sealer(),
+                rev=state.rev,
             )
         )
 
@@ -667,17 +673,23 @@ class Loop:
             expected=expected,
             sealer=await self.rt.sealer(),
             digests=digests,
+            rev=event.rev,
         )
         return self._fusion(
             event.task_id, (Phase.TOOLS, Phase.DONE), Phase.TOOLS, outputs, event.transcript_len + 1
         )
 
     async def _model_request_fusion(
-        self, event: ToolCompleted, tool_message: bytes, join_len: int, result_at: int | None
+        self,
+        event: ToolCompleted,
+        tool_message: bytes,
+        join_len: int,
+        result_at: int | None,
+        rev: int,
     ) -> Fusion | None:
         """When this result completes the step and no before_model hooks are to run, the
-        transition publishes the next model request and acks, in one script (the
-        transcript revision only moves when hooks rewrite it)."""
+        transition publishes the next model request and acks, in one script (``rev``:
+        the transcript's revision, which only hooks and the model node's rewrites move)."""
         spec = await self.rt.agent(event.agent_id)
         if hooks_for(event.agent_id, spec).has_state_hooks:
             return None
@@ -689,7 +701,7 @@ class Loop:
             agent_id=event.agent_id,
             step=event.step + 1,
             transcript_len=join_len,
-            rev=0,
+            rev=rev,
             # the step's only result, when small: the model need not read it back
             last_result=event.message if small else None,
         )
