@@ -327,6 +327,11 @@ class ModelResponded(Event):
     (``_build_commands(repaired_messages=...)``). The transcript is replaced by them
     (``rewritten``: the unchanged ones are only named), the reply follows, then
     ``added``."""
+    repaired: list[RewrittenMessage] | None = None
+    """The request's own message list, when a ``wrap_model_call`` layer changed it in
+    place: LangChain's model node writes it back first, after ``REMOVE_ALL_MESSAGES``
+    (what stream modes show of the node's own write); the transcript's messages named
+    by position, as in ``rewrite``."""
     rev: int = Field(default=0, ge=0)
     """The transcript's revision the reply joins: the request's, one more after a
     ``rewrite`` (the transition moves it)."""

@@ -140,6 +140,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             update=update,
             writes=writes,
             rewrite=placed.rewrite,
+            repaired=placed.repaired,
             rev=event.rev + (1 if placed.rewrite is not None else 0),
             after_reply=placed.after,
         )

@@ -45,6 +45,9 @@ class Placed:
     unchanged messages by position: ``by_reference``)."""
     after: list[Message] | None = None
     """The messages after the reply (the structured output's answers aside)."""
+    repaired: list[RewrittenMessage] | None = None
+    """The request's list a layer changed in place (the node writes it back first), with
+    the ids the fold gave its new messages."""
 
 
 def written(value: Any) -> list[WrittenMessage]:
@@ -127,9 +130,12 @@ def placed(
     answers = [m for m in own if m is not reply]  # the loop adds the structured answers
     after = [from_langchain(m) for m in messages[at + 1 :] if not any(m is a for a in answers)]
     before = [from_langchain(m) for m in messages[:at]]
-    if before == list(transcript):
-        return Placed(None, after)
-    return Placed(by_reference(before, transcript), after)
+    rewrite = None if before == list(transcript) else by_reference(before, transcript)
+    if repaired is None:
+        return Placed(rewrite, after)
+    # add_messages gave the list's new messages their ids in place: the state's ones
+    written_back = by_reference([from_langchain(m) for m in repaired], transcript)
+    return Placed(rewrite, after, written_back)
 
 
 def by_reference(
