@@ -102,6 +102,8 @@ def placed(
     from langchain_core.messages import RemoveMessage
     from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
+    if repaired is None and not any(commands):
+        return Placed()  # the reply alone: the common case, no fold
     if repaired is None and _appends(transcript, reply, commands):
         if any(isinstance(m, AIMessage) for write in commands for m in write):
             raise NotImplementedError(ADDED_AI)

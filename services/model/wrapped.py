@@ -255,6 +255,14 @@ class StateCommands:
         return out
 
 
+def _unchanged(given: list[Any], state: list[Any]) -> bool:
+    """LangChain's test of whether the request's list still holds the state's messages
+    (``messages != state["messages"]``), the same objects first (no deep comparison)."""
+    if len(given) == len(state) and all(a is b for a, b in zip(given, state, strict=True)):
+        return True
+    return bool(given == state)
+
+
 def _given_structured(rf: Any, response: Any) -> list[tuple[str, Any]]:
     """An agent without a ``response_format`` whose ``wrap_model_call`` chain returned a
     ``structured_response`` anyway: LangChain's model node writes it to the state (with
@@ -391,7 +399,7 @@ async def call_with_middleware(
     outcome = outcomes.get(id(replies[-1]))
     # what the node's writes leave around the reply: LangChain writes the request's own
     # list back when a layer changed it in place (``request.messages.append(...)``)
-    changed = request.messages if request.messages != messages else None
+    changed = None if _unchanged(request.messages, messages) else request.messages
     placed = node_writes.placed(
         transcript,
         messages,
