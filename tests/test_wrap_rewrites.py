@@ -163,3 +163,37 @@ def test_what_loopline_does_not_route_on_is_refused(embedded: None) -> None:
     refused = ours([RewritesState("drop_reply")], None)["out"]
     assert refused["raised"][0] == "NotImplementedError"
     assert "removed the model's reply" in refused["raised"][1]
+
+
+def test_a_run_waiting_for_a_human_shows_the_rewritten_state(embedded: None) -> None:
+    """An after_model interrupt on a reply whose commands rewrote the history: the
+    thread's state while it waits, and the result once approved, as LangGraph's."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langgraph.types import Command
+
+    def waits(make: Callable[..., Any], **kwargs: Any) -> Any:
+        model = InvokeOnlyModel(
+            script=[
+                *script()[:1],
+                AIMessage(
+                    "again", tool_calls=[{"name": "add", "args": {"a": 3, "b": 4}, "id": "c2"}]
+                ),
+                AIMessage("the sum is 7"),
+            ]
+        )
+        middleware = [HumanInTheLoopMiddleware({"add": True}), RewritesState("replace")]
+        agent = make(
+            model, [tooling.add], middleware=middleware, checkpointer=InMemorySaver(), **kwargs
+        )
+        config = {"configurable": {"thread_id": "waits"}}
+        inputs = {"messages": [("user", "add 1 and 2")]}
+        agent.invoke(inputs, config)  # the first call waits for a decision
+        first = shape(agent.get_state(config).values["messages"])
+        agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+        waiting = shape(agent.get_state(config).values["messages"])
+        done = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+        return {"first": first, "waiting": waiting, "done": shape(done["messages"])}
+
+    lc = waits(lc_create_agent)
+    assert [m["content"] for m in lc["waiting"]][2] == "[clipped]"
+    assert waits(create_agent, settings=Settings(prefix=EMBEDDED_PREFIX)) == lc
