@@ -38,6 +38,8 @@ NOT_STREAMS = {
     "api_cron_firing",
     "api_webhooks",
     "api_saver_runs",  # the gateway's runs still to write to its PostgreSQL record
+    "api_delayed",  # the gateway's delayed runs (a sorted set)
+    "api_delayed_runs",  # and what starts each (a hash)
 }  # Names properties naming other keys (and pub/sub channels)
 
 

@@ -19,12 +19,7 @@ gateway = shared.gateway
 NOT_YET_ALIKE = {
     "threads.join_stream",
     "threads.stream",
-    "runs.create after_seconds",
     "runs.create interrupt_before",
-    "runs.stream events",
-    "runs.stream debug",
-    "runs.stream checkpoints",
-    "runs.stream tasks",
     "runs.join_stream",  # loopline replays an ended run's stream; LangGraph's sends nothing
     "runs.cancel rollback",
     "store.search_items query",  # refused without a vector index; LangGraph ignores it

@@ -1,6 +1,7 @@
 """What every gateway replica runs beside its routes: for each tenant it serves, the
-cron scheduler, the webhook sender, the sweeps of expired threads and store items and,
-with a PostgreSQL record of the threads, the recorder of their runs. Any number of
+cron scheduler, the starter of delayed runs, the webhook sender, the sweeps of expired
+threads and store items and, with a PostgreSQL record of the threads, the recorder of
+their runs. Any number of
 replicas may run them: each tick and each webhook is claimed in Redis by one, and
 deleting an expired thread twice deletes it once."""
 
@@ -16,7 +17,9 @@ import httpx
 
 from loopline.api import webhooks
 from loopline.api.cron_scheduler import CronScheduler
+from loopline.api.delayed_runs import DelayedRuns
 from loopline.api.gateway import Gateway
+from loopline.api.runs import start_delayed
 from loopline.api.saver_recorder import SaverRecorder
 from loopline.api.store_sweep import StoreSweeper
 from loopline.api.thread_sweep import ThreadSweeper
@@ -40,6 +43,8 @@ async def running(gateway: Gateway) -> AsyncIterator[None]:
         for prefix in tenant_prefixes(gateway):
             tenant = gateway.tenant(prefix)
             tasks.append(asyncio.create_task(CronScheduler(tenant).run(gateway.stopping)))
+            delayed = DelayedRuns(tenant, start_delayed)
+            tasks.append(asyncio.create_task(delayed.run(gateway.stopping)))
             sender = WebhookSender(tenant, client, replica)
             tasks.append(asyncio.create_task(sender.run(gateway.stopping)))
             tasks.append(asyncio.create_task(ThreadSweeper(tenant).run(gateway.stopping)))

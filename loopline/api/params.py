@@ -3,8 +3,8 @@ reads a body or a query string against them.
 
 Each route's parameters are a pydantic model that forbids anything it does not declare:
 a parameter of LangGraph's Agent Server API that loopline does not implement
-(``interrupt_before``, ``after_seconds``, ``checkpoint``, the ``debug``
-stream mode, ``cancel(action="rollback")``, ...) is answered 422 with its name and why,
+(``interrupt_before``, ``checkpoint``, ``cancel(action="rollback")``, ...) is answered
+422 with its name and why,
 never accepted and ignored. A field is declared here only where the gateway acts on it;
 a few are declared with only the values whose meaning loopline already has (a stream is
 always resumable, a run always goes on when its client leaves).
@@ -17,15 +17,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from starlette.datastructures import QueryParams
 
 from contracts.events import MultitaskStrategy
 from loopline.api.wire import BadRequest
+from loopline.graph import REFUSED_KEYWORDS
 
-StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom"]
+StreamMode = Literal[
+    "values",
+    "updates",
+    "messages",
+    "messages-tuple",
+    "custom",
+    "events",
+    "debug",
+    "checkpoints",
+    "tasks",
+]
 """The stream modes the gateway streams (``messages-tuple`` is LangGraph's name for the
-``messages`` mode's ``(chunk, metadata)`` pairs; ``messages`` its older shape)."""
+``messages`` mode's ``(chunk, metadata)`` pairs; ``messages`` its older shape; the last
+four are LangGraph's server's: ``loopline.api.run_modes``)."""
 
 UNSUPPORTED = "not supported by this gateway (loopline refuses it rather than ignore it)"
 
@@ -103,6 +122,11 @@ class RunBody(Params):
     on_completion: Literal["delete", "keep"] | None = None
     """A stateless run's thread: ``delete`` (the default) leaves none behind, ``keep``
     keeps it as an ordinary thread."""
+    after_seconds: float | None = Field(None, ge=0)
+    """Start the run this many seconds later (pending meanwhile)."""
+    interrupt_before: Any = None
+    interrupt_after: Any = None
+    """LangGraph's static breakpoints: refused with why (``loopline.graph``)."""
     durability: Literal["sync", "async"] | None = None
     """Every step is committed before the next starts, which both promise; ``exit``
     (checkpoint only at the end) is not implemented."""
@@ -111,6 +135,15 @@ class RunBody(Params):
     @classmethod
     def _modes(cls, value: Any) -> Any:
         return _listed(value) or ["values"]
+
+    @field_validator("interrupt_before", "interrupt_after")
+    @classmethod
+    def _no_breakpoints(cls, value: Any, info: ValidationInfo) -> Any:
+        # the loop runs a task's steps without stopping between nodes, and a run
+        # cannot start at the tools: what an interrupt_before=["tools"] run goes on from
+        if value:
+            raise ValueError(REFUSED_KEYWORDS[str(info.field_name)])
+        return value
 
 
 class RunsQuery(Params):

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from contracts.agent import AgentSpec
+from loopline.api import delayed_runs
 from loopline.api.crons import CronStore
 from loopline.api.gateway import body_of, tenant_of
 from loopline.api.graph import graph_json
@@ -247,7 +248,11 @@ async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
         "updated_at": iso(updated),
         "state_updated_at": iso(state_updated),
         "metadata": record.metadata if record else {},
-        "status": await _status(tenant, state, bool(interrupts)),
+        "status": (
+            "busy"
+            if await delayed_runs.waiting_on(tenant, thread_id)
+            else await _status(tenant, state, bool(interrupts))
+        ),
         "config": {},
         "values": values,
         "error": None,
