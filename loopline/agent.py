@@ -694,8 +694,14 @@ class Agent(Runnable[Any, dict[str, Any]]):
         task_id = await self.asubmit(
             input, config=config, multitask_strategy=strategy, context=context, run_mode=run_mode
         )
-        result = await self.aresult(task_id)
-        if self._run_config(config).thread_id is not None:
+        threaded = self._run_config(config).thread_id is not None
+        try:
+            result = await self.aresult(task_id)
+        except Exception:
+            if threaded:  # LangGraph keeps the supersteps before the failure too
+                await self._save_checkpoint({}, config, task_id)
+            raise
+        if threaded:
             result = await self._thread_result(result, config)
             await self._save_checkpoint(result, config, task_id)
         return result

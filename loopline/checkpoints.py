@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 
 from contracts.messages import from_langchain
 from contracts.streams import Names
-from loopline.history import Checkpoint, ThreadHistory
+from loopline.history import MODEL, Checkpoint, ThreadHistory, next_after
 from loopline.history import checkpoint_id as new_checkpoint_id
 from loopline.saver_steps import get_tuple, saver_config, write_supersteps
 
@@ -66,6 +66,8 @@ async def write_run(
     run = sorted((c for c in made if c.run_id == run_id), key=lambda c: c.id)
     if not run:
         return None
+    if await _failed(history, run_id) and not run[-1].next:
+        run[-1] = _stopped_at(run[-1])
     by_id = {c.id: c for c in made}
     parent = by_id.get(run[0].parent_id or "")
     if run[0].source != "input" and parent is not None and parent.source == "fork":
@@ -74,6 +76,20 @@ async def write_run(
     return await write_supersteps(
         saver, graph, saved_as or thread_id, run, parent=parent, metadata_of=history.metadata
     )
+
+
+async def _failed(history: ThreadHistory, run_id: str) -> bool:
+    reader = history.reader
+    status: Any = await reader.redis.hget(reader.names.task_state(run_id), "status")
+    return _text(status) == "failed"
+
+
+def _stopped_at(checkpoint: Checkpoint) -> Checkpoint:
+    """The last checkpoint of a run that failed, with what LangGraph has next there (the
+    node that failed): the fold leaves a failed superstep's ``next`` empty. The tools for
+    the reply's unanswered calls, else the model (``create_agent``'s own routing)."""
+    pending = next_after(MODEL, checkpoint.messages)
+    return dataclasses.replace(checkpoint, next=pending or (MODEL,), tasks=())
 
 
 async def write_update(

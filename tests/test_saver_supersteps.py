@@ -15,11 +15,12 @@ import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langgraph.checkpoint.memory import InMemorySaver
 
+from contracts.replies import Reply, ScriptedToolCall
 from loopline.testing.scripted import ScriptedOpenAIServer
 from tests import tooling
 from tests.test_thread_checkpoints import POSTGRES_URL, need_postgres, postgres_saver
-from tests.test_thread_history import (  # noqa: F401  (RESPONDER: the servers' replies)
-    RESPONDER,
+from tests.test_thread_history import RESPONDER as HISTORY_RESPONDER
+from tests.test_thread_history import (
     both,
     configs,
     linked,
@@ -29,6 +30,15 @@ from tests.test_thread_history import (  # noqa: F401  (RESPONDER: the servers' 
 )
 
 pytestmark = pytest.mark.fast
+
+
+def RESPONDER(body: dict[str, Any]) -> Reply:
+    """``test_thread_history``'s replies (a tool call for a user's message, then an
+    answer), and a call of the tool that raises for "explode"."""
+    last = body["messages"][-1]
+    if last["role"] == "user" and last["content"] == "explode":
+        return Reply(tool_calls=(ScriptedToolCall("explode", {"x": 1}),))
+    return HISTORY_RESPONDER(body)
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -260,3 +270,25 @@ def test_loopline_time_travel_is_in_the_saver_as_langgraphs(
     theirs = [shape(s) for s in agents[0].get_state_history(cfgs[0])]
     written = [shape(s) for s in reader.get_state_history(cfgs[1])]
     assert written == theirs
+
+
+def test_a_run_that_failed_keeps_its_supersteps_in_the_saver_as_langgraphs(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer], embedded: None
+) -> None:
+    """A tool that raises (LangChain's agent lets the error out of ``invoke``), twice: the
+    checkpoints before each failure are in both savers, ``next`` naming the tools."""
+    from loopline import create_agent
+
+    savers = (InMemorySaver(), InMemorySaver())
+    lc = lc_create_agent(model(servers[0]), [tooling.explode], checkpointer=savers[0])
+    ll = create_agent(model(servers[1]), [tooling.explode], checkpointer=savers[1])
+    cfgs = configs()
+    for agent, config in zip([lc, ll], cfgs, strict=True):
+        for _ in range(2):  # and a second turn on from the failed one
+            with pytest.raises(ValueError, match="bad x"):
+                agent.invoke({"messages": "explode"}, config)
+    reader: Any = lc_create_agent(model(servers[0]), [tooling.explode], checkpointer=savers[1])
+    theirs = [(s.next, s.metadata) for s in lc.get_state_history(cfgs[0])]
+    written = [(s.next, s.metadata) for s in reader.get_state_history(cfgs[1])]
+    assert written == theirs
+    assert theirs[0][0] == ("tools",)
