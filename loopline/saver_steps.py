@@ -133,12 +133,21 @@ async def write_supersteps(
             _apply(graph, saver, head, [_update_task(graph, checkpoint)])
         elif previous is not None:
             _superstep(saver, graph, head, previous, checkpoint)
-        _save(saver, graph, head, checkpoint, metadata_of(checkpoint))
+        _save(saver, graph, head, checkpoint, {**_graph_metadata(graph), **metadata_of(checkpoint)})
         _check_next(graph, head, checkpoint)
         last, previous = checkpoint.id, checkpoint
     for call, args in head.writes:
         await (_put(saver, *args) if call == "put" else _put_writes(saver, *args))
     return last
+
+
+def _graph_metadata(graph: Any) -> dict[str, Any]:
+    """The metadata of the graph's own config (``create_agent(name=...)``'s
+    ``lc_agent_name``), which LangGraph's loop puts in every checkpoint's."""
+    from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS
+
+    given = (getattr(graph, "config", None) or {}).get("metadata") or {}
+    return {k: v for k, v in given.items() if k not in EXCLUDED_METADATA_KEYS}
 
 
 async def _head(saver: Any, graph: Any, thread_id: str, parent_id: str | None) -> _Head:
@@ -251,16 +260,16 @@ def _superstep(saver: Any, graph: Any, head: _Head, before: Checkpoint, after: C
             f"{sorted(t.name for t in scheduled)}, the run ran {sorted(t.name for t in done)}"
         )
     routes = _routes(graph, after)
+    updates = [_update_writes(ran.result) for ran in _by_name(done)]
+    if len(updates) == 1:
+        updates[0] = _as_after(graph, updates[0], before, after)
     # every task of the superstep routes to what runs next (the tools each route back
     # to the model, as their edges do); the Sends to the tools are the model's own
     applied = [
         PregelTaskWrites(
-            task.path,
-            task.name,
-            [*_update_writes(ran.result), *(routes if i == 0 else _pulls(routes))],
-            task.triggers,
+            task.path, task.name, [*update, *(routes if i == 0 else _pulls(routes))], task.triggers
         )
-        for i, (task, ran) in enumerate(zip(_by_name(scheduled), _by_name(done), strict=True))
+        for i, (task, update) in enumerate(zip(_by_name(scheduled), updates, strict=True))
     ]
     _apply(graph, saver, head, applied)  # message ids are given here, before they are saved
     for task, ran, written in zip(_by_name(scheduled), _by_name(done), applied, strict=True):
@@ -274,6 +283,28 @@ def _superstep(saver: Any, graph: Any, head: _Head, before: Checkpoint, after: C
         writes = [w for w in written.writes if not _untracked(graph, w[0])]
         writes = writes or [(NO_WRITES, None)]
         head.writes.append(("put_writes", (head.config, writes, task.id, path)))
+
+
+def _as_after(
+    graph: Any, writes: list[tuple[str, Any]], before: Checkpoint, after: Checkpoint
+) -> list[tuple[str, Any]]:
+    """A lone node's writes completed from the state after its superstep, where the
+    fold's record of the node's update holds less than the state shows: the messages it
+    appended beyond its update's own (a structured-output tool's answer beside the
+    model's reply) and the keys it set (``structured_response``)."""
+    written = dict(writes)
+    own = written.get("messages")
+    appended = after.messages[len(before.messages) :]
+    if isinstance(own, list) and len(appended) > len(own) and _same(appended[: len(own)], own):
+        written["messages"] = copy.deepcopy(appended)
+    for key, value in after.keys.items():
+        if key not in written and key in graph.channels and before.keys.get(key) != value:
+            written[key] = copy.deepcopy(value)
+    return list(written.items())
+
+
+def _same(left: Sequence[Any], right: Sequence[Any]) -> bool:
+    return [(m.type, m.content) for m in left] == [(m.type, m.content) for m in right]
 
 
 def _untracked(graph: Any, channel: str) -> bool:

@@ -39,11 +39,16 @@ RECORDED_WITHIN_S = 30.0
 times a second; the machine may be loaded)."""
 
 
+GATEWAYS: list[GatewayProcess] = []
+"""The module's gateway (its output explains a run that was not recorded)."""
+
+
 @pytest.fixture(scope="module")
 def gateway(deployment: ServiceProcesses) -> Iterator[GatewayProcess]:
     need_postgres()
     env = {"LOOPLINE_CHECKPOINT_POSTGRES_URL": POSTGRES_URL}
     with GatewayProcess(deployment.redis_url, deployment.prefix, env=env) as api:
+        GATEWAYS[:] = [api]
         yield api
 
 
@@ -80,7 +85,8 @@ def saved_config(prefix: str, thread_id: str) -> Any:
 async def recorded(
     saver: Any, prefix: str, thread_id: str, last: str, middleware: Sequence[Any] = ()
 ) -> Any:
-    """The saver's newest state of the thread once its last message is ``last``."""
+    """The saver's newest state of the thread once its last message is ``last`` (the
+    gateway's output, with what its recorder logged, in the failure)."""
     agent, config = reader(saver, middleware), saved_config(prefix, thread_id)
     deadline = time.monotonic() + RECORDED_WITHIN_S
     while True:
@@ -88,7 +94,9 @@ async def recorded(
         messages = state.values.get("messages") or []
         if messages and messages[-1].content == last:
             return state
-        assert time.monotonic() < deadline, f"thread {thread_id} not in PostgreSQL: {state}"
+        assert time.monotonic() < deadline, (
+            f"thread {thread_id} not in PostgreSQL: {state}\n{GATEWAYS[0].output()}"
+        )
         await asyncio.sleep(0.2)
 
 
