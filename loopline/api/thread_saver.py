@@ -67,9 +67,13 @@ class ThreadSaver:
                 # the connection settings AsyncPostgresSaver.from_conn_string uses
                 kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
                 pool: Any = AsyncConnectionPool(self.url, open=False, kwargs=kwargs)
-                await pool.open(wait=True, timeout=10)
-                saver = AsyncPostgresSaver(pool)
-                await saver.setup()
+                try:
+                    await pool.open(wait=True, timeout=10)
+                    saver = AsyncPostgresSaver(pool)
+                    await saver.setup()  # its tables, made or migrated
+                except BaseException:
+                    await pool.close()  # the next use tries again with a new pool
+                    raise
                 self._pool, self._saver = pool, saver
         return self._saver
 
