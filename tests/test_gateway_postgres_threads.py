@@ -114,19 +114,19 @@ async def test_a_thread_run_through_the_gateway_is_in_postgresql_as_langgraph_ke
 
     assert [s.next for s in kept] == [(), ("model",), ("tools",), ("model",), ("__start__",)]
     assert [s.metadata["source"] for s in kept] == ["loop"] * 4 + ["input"]
-    assert same_history(kept, shown)
+    assert_same_history(kept, shown)
     assert [m.type for m in state.values["messages"]] == ["human", "ai", "tool", "ai"]
     assert state.values["messages"][2].content == "5"
 
 
-def same_history(kept: list[Any], shown: list[dict[str, Any]]) -> bool:
+def assert_same_history(kept: list[Any], shown: list[dict[str, Any]]) -> None:
     """The history LangGraph reads from PostgreSQL is the one the gateway shows: the
     same checkpoint ids, ``next``, sources and messages."""
 
     def outline(ids: Any, next: Any, source: Any, messages: list[Any]) -> tuple[Any, ...]:
         return (ids, tuple(next), source, messages)
 
-    return [
+    from_saver = [
         outline(
             s.config["configurable"]["checkpoint_id"],
             s.next,
@@ -134,7 +134,8 @@ def same_history(kept: list[Any], shown: list[dict[str, Any]]) -> bool:
             [(m.type, m.content) for m in s.values.get("messages", [])],
         )
         for s in kept
-    ] == [
+    ]
+    from_gateway = [
         outline(
             s["checkpoint"]["checkpoint_id"],
             s["next"],
@@ -143,6 +144,7 @@ def same_history(kept: list[Any], shown: list[dict[str, Any]]) -> bool:
         )
         for s in shown
     ]
+    assert from_saver == from_gateway
 
 
 async def test_a_planners_todos_are_in_postgresql_as_the_gateway_shows_them(
@@ -165,7 +167,7 @@ async def test_a_planners_todos_are_in_postgresql_as_the_gateway_shows_them(
 
     assert state.values["todos"] == [{"content": "a", "status": "pending"}]
     assert ("tools",) in [s.next for s in kept]  # write_todos ran as a tools superstep
-    assert same_history(kept, shown)
+    assert_same_history(kept, shown)
 
 
 async def test_a_thread_whose_working_copy_left_redis_continues_from_postgresql(
@@ -238,6 +240,6 @@ async def test_a_run_approved_by_a_human_is_in_postgresql_once_it_ended(
     kept = await asyncio.to_thread(lambda: list(agent.get_state_history(config)))
     shown = await sdk.threads.get_history(thread_id, limit=100)
 
-    assert same_history(kept, shown)
+    assert_same_history(kept, shown)
     asked = [t for s in kept for t in s.tasks if t.interrupts]
     assert [t.name for t in asked] == ["HumanInTheLoopMiddleware.after_model"]

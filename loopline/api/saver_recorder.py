@@ -3,8 +3,8 @@ every gateway replica, a recorder looks at the runs not yet written
 (``Names.api_saver_runs``, queued with each run of a thread); a run whose task has ended
 is written, a checkpoint per superstep, by one replica at a time (a lease per run).
 
-A run still going (or waiting for a human) is looked at again later; one whose records
-are gone (past the retention) is dropped. A PostgreSQL that does not answer leaves the
+A run not started yet, still going or waiting for a human is looked at again later; one
+whose records are gone (past the retention) is dropped. A PostgreSQL that does not answer leaves the
 run queued for the next look; a run whose supersteps do not fit the agent's graph as
 LangGraph schedules it (``SaverStepsError``) is logged and dropped, never half-written
 again and again.
@@ -82,12 +82,13 @@ class SaverRecorder:
     async def _write_if_ended(self, task_id: str) -> None:
         tenant = self.tenant
         record = await tenant.records.run(task_id)
-        status = await tenant.client.status(task_id)
-        spec = await tenant.spec_of_task(task_id)
-        if record is None or status is None or spec is None or not record.thread_id:
+        if record is None or not record.thread_id:
             log.warning("run %s not written to the thread record: no longer known", task_id)
             return await self._done(task_id)
-        if status not in ENDED:
+        # a task the loop has not started yet has neither (its state is written then)
+        status = await tenant.client.status(task_id)
+        spec = await tenant.spec_of_task(task_id)
+        if status not in ENDED or spec is None:
             return await self._later(task_id, RECHECK_MS)
         try:
             await self.saver.record_run(record.thread_id, task_id, spec)
