@@ -77,6 +77,7 @@ from loopline.threads import space_of
 from services.agent_view import has_todos
 from services.errors import ConfigurationError
 from services.hooks import LS_INTEGRATION, hooks_for
+from services.interrupts import jsonable
 from services.lending import waiting_on_runs
 from services.settings import Settings
 from services.spec import imports, local, schemas, structured, toolbox
@@ -401,12 +402,23 @@ class Agent(Runnable[Any, dict[str, Any]]):
     def _run_config(self, config: Mapping[str, Any] | None) -> RunConfig:
         merged = merged_configs(
             inherited_config(),  # type: ignore[arg-type]
+            self._name_binding(),
             self.config,
             dict(config or {}),  # type: ignore[arg-type]
         )
         return RunConfig.of(
             _outside_parent_thread(merged, self.checkpointer), checkpointer=self.checkpointer
         )
+
+    def _name_binding(self) -> RunnableConfig:
+        """What LangChain's ``create_agent`` binds to its graph besides the recursion limit:
+        the agent's name as ``lc_agent_name``. Bound under ``with_config``'s and the call's
+        config and over the caller's (a sub-agent's parent's), in LangGraph's order
+        (``ensure_config``: ambient, bound, given), so a name bound later (deepagents'
+        ``CompiledSubAgent``) wins and an unnamed agent shows the one it inherited."""
+        if not self.spec.message_name:
+            return {}
+        return {"metadata": {"lc_agent_name": self.spec.message_name}}
 
     # -- the compiled graph's interface ------------------------------------------------
 
@@ -543,9 +555,16 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 stream_subtasks=stream_subtasks,
             )
             if parent is not None:  # the parent's stream follows it (once it exists)
-                name = self.item_metadata(run).get("lc_agent_name")
+                meta = self.item_metadata(run)
                 inputs = [m.model_dump() for m in with_input_ids(submitted, messages)]
-                parent[0].subtask(Subtask(task_id=submitted, name=name, messages=inputs))
+                link = Subtask(
+                    task_id=submitted,
+                    name=meta.get("lc_agent_name"),
+                    messages=inputs,
+                    tags=list(run.tags),
+                    metadata=jsonable(meta),
+                )
+                parent[0].subtask(link)
             return submitted
 
     async def aresult(
@@ -745,8 +764,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
         modes, tagged = modes_of(stream_mode, internal=messages_v2)
         read = internal_modes(modes, subgraphs=subgraphs)
         items = self._stream_items(input, config, read, kwargs, run_mode, blocks=messages_v2)
-        follow = partial(self._follow_subtask, read) if subgraphs else None
-        run_meta = self.item_metadata(self._run_config(config))
+        run = self._run_config(config)
+        follow = partial(self._follow_subtask, read, run.thread_id) if subgraphs else None
+        run_meta = self.item_metadata(run)
         triples = nested(items, modes, follow, metadata=run_meta)
         if version == "v2":  # LangGraph's StreamPart dicts
             async for part in parts_of(triples, messages_v2=messages_v2):
@@ -759,18 +779,30 @@ class Agent(Runnable[Any, dict[str, Any]]):
             else:
                 yield item if tagged else data
 
-    async def _follow_subtask(self, modes: list[str], link: Subtask) -> AsyncIterator[Item]:
+    async def _follow_subtask(
+        self, modes: list[str], thread_id: str | None, link: Subtask, ns: tuple[str, ...]
+    ) -> AsyncIterator[Item]:
         """The items of an agent a tool call of this run ran (``stream_parts.nested``),
-        read from its own task's log and chunk stream; its ``values`` show its messages
-        (its agent's spec is the tools service's)."""
-        from loopline.stream_modes import stream_task
+        read from its own task's log and chunk stream, placed in the graph namespace
+        ``ns`` (their metadata's checkpoint namespaces, as LangGraph's subgraph's), with
+        the thread of the run that follows it (``thread_id``: a subgraph's items show its
+        parent's); its ``values`` show its messages (its agent's spec is the tools
+        service's)."""
+        from loopline.stream_modes import Placement, stream_task
         from loopline.stream_parts import subtask_metadata
 
         inputs = [to_langchain(MESSAGE_ADAPTER.validate_python(m)) for m in link.messages]
         async with self.client() as client:
-            meta = subtask_metadata(link)
+            thread = {"thread_id": thread_id} if thread_id else {}
+            meta = {**subtask_metadata(link), **thread}
             stream = stream_task(
-                client, link.task_id, modes, inputs, view=MESSAGES_ONLY, metadata=meta
+                client,
+                link.task_id,
+                modes,
+                inputs,
+                view=MESSAGES_ONLY,
+                metadata=meta,
+                placement=Placement(ns, tuple(link.tags)),
             )
             async for item in stream:
                 yield item
@@ -789,7 +821,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         """Submit ``input`` and yield its ``(mode, data)`` items (``astream``'s reading,
         which ``astream_events`` builds on); hooks run their ``run_mode`` variants;
         ``blocks``: the model's replies stream as content-block events (v3)."""
-        from loopline.stream_modes import stream_task
+        from loopline.stream_modes import Placement, stream_task
 
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         context = kwargs.pop("context", None)
@@ -832,6 +864,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 view=view,
                 thread_id=run.thread_id,
                 metadata=self.item_metadata(run),
+                placement=Placement((), run.tags),
             )
             async for item in stream:
                 yield item
@@ -848,9 +881,10 @@ class Agent(Runnable[Any, dict[str, Any]]):
     ) -> AsyncIterator[tuple[str, Any]]:
         """``Command(resume=...)`` streamed: the thread's waiting run gets its answers and
         goes on, streamed as LangGraph streams a resumed run (from the node that asked)."""
-        from loopline.stream_modes import prepare_resume, stream_resumed
+        from loopline.stream_modes import Placement, prepare_resume, stream_resumed
 
         thread_id = self._thread_id(config)
+        run = self._run_config(config)
         self._start_services()
         async with self.client() as client:
             state, answers = await _waiting_answers(client, thread_id, command)
@@ -870,7 +904,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 keys=keys,
                 view=self.state_view({}),
                 thread_id=thread_id,
-                metadata=self.item_metadata(self._run_config(config)),
+                metadata=self.item_metadata(run),
+                placement=Placement((), run.tags),
             )
             await client.answer(task_id, answers)
             async for item in stream_resumed(client, task_id, resumption):
@@ -880,10 +915,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
         """What LangGraph puts in every stream item's metadata from the run's config:
         the call's own, and what LangChain's ``create_agent`` binds to its graph
         (``ls_integration``, ``lc_agent_name`` when the agent has a name)."""
-        named = {"lc_agent_name": self.spec.message_name} if self.spec.message_name else {}
-        # the agent's own name over one its run inherited (a sub-agent's, from its
-        # parent's tool); an unnamed agent shows the inherited one, as LangGraph's
-        return {**LS_INTEGRATION, **run.metadata, **named}
+        # the run's metadata has the agent's name in LangGraph's order (``_name_binding``)
+        return {**LS_INTEGRATION, **run.metadata}
 
     async def _ended(self, task_id: str) -> bool:
         async with self.client() as client:
