@@ -53,6 +53,7 @@ from loopline.client import Client
 from loopline.conversation import (
     TOOLS_NODE,
     RunConfig,
+    WaitingInterrupt,
     answers_of,
     is_command,
     state_codec,
@@ -70,12 +71,15 @@ from loopline.history import (
     set_working_copy,
     update_thread,
 )
+from loopline.nested import CallerNode, caller_node, earlier_run, interrupted
 from loopline.result import AgentResult
+from loopline.run_callbacks import GraphRun
 from loopline.stream_modes import MESSAGES_ONLY, SUBTASK, Item, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from loopline.threads import space_of
 from services.agent_view import has_todos
 from services.errors import ConfigurationError
+from services.held_callbacks import holding
 from services.hooks import LS_INTEGRATION, hooks_for
 from services.interrupts import jsonable
 from services.lending import waiting_on_runs
@@ -400,15 +404,20 @@ class Agent(Runnable[Any, dict[str, Any]]):
             await self._release_client()
 
     def _run_config(self, config: Mapping[str, Any] | None) -> RunConfig:
+        return RunConfig.of(self._merged_config(config), checkpointer=self.checkpointer)
+
+    def _merged_config(self, config: Mapping[str, Any] | None) -> RunnableConfig:
+        """The run's whole config, as LangGraph's ``ensure_config`` makes it: what the
+        caller's run passes on (``inherited_config``), what ``create_agent`` and
+        ``with_config`` bound, the call's own; not the thread of a graph that calls this
+        agent as its node."""
         merged = merged_configs(
             inherited_config(),  # type: ignore[arg-type]
             self._name_binding(),
             self.config,
             dict(config or {}),  # type: ignore[arg-type]
         )
-        return RunConfig.of(
-            _outside_parent_thread(merged, self.checkpointer), checkpointer=self.checkpointer
-        )
+        return _outside_parent_thread(merged, self.checkpointer)
 
     def _name_binding(self) -> RunnableConfig:
         """What LangChain's ``create_agent`` binds to its graph besides the recursion limit:
@@ -691,27 +700,96 @@ class Agent(Runnable[Any, dict[str, Any]]):
     async def _ainvoke(
         self, input: Any, config: Mapping[str, Any] | None, run_mode: RunMode, **kwargs: Any
     ) -> dict[str, Any]:
+        """One run, reported to the caller's callback handlers as LangGraph's graph run
+        (``loopline.run_callbacks``)."""
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         context = kwargs.pop("context", None)
         kwargs.pop("version", None)  # LangGraph's output version: one shape here
         check_durability(kwargs.pop("durability", None), self.checkpointer)
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
+        merged = self._merged_config(config)
+        merged["metadata"] = {**LS_INTEGRATION, **(merged.get("metadata") or {})}
+        run_id = dict(config or {}).get("run_id")
+        reported = await GraphRun.start(merged, input, self.name or "LangGraph", run_id)
+        try:
+            submit = {"multitask_strategy": strategy, "context": context, "run_mode": run_mode}
+            result = await self._ainvoke_run(input, config, reported, submit)
+        except BaseException as exc:
+            if reported is not None:
+                await reported.error(exc)
+            raise
+        if reported is not None:
+            await reported.end(result)
+        return result
+
+    async def _ainvoke_run(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        reported: GraphRun | None,
+        submit: dict[str, Any],
+    ) -> dict[str, Any]:
+        """``_ainvoke``'s run: a resume, a time travel, a run inside another run's node
+        (``loopline.nested``), or a run of its own; its tools hold ``reported``'s
+        handlers (``services.held_callbacks``)."""
+        callbacks = None if reported is None else reported.children()
         if is_command(input):
-            return await self._aresume_thread(input, config)
+            return await self._aresume_thread(input, config, callbacks)
         if self._travels(input, config):
             ended = await self._travel(input, config)
             if ended is not None:
                 return ended
             input = {"messages": []} if input is None else input
-        task_id = await self.asubmit(
-            input, config=config, multitask_strategy=strategy, context=context, run_mode=run_mode
-        )
-        result = await self.aresult(task_id)
-        if self._run_config(config).thread_id is not None:
+        thread_id = self._run_config(config).thread_id
+        node = caller_node() if thread_id is None else None
+        if node is not None:  # LangGraph's subgraph: it waits with the caller's node
+            with holding(node.task_id, callbacks):
+                return await self._ainvoke_in_node(input, config, node, submit)
+        task_id = new_task_id()
+        with holding(task_id, callbacks):
+            await self.asubmit(input, config=config, task_id=task_id, **submit)
+            result = await self.aresult(task_id)
+        if thread_id is not None:
             result = await self._thread_result(result, config)
             await self._save_checkpoint(result, config)
         return result
+
+    async def _ainvoke_in_node(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        node: CallerNode,
+        submit: dict[str, Any],
+    ) -> dict[str, Any]:
+        """A run inside another run's node, as LangGraph runs a subgraph: its interrupts
+        stop the node (``GraphInterrupt``); the node run again on a resume finds the run
+        it started (``CallerNode.task_id``) and answers it from the node's resume values
+        instead of starting another."""
+        task_id = node.task_id
+        async with self.client() as client:
+            earlier = await earlier_run(client, task_id)
+        waits: list[WaitingInterrupt] | None = None
+        if earlier is None:
+            await self.asubmit(input, config=config, task_id=task_id, **submit)
+            result = await self.aresult(task_id)
+        else:  # the node runs again: its resume values before these were the run's
+            node.skip(earlier.answered)
+            waits = earlier.waits
+            result = {} if waits else await self.aresult(task_id, after=earlier.after)
+        while True:
+            if waits is None and "__interrupt__" in result:
+                async with self.client() as client:
+                    waits = await waiting_interrupts(
+                        client, await client.threads().of_run("", task_id)
+                    )
+            if not waits:
+                return result
+            found, answer = node.next_answer()
+            if not found:
+                raise interrupted(waits)
+            ids = [str(w.interrupt.id) for w in waits]
+            result, waits = await self.aanswer(task_id, answers_of(answer, ids)), None
 
     def invoke(
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
@@ -1212,13 +1290,15 @@ class Agent(Runnable[Any, dict[str, Any]]):
         return None
 
     async def _aresume_thread(
-        self, command: Any, config: Mapping[str, Any] | None
+        self, command: Any, config: Mapping[str, Any] | None, callbacks: Any = None
     ) -> dict[str, Any]:
-        """``Command(resume=...)``: answer the thread's waiting interrupt(s)."""
+        """``Command(resume=...)``: answer the thread's waiting interrupt(s); the run's
+        tools hold ``callbacks`` (``services.held_callbacks``)."""
         thread_id = self._thread_id(config)
         async with self.client() as client:
             state, answers = await _waiting_answers(client, thread_id, command)
-        result = await self.aanswer(state.run_id, answers)
+        with holding(state.run_id, callbacks):
+            result = await self.aanswer(state.run_id, answers)
         result = await self._thread_result(result, config)
         await self._save_checkpoint(result, config)
         return result
@@ -1253,7 +1333,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         return {**result, "__interrupt__": list(snap.interrupts)}
 
 
-INHERITED_KEYS = ("tags", "metadata", "recursion_limit")
+INHERITED_KEYS = ("tags", "metadata", "recursion_limit", "callbacks")
 
 
 def merged_configs(*configs: RunnableConfig | None) -> RunnableConfig:
@@ -1298,8 +1378,9 @@ def _outside_parent_thread(config: RunnableConfig, checkpointer: Any) -> Runnabl
 def inherited_config() -> dict[str, Any]:
     """What a run started inside another run (a sub-agent called from a tool, an agent
     inside a LangChain runnable) takes from the caller's config, as LangGraph's
-    ``ensure_config`` seeds a run from the ambient one: its tags, metadata and recursion
-    limit. Not its thread: the sub-agent runs as a task of its own (LangGraph gives it a
+    ``ensure_config`` seeds a run from the ambient one: its tags, metadata, recursion
+    limit and callbacks (the caller's tool's run manager, whose handlers then see this
+    run as its child). Not its thread: the sub-agent runs as a task of its own (LangGraph gives it a
     checkpoint namespace of its own inside the parent's thread)."""
     from langchain_core.runnables.config import var_child_runnable_config
 
