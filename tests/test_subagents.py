@@ -3,7 +3,9 @@ deep, as deepagents' ``task`` tool does. Each level's tools are its own (two age
 of one name stay two tools), and a deployment whose every tool thread or consumer slot
 holds a parent waiting for its child still finishes them all: the waiting call lends its
 capacity back (``services.lending``). The same nesting through LangChain's
-``create_agent``: the same model requests."""
+``create_agent``: the same model requests. A sub-agent runs as LangGraph's subgraph: its
+interrupts stop the parent's run and resume inside it (``loopline.nested``), and the
+caller's callback handlers see its run under the tool's (``loopline.run_callbacks``)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langchain.tools import ToolRuntime
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tools import StructuredTool
 
 from contracts.replies import Reply, ScriptedToolCall
@@ -152,12 +155,8 @@ def test_a_sub_agent_takes_its_parents_context_and_metadata_as_langgraphs(
         ScriptedOpenAIServer(responder=inheriting_respond) as lc_server,
         ScriptedOpenAIServer(responder=inheriting_respond) as ll_server,
     ):
-        lc = inheriting(lc_create_agent, lc_server).invoke(
-            given, config, context={"user": "ada"}
-        )
-        ours = inheriting(create_agent, ll_server).invoke(
-            given, config, context={"user": "ada"}
-        )
+        lc = inheriting(lc_create_agent, lc_server).invoke(given, config, context={"user": "ada"})
+        ours = inheriting(create_agent, ll_server).invoke(given, config, context={"user": "ada"})
         assert "team=blue" in str(lc["messages"][-1].content)
         assert "'user': 'ada'" in str(lc["messages"][-1].content)
         assert ours["messages"][-1].content == lc["messages"][-1].content
@@ -169,9 +168,7 @@ SUBAGENT: Any = {"configurable": {"ls_agent_type": "subagent"}}
 
 
 @pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
-async def test_a_threaded_parents_sub_agent_runs_as_langgraphs(
-    embedded: None, sync: bool
-) -> None:
+async def test_a_threaded_parents_sub_agent_runs_as_langgraphs(embedded: None, sync: bool) -> None:
     """The parent runs a thread (a checkpointer, ``configurable.thread_id``), so its tool
     (taking the ``ToolRuntime``, as deepagents' ``task`` does) runs under a config holding
     the parent's thread: the sub-agent still runs as a run of its own (LangGraph's
@@ -201,9 +198,7 @@ async def test_a_threaded_parents_sub_agent_runs_as_langgraphs(
             name="delegate",
             description="Ask the child agent.",
         )
-        return make(
-            model_for(server), [tool], system_prompt="parent", checkpointer=InMemorySaver()
-        )
+        return make(model_for(server), [tool], system_prompt="parent", checkpointer=InMemorySaver())
 
     async def two_turns(agent: Any, thread: str) -> list[Any]:
         config: Any = {"configurable": {"thread_id": thread}}
@@ -225,9 +220,7 @@ async def test_a_threaded_parents_sub_agent_runs_as_langgraphs(
         ours = await two_turns(threaded(create_agent, ll_server), thread)
         assert str(lc[-1]["messages"][-1].content).startswith("parent: child: context=")
         assert [len(r["messages"]) for r in ours] == [len(r["messages"]) for r in lc]
-        assert [m.content for m in ours[-1]["messages"]] == [
-            m.content for m in lc[-1]["messages"]
-        ]
+        assert [m.content for m in ours[-1]["messages"]] == [m.content for m in lc[-1]["messages"]]
         assert ll_server.chat_requests() == lc_server.chat_requests()
 
 
@@ -255,13 +248,201 @@ def test_an_agent_as_a_node_of_a_threaded_graph_runs_as_langgraphs_subgraph(
         ]
 
     with (
-        ScriptedOpenAIServer(responder=lambda body: Reply(content=f"{len(body['messages'])}"))
-        as lc_server,
-        ScriptedOpenAIServer(responder=lambda body: Reply(content=f"{len(body['messages'])}"))
-        as ll_server,
+        ScriptedOpenAIServer(
+            responder=lambda body: Reply(content=f"{len(body['messages'])}")
+        ) as lc_server,
+        ScriptedOpenAIServer(
+            responder=lambda body: Reply(content=f"{len(body['messages'])}")
+        ) as ll_server,
     ):
         lc = two_turns(graph(lc_create_agent, lc_server))
         ours = two_turns(graph(create_agent, ll_server))
         assert [m.content for m in lc[-1]["messages"]] == ["first", "2", "second", "4"]
         assert [m.content for m in ours[-1]["messages"]] == [m.content for m in lc[-1]["messages"]]
         assert ll_server.chat_requests() == lc_server.chat_requests()
+
+
+def approving_respond(body: dict[str, Any]) -> Reply:
+    """The parent delegates once; the child calls ``whoami`` twice (each call gated by
+    HumanInTheLoopMiddleware), then answers."""
+    system = str(body["messages"][0]["content"])
+    tool_says = [str(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+    if system == "parent":
+        if tool_says:
+            return Reply(content=f"parent: {tool_says[-1]}")
+        return Reply(tool_calls=(ScriptedToolCall("delegate", {"q": "who?"}),))
+    if len(tool_says) < 2:
+        return Reply(tool_calls=(ScriptedToolCall("whoami", {}),))
+    return Reply(content=f"child: {tool_says}")
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
+async def test_a_sub_agents_interrupts_stop_its_parent_and_resume_as_langgraphs(
+    embedded: None, sync: bool
+) -> None:
+    """A sub-agent invoked inside its parent's tool asks a human (HITL on its tool), twice:
+    as LangGraph's subgraph, each interrupt ends the parent's run with it as the parent's
+    ``__interrupt__`` (streamed as an ``updates`` item too), the thread's next node is the
+    tools, and ``Command(resume=...)`` to the parent goes on inside the sub-agent, from
+    where it waited: the same items, states, results and model requests."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    def parent(make: Any, server: ScriptedOpenAIServer) -> Any:
+        gate = HumanInTheLoopMiddleware(interrupt_on={"whoami": True})
+        child = make(model_for(server), [whoami], system_prompt="child", middleware=[gate])
+
+        def delegate(q: str) -> str:
+            """Ask the child agent."""
+            result = child.invoke({"messages": [{"role": "user", "content": q}]})
+            return str(result["messages"][-1].content)
+
+        async def adelegate(q: str) -> str:
+            """Ask the child agent."""
+            result = await child.ainvoke({"messages": [{"role": "user", "content": q}]})
+            return str(result["messages"][-1].content)
+
+        tool = StructuredTool.from_function(
+            func=delegate if sync else None,
+            coroutine=None if sync else adelegate,
+            name="delegate",
+            description="Ask the child agent.",
+        )
+        return make(model_for(server), [tool], system_prompt="parent", checkpointer=InMemorySaver())
+
+    approve = Command(resume={"decisions": [{"type": "approve"}]})
+
+    async def run(agent: Any) -> list[Any]:
+        config: Any = {"configurable": {"thread_id": f"sub-hitl-{uuid.uuid4().hex}"}}
+        seen: list[Any] = []
+        given = {"messages": [{"role": "user", "content": "go"}]}
+        if sync:
+            items = await asyncio.to_thread(
+                lambda: list(agent.stream(given, config, stream_mode="updates"))
+            )
+        else:
+            items = [item async for item in agent.astream(given, config, stream_mode="updates")]
+        # the model's update differs in its ids only
+        seen.extend(
+            [i.value for i in item["__interrupt__"]] for item in items if "__interrupt__" in item
+        )
+        for _ in range(2):
+            state = agent.get_state(config)
+            seen.append((state.next, [i.value for i in state.interrupts]))
+            if sync:
+                result = await asyncio.to_thread(agent.invoke, approve, config)
+            else:
+                result = await agent.ainvoke(approve, config)
+            seen.append([i.value for i in result.get("__interrupt__", ())])
+            seen.append([(m.type, m.content) for m in result["messages"]])
+        return seen
+
+    with (
+        ScriptedOpenAIServer(responder=approving_respond) as lc_server,
+        ScriptedOpenAIServer(responder=approving_respond) as ll_server,
+    ):
+        lc = await run(parent(lc_create_agent, lc_server))
+        ours = await run(parent(create_agent, ll_server))
+        asked = lc[0][0]
+        assert asked["action_requests"][0]["name"] == "whoami"
+        assert lc[1] == (("tools",), [asked])
+        assert lc[2] == [asked]  # the first answer, and the child asks again
+        assert lc[-2] == []  # the second, and the parent ends
+        assert lc[-1][-1] == ("ai", f"parent: child: {['context=None team=None'] * 2}")
+        assert ours == lc
+        assert ll_server.chat_requests() == lc_server.chat_requests()
+
+
+class RunsSeen(BaseCallbackHandler):
+    """The chain and tool runs a callback handler is told of: name, parent, tags and
+    metadata (LangGraph's ``langgraph_*`` keys and the caller's ``checkpoint_ns`` aside:
+    a namespace names a task, by an id of its own on either side)."""
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, Any]] = []
+
+    def on_chain_start(
+        self, serialized: Any, inputs: Any, *, run_id: Any, parent_run_id: Any = None, **kw: Any
+    ) -> None:
+        metadata = {
+            k: v
+            for k, v in (kw.get("metadata") or {}).items()
+            if not k.startswith("langgraph_") and k != "checkpoint_ns"
+        }
+        self.runs.append(
+            {"name": kw.get("name"), "id": run_id, "parent": parent_run_id,
+             "tags": kw.get("tags"), "metadata": metadata}
+        )  # fmt: skip
+
+    def on_tool_start(
+        self, serialized: Any, input_str: Any, *, run_id: Any, parent_run_id: Any = None, **kw: Any
+    ) -> None:
+        name = kw.get("name") or serialized.get("name")
+        self.runs.append({"name": f"tool {name}", "id": run_id, "parent": parent_run_id})
+
+    def graph_runs(self) -> list[tuple[Any, ...]]:
+        """The agents' and tools' runs, each under its nearest such ancestor (LangGraph's
+        node runs in between, ``model`` and ``tools``, are not loopline's: its nodes run
+        in the services)."""
+        by_id = {run["id"]: run for run in self.runs}
+        kept = [run for run in self.runs if run["name"] not in ("model", "tools")]
+        order = {run["id"]: i for i, run in enumerate(kept)}
+
+        def ancestor(run: dict[str, Any]) -> int | None:
+            parent = by_id.get(run["parent"])
+            while parent is not None and parent["id"] not in order:
+                parent = by_id.get(parent["parent"])
+            return None if parent is None else order[parent["id"]]
+
+        return [(run["name"], ancestor(run), run.get("tags"), run.get("metadata")) for run in kept]
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
+async def test_callbacks_see_a_sub_agents_run_as_langgraphs(embedded: None, sync: bool) -> None:
+    """``config["callbacks"]``: the handler is told of the parent agent's run (named after
+    the graph), its tool's run under it, and the sub-agent the tool invokes as a run under
+    the tool's (named after the sub-agent), with the caller's tags and metadata, as
+    LangGraph reports a subgraph's run."""
+
+    def parent(make: Any, server: ScriptedOpenAIServer) -> Any:
+        child = make(model_for(server), [whoami], system_prompt="child", name="kid")
+
+        def delegate(q: str) -> str:
+            """Ask the child agent."""
+            result = child.invoke({"messages": [{"role": "user", "content": q}]})
+            return str(result["messages"][-1].content)
+
+        async def adelegate(q: str) -> str:
+            """Ask the child agent."""
+            result = await child.ainvoke({"messages": [{"role": "user", "content": q}]})
+            return str(result["messages"][-1].content)
+
+        tool = StructuredTool.from_function(
+            func=delegate if sync else None,
+            coroutine=None if sync else adelegate,
+            name="delegate",
+            description="Ask the child agent.",
+        )
+        return make(model_for(server), [tool], system_prompt="parent")
+
+    async def run(agent: Any) -> list[tuple[Any, ...]]:
+        seen = RunsSeen()
+        config: Any = {"callbacks": [seen], "tags": ["t1"], "metadata": {"team": "blue"}}
+        given = {"messages": [{"role": "user", "content": "go"}]}
+        if sync:
+            await asyncio.to_thread(agent.invoke, given, config)
+        else:
+            await agent.ainvoke(given, config)
+        return seen.graph_runs()
+
+    with (
+        ScriptedOpenAIServer(responder=inheriting_respond) as lc_server,
+        ScriptedOpenAIServer(responder=inheriting_respond) as ll_server,
+    ):
+        lc = await run(parent(lc_create_agent, lc_server))
+        ours = await run(parent(create_agent, ll_server))
+        assert [(name, up) for name, up, *_ in lc] == [
+            ("LangGraph", None), ("tool delegate", 0), ("kid", 1), ("tool whoami", 2)
+        ]  # fmt: skip
+        assert ours == lc
