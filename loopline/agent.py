@@ -28,6 +28,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
+from langgraph.errors import ParentCommand
 
 from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec, RunMode
 from contracts.chunks import BLOCKS, SUBTASKS, Subtask
@@ -71,7 +72,7 @@ from loopline.history import (
     set_working_copy,
     update_thread,
 )
-from loopline.nested import CallerNode, caller_node, earlier_run, interrupted
+from loopline.nested import CallerNode, caller_node, earlier_run, for_caller, interrupted
 from loopline.result import AgentResult
 from loopline.run_callbacks import GraphRun
 from loopline.stream_modes import MESSAGES_ONLY, SUBTASK, Item, StateView, state_view
@@ -715,6 +716,10 @@ class Agent(Runnable[Any, dict[str, Any]]):
         try:
             submit = {"multitask_strategy": strategy, "context": context, "run_mode": run_mode}
             result = await self._ainvoke_run(input, config, reported, submit)
+        except ParentCommand as handed:  # a tool's handoff, to the graph that runs this one
+            if reported is not None:
+                await reported.error(handed)
+            raise for_caller(handed) from None
         except BaseException as exc:
             if reported is not None:
                 await reported.error(exc)

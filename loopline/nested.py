@@ -127,6 +127,28 @@ async def earlier_run(client: Client, task_id: str) -> EarlierRun | None:
     return EarlierRun(waits, asked - (1 if waits else 0), after)
 
 
+def for_caller(handed: BaseException) -> BaseException:
+    """LangGraph's ``ParentCommand`` out of the agent's run (a tool's
+    ``Command(graph=Command.PARENT)``), addressed as LangGraph's agent graph hands it to
+    its caller: to the namespace of the node that invoked the agent, which applies it
+    as its own update (``goto`` included). Called outside any node, it stays addressed
+    to the parent."""
+    from dataclasses import replace
+
+    from langchain_core.runnables.config import var_child_runnable_config
+    from langgraph._internal._constants import CONFIG_KEY_CHECKPOINT_NS
+    from langgraph.types import Command
+
+    command = handed.args[0] if handed.args else None
+    if not isinstance(command, Command):  # rebuilt from the bus's record: its text only
+        return handed
+    configurable = (var_child_runnable_config.get() or {}).get("configurable") or {}
+    scope = configurable.get(NODE_SCOPE) or configurable.get(CONFIG_KEY_CHECKPOINT_NS)
+    if command.graph == Command.PARENT and scope:
+        handed.args = (replace(command, graph=str(scope)),)
+    return handed
+
+
 def interrupted(waits: list[WaitingInterrupt]) -> BaseException:
     """What the agent's ``invoke`` raises in the caller's node while it waits: LangGraph's
     ``GraphInterrupt`` with its interrupts, which stops the node as its own

@@ -5,7 +5,8 @@ holds a parent waiting for its child still finishes them all: the waiting call l
 capacity back (``services.lending``). The same nesting through LangChain's
 ``create_agent``: the same model requests. A sub-agent runs as LangGraph's subgraph: its
 interrupts stop the parent's run and resume inside it (``loopline.nested``), and the
-caller's callback handlers see its run under the tool's (``loopline.run_callbacks``)."""
+caller's callback handlers see its run under the tool's (``loopline.run_callbacks``); a
+tool's ``Command(graph=Command.PARENT)`` reaches the graph that runs the agent."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langchain.tools import ToolRuntime
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.tools import StructuredTool
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import StructuredTool, tool
+from langgraph.types import Command
 
 from contracts.replies import Reply, ScriptedToolCall
 from loopline import create_agent
@@ -287,7 +290,6 @@ async def test_a_sub_agents_interrupts_stop_its_parent_and_resume_as_langgraphs(
     where it waited: the same items, states, results and model requests."""
     from langchain.agents.middleware import HumanInTheLoopMiddleware
     from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.types import Command
 
     def parent(make: Any, server: ScriptedOpenAIServer) -> Any:
         gate = HumanInTheLoopMiddleware(interrupt_on={"whoami": True})
@@ -446,3 +448,52 @@ async def test_callbacks_see_a_sub_agents_run_as_langgraphs(embedded: None, sync
             ("LangGraph", None), ("tool delegate", 0), ("kid", 1), ("tool whoami", 2)
         ]  # fmt: skip
         assert ours == lc
+
+
+@tool
+def transfer_to_b(runtime: ToolRuntime) -> Command:
+    """Hand the conversation to agent_b."""
+    answer = ToolMessage(content="transferred", tool_call_id=runtime.tool_call_id)
+    return Command(goto="agent_b", graph=Command.PARENT, update={"messages": [answer]})
+
+
+def test_a_tools_parent_command_hands_off_in_the_graph_that_runs_the_agent_as_langgraphs(
+    embedded: None,
+) -> None:
+    """A tool's ``Command(graph=Command.PARENT, goto=..., update=...)`` inside an agent
+    that is a node of a ``StateGraph``: the agent's run ends with it, and the outer graph
+    applies it as the agent node's own update and goes to the node it names, as
+    LangGraph's subgraph hands it to its parent."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def handoff(make: Any, server: ScriptedOpenAIServer) -> tuple[Any, list[Any]]:
+        visited: list[Any] = []
+
+        def agent_b(state: MessagesState) -> dict[str, Any]:
+            visited.append([m.content for m in state["messages"]])
+            return {}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("agent_a", make(model_for(server), [transfer_to_b]))
+        builder.add_node("agent_b", agent_b)
+        builder.add_edge(START, "agent_a")
+        builder.add_edge("agent_a", END)
+        builder.add_edge("agent_b", END)
+        return builder.compile(), visited
+
+    def transfer(body: dict[str, Any]) -> Reply:
+        return Reply(tool_calls=(ScriptedToolCall("transfer_to_b", {}),))
+
+    given = {"messages": [{"role": "user", "content": "hi"}]}
+    with (
+        ScriptedOpenAIServer(responder=transfer) as lc_server,
+        ScriptedOpenAIServer(responder=transfer) as ll_server,
+    ):
+        lc_graph, lc_visited = handoff(lc_create_agent, lc_server)
+        ll_graph, ll_visited = handoff(create_agent, ll_server)
+        lc = [(m.type, m.content) for m in lc_graph.invoke(given)["messages"]]
+        ours = [(m.type, m.content) for m in ll_graph.invoke(given)["messages"]]
+        assert lc_visited == [["hi", "transferred"]]
+        assert ll_visited == lc_visited
+        assert ours == lc
+        assert ll_server.chat_requests() == lc_server.chat_requests()
