@@ -497,3 +497,56 @@ def test_a_tools_parent_command_hands_off_in_the_graph_that_runs_the_agent_as_la
         assert ll_visited == lc_visited
         assert ours == lc
         assert ll_server.chat_requests() == lc_server.chat_requests()
+
+
+def test_a_sub_agents_parent_command_answers_its_parents_call_as_langgraphs(
+    embedded: None,
+) -> None:
+    """A sub-agent's tool returns ``Command(graph=Command.PARENT, update=...)``: the
+    sub-agent's run ends with it, and the parent's tool call that invoked the sub-agent
+    takes it as its own output (its ToolMessage and state update), as LangGraph's parent
+    tools node takes the Command its subgraph hands up; the parent goes on from there."""
+    asking: list[str] = []
+
+    @tool
+    def report(runtime: ToolRuntime) -> Command:
+        """Answer the parent's call directly."""
+        answer = ToolMessage(content="from the child", tool_call_id=asking[-1])
+        return Command(graph=Command.PARENT, update={"messages": [answer]})
+
+    def respond(body: dict[str, Any]) -> Reply:
+        system = str(body["messages"][0]["content"])
+        tool_says = [str(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+        if tool_says:
+            return Reply(content=f"{system}: {tool_says[-1]}")
+        if system == "parent":
+            return Reply(tool_calls=(ScriptedToolCall("delegate", {"q": "who?"}),))
+        return Reply(tool_calls=(ScriptedToolCall("report", {}),))
+
+    def parent(make: Any, server: ScriptedOpenAIServer) -> Any:
+        child = make(model_for(server), [report], system_prompt="child")
+
+        def delegate(q: str, runtime: ToolRuntime) -> str:
+            """Ask the child agent."""
+            asking.append(str(runtime.tool_call_id))
+            result = child.invoke({"messages": [{"role": "user", "content": q}]})
+            return str(result["messages"][-1].content)
+
+        tool_ = StructuredTool.from_function(delegate, name="delegate")
+        return make(model_for(server), [tool_], system_prompt="parent")
+
+    given = {"messages": [{"role": "user", "content": "go"}]}
+    with (
+        ScriptedOpenAIServer(responder=respond) as lc_server,
+        ScriptedOpenAIServer(responder=respond) as ll_server,
+    ):
+        lc = [
+            (m.type, m.content)
+            for m in parent(lc_create_agent, lc_server).invoke(given)["messages"]
+        ]
+        ours = [
+            (m.type, m.content) for m in parent(create_agent, ll_server).invoke(given)["messages"]
+        ]
+        assert lc[-2:] == [("tool", "from the child"), ("ai", "parent: from the child")]
+        assert ours == lc
+        assert ll_server.chat_requests() == lc_server.chat_requests()
