@@ -925,32 +925,42 @@ class Agent(Runnable[Any, dict[str, Any]]):
         task_id = task_id or new_task_id()
         inputs = [to_langchain(m) for m in with_input_ids(task_id, _input_messages(input))]
         self._start_services()
-        await self.asubmit(
-            input,
-            task_id=task_id,
-            config=config,
-            multitask_strategy=strategy,
-            context=context,
-            run_mode=run_mode,
-            stream_replies=bool({"messages", "custom", "tools", SUBTASK} & set(modes)),
-            stream_blocks=blocks,
-            stream_subtasks=SUBTASK in modes,
-        )
-        view = self.state_view(input)
         run = self._run_config(config)
-        async with self.client() as client:
-            stream = stream_task(
-                client,
-                task_id,
-                modes,
-                inputs,
-                view=view,
-                thread_id=run.thread_id,
-                metadata=self.item_metadata(run),
-                placement=Placement((), run.tags),
-            )
-            async for item in stream:
-                yield item
+        merged = self._merged_config(config)
+        merged["metadata"] = self.item_metadata(run)
+        reported = await GraphRun.start(merged, input, self.name or "LangGraph")
+        try:
+            with holding(task_id, None if reported is None else reported.children()):
+                await self.asubmit(
+                    input,
+                    task_id=task_id,
+                    config=config,
+                    multitask_strategy=strategy,
+                    context=context,
+                    run_mode=run_mode,
+                    stream_replies=bool({"messages", "custom", "tools", SUBTASK} & set(modes)),
+                    stream_blocks=blocks,
+                    stream_subtasks=SUBTASK in modes,
+                )
+                async with self.client() as client:
+                    stream = stream_task(
+                        client,
+                        task_id,
+                        modes,
+                        inputs,
+                        view=self.state_view(input),
+                        thread_id=run.thread_id,
+                        metadata=self.item_metadata(run),
+                        placement=Placement((), run.tags),
+                    )
+                    async for item in stream:
+                        yield item
+        except BaseException as exc:
+            if reported is not None:
+                await reported.error(exc)
+            raise
+        if reported is not None:  # the run's output, as LangGraph's graph run ends with
+            await reported.end(await self.aresult(task_id))
         if run.thread_id is not None and await self._ended(task_id):
             await self._save_checkpoint({}, config)
 

@@ -400,12 +400,13 @@ class RunsSeen(BaseCallbackHandler):
         return [(run["name"], ancestor(run), run.get("tags"), run.get("metadata")) for run in kept]
 
 
-@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
-async def test_callbacks_see_a_sub_agents_run_as_langgraphs(embedded: None, sync: bool) -> None:
+@pytest.mark.parametrize("call", ["invoke", "ainvoke", "stream", "astream"])
+async def test_callbacks_see_a_sub_agents_run_as_langgraphs(embedded: None, call: str) -> None:
     """``config["callbacks"]``: the handler is told of the parent agent's run (named after
     the graph), its tool's run under it, and the sub-agent the tool invokes as a run under
     the tool's (named after the sub-agent), with the caller's tags and metadata, as
-    LangGraph reports a subgraph's run."""
+    LangGraph reports a subgraph's run; the parent invoked or streamed."""
+    sync = call in ("invoke", "stream")
 
     def parent(make: Any, server: ScriptedOpenAIServer) -> Any:
         child = make(model_for(server), [whoami], system_prompt="child", name="kid")
@@ -432,10 +433,14 @@ async def test_callbacks_see_a_sub_agents_run_as_langgraphs(embedded: None, sync
         seen = RunsSeen()
         config: Any = {"callbacks": [seen], "tags": ["t1"], "metadata": {"team": "blue"}}
         given = {"messages": [{"role": "user", "content": "go"}]}
-        if sync:
+        if call == "invoke":
             await asyncio.to_thread(agent.invoke, given, config)
-        else:
+        elif call == "ainvoke":
             await agent.ainvoke(given, config)
+        elif call == "stream":
+            await asyncio.to_thread(lambda: list(agent.stream(given, config)))
+        else:
+            _ = [item async for item in agent.astream(given, config)]
         return seen.graph_runs()
 
     with (
