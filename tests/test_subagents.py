@@ -555,3 +555,56 @@ def test_a_sub_agents_parent_command_answers_its_parents_call_as_langgraphs(
         assert lc[-2:] == [("tool", "from the child"), ("ai", "parent: from the child")]
         assert ours == lc
         assert ll_server.chat_requests() == lc_server.chat_requests()
+
+
+def test_a_sub_agents_items_stream_in_its_namespace_as_langgraphs(embedded: None) -> None:
+    """``stream(..., subgraphs=True)`` of a parent whose tool invokes a named sub-agent:
+    the sub-agent's model chunks, tool messages and updates come in its namespace (its tool
+    call's task, ``tools:<id>``, which the parent's tool message names as its
+    ``langgraph_checkpoint_ns``), each with the sub-agent's ``lc_agent_name``, the run's
+    tags in model chunks, the caller's metadata and the namespaced checkpoint keys, as
+    LangGraph streams a subgraph's (ids aside: each names a task of its own side)."""
+    import re
+
+    def parent(make: Any, server: ScriptedOpenAIServer) -> Any:
+        child = make(model_for(server), [whoami], system_prompt="child", name="kid")
+
+        def delegate(q: str) -> str:
+            """Ask the child agent."""
+            result = child.invoke({"messages": [{"role": "user", "content": q}]})
+            return str(result["messages"][-1].content)
+
+        return make(model_for(server), [delegate], system_prompt="parent", name="boss")
+
+    shown = ("lc_agent_name", "tags", "langgraph_node", "team", "checkpoint_ns")
+    shown += ("langgraph_checkpoint_ns",)
+    uuid_like = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
+
+    def items(agent: Any) -> tuple[list[str], set[Any]]:
+        config: Any = {"tags": ["t1"], "metadata": {"team": "blue"}}
+        given = {"messages": [{"role": "user", "content": "go"}]}
+        seen, namespaces = [], set()
+        modes = ["messages", "updates"]
+        for ns, mode, data in agent.stream(given, config, stream_mode=modes, subgraphs=True):
+            if mode == "messages":
+                message, meta = data
+                if message.type == "tool" and not ns:  # the call that ran the sub-agent
+                    namespaces.add((meta["langgraph_checkpoint_ns"],))
+                kept = {k: meta.get(k) for k in shown}
+                data = (message.type, message.content, kept)
+            else:
+                data = list(data)
+            namespaces.add(ns)
+            seen.append(uuid_like.sub("ID", str((ns, mode, data))))
+        return seen, namespaces
+
+    with (
+        ScriptedOpenAIServer(responder=inheriting_respond) as lc_server,
+        ScriptedOpenAIServer(responder=inheriting_respond) as ll_server,
+    ):
+        lc, lc_namespaces = items(parent(lc_create_agent, lc_server))
+        ours, namespaces = items(parent(create_agent, ll_server))
+        assert any("'kid'" in item and "('tools:ID',)" in item for item in lc)
+        assert len(lc_namespaces) == 2  # the parent's, and the call's shared by both
+        assert ours == lc
+        assert len(namespaces) == 2
