@@ -608,3 +608,45 @@ def test_a_sub_agents_items_stream_in_its_namespace_as_langgraphs(embedded: None
         assert len(lc_namespaces) == 2  # the parent's, and the call's shared by both
         assert ours == lc
         assert len(namespaces) == 2
+
+
+def test_an_agent_in_a_retried_node_runs_again_as_langgraphs(embedded: None) -> None:
+    """An agent as a ``StateGraph`` node with a retry policy, whose tool fails the first
+    time: the run fails, the node runs again, and so does the agent (not the failed
+    run's outcome again: a retry keeps the node's scratchpad, so the agent's call takes
+    the next place among the node's agent calls, as LangGraph's subgraph takes the next
+    namespace), as LangGraph's retried node runs its subgraph again."""
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.types import RetryPolicy
+
+    def graph(make: Any, server: ScriptedOpenAIServer) -> Any:
+        failures = [ConnectionError("flaky")]  # one LangGraph retries by default
+
+        def flaky() -> str:
+            """Fail once, then answer."""
+            if failures:
+                raise failures.pop()
+            return "steady"
+
+        builder = StateGraph(MessagesState)
+        agent = make(model_for(server), [flaky], system_prompt="retried")
+        builder.add_node("agent", agent, retry_policy=RetryPolicy(initial_interval=0.01))
+        builder.add_edge(START, "agent")
+        return builder.compile()
+
+    def respond(body: dict[str, Any]) -> Reply:
+        tool_says = [str(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+        if tool_says:
+            return Reply(content=f"done: {tool_says[-1]}")
+        return Reply(tool_calls=(ScriptedToolCall("flaky", {}),))
+
+    given = {"messages": [{"role": "user", "content": "retry"}]}
+    with (
+        ScriptedOpenAIServer(responder=respond) as lc_server,
+        ScriptedOpenAIServer(responder=respond) as ll_server,
+    ):
+        lc = graph(lc_create_agent, lc_server).invoke(given)
+        ours = graph(create_agent, ll_server).invoke(given)
+        assert lc["messages"][-1].content == "done: steady"
+        assert [m.content for m in ours["messages"]] == [m.content for m in lc["messages"]]
+        assert ll_server.chat_requests() == lc_server.chat_requests()
