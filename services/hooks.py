@@ -188,8 +188,8 @@ def agent_run_config(spec: AgentSpec) -> dict[str, Any]:
         **(spec.run_config or {}),
         "recursion_limit": spec.recursion_limit or AGENT_RECURSION_LIMIT,
     }
-    if spec.message_name:
-        config["metadata"] = {**(config.get("metadata") or {}), "lc_agent_name": spec.message_name}
+    if spec.message_name:  # under the run's own, which may bind another name (with_config)
+        config["metadata"] = {"lc_agent_name": spec.message_name, **(config.get("metadata") or {})}
     return config
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.tools import BaseTool
+from langgraph.errors import ParentCommand
 from redis.exceptions import RedisError
 
 from contracts.events import ExceptionInfo, ToolRequested, ToolResumed
@@ -46,6 +47,7 @@ from services.state_access import StateAccess
 from services.tasks.issued import Admission, IssuedCalls, record_field
 from services.tools.logic import (
     Answered,
+    answered,
     injects,
     reads_state,
     run_tool,
@@ -367,6 +369,15 @@ class ToolCalls:
         except NodeInterrupted as waiting:
             asked = waiting.asked
             return Parked(asked.value, asked.response_schema, answered=len(answers))
+        except ParentCommand as handed:
+            command = handed.args[0] if handed.args else None
+            if getattr(command, "graph", None) != f"tools:{job.scope}":
+                return Failed.of(handed, job.task_id)  # for a graph above this one
+            # an agent the tool invoked handed this call its Command (a tool of its own
+            # returned ``Command(graph=Command.PARENT)``): LangGraph's tools node takes
+            # it as its own output, as the tool's returned Command is taken here
+            own = dataclasses.replace(command, graph=None)
+            return with_message_id(answered(job.tool, job.call, own), job)
         except ResumeRefused as refused:
             calls_key = self.rt.names.task_calls(job.task_id)
             asked_before = await self._parked_request(calls_key, job.record)

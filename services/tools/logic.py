@@ -79,7 +79,8 @@ COMMAND_NOT_STORABLE = (
 )
 COMMAND_GOTO = (
     "Error: tool '{tool_name}' returned a Command with goto/graph/resume; loopline applies "
-    "a tool's Command(update=...) only."
+    "a tool's Command(update=...), and a Command(graph=Command.PARENT) in the graph that "
+    "runs the agent, only."
 )
 
 
@@ -244,10 +245,17 @@ def _command_answer(tool: BaseTool | None, call: ToolCall, command: Any) -> Answ
             ToolMessage(content=text, name=call.name, tool_call_id=call.id, status="error")
         )
 
-    if command.goto or command.graph is not None or command.resume is not None:
-        return error(COMMAND_GOTO.format(tool_name=call.name))
     payload = {"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"}
     node = _command_checker(tool)
+    if command.graph == command.PARENT:
+        # for the graph that runs this agent as its node (a handoff): LangGraph's graph
+        # ends its run by raising it, checked as any tool's Command, and the caller's
+        # graph applies it (``loopline.nested.for_caller`` addresses it there)
+        from langgraph.errors import ParentCommand
+
+        raise ParentCommand(node._validate_tool_command(command, payload, "tool_calls"))
+    if command.goto or command.graph is not None or command.resume is not None:
+        return error(COMMAND_GOTO.format(tool_name=call.name))
     # LangGraph's own check: the update holds exactly the call's ToolMessage (what it
     # raises propagates, as out of LangGraph's tool node, where the check is outside the
     # tool's error handling)
