@@ -171,13 +171,19 @@ class AgentState:
     thread_id: str | None
 
 
+def tool_message_id(job: Job) -> str:
+    """The id of the call's tool message: LangGraph's ``add_messages`` gives every
+    message that joins the state one (a uuid); here it derives from the call, so a
+    redelivery that runs the call again gives the same."""
+    return f"{job.scope}:tool"
+
+
 def with_message_id(answer: Answered, job: Job) -> Answered:
-    """The answer with an id on its tool message: LangGraph's ``add_messages`` gives
-    every message that joins the state one (a uuid); here it derives from the call, so
-    a redelivery that runs the call again gives the same."""
+    """The answer with an id on its tool message (``tool_message_id``), where the message
+    came without one (a plain result's is made with it: no copy of the frozen message)."""
     if answer.message.id:
         return answer
-    message = answer.message.model_copy(update={"id": f"{job.scope}:tool"})
+    message = answer.message.model_copy(update={"id": tool_message_id(job)})
     return dataclasses.replace(answer, message=message)
 
 
@@ -400,7 +406,12 @@ class ToolCalls:
             assert job.tool is not None  # an unknown tool comes only with wrappers
             runtime = await self._runtime(job)
             answer = await run_tool(
-                job.tool, call, limit=job.limit, runtime=runtime, mode=job.mode
+                job.tool,
+                call,
+                limit=job.limit,
+                runtime=runtime,
+                mode=job.mode,
+                message_id=tool_message_id(job),
             )
             return with_sends(answer, runtime)
         assert lease is not None  # a wrapped call always runs under its lease
