@@ -179,15 +179,16 @@ async def join_stream(request: Request) -> Response:
 
 
 async def cancel(request: Request) -> Response:
-    """``POST .../runs/{run_id}/cancel`` (``action=interrupt``; ``rollback`` is refused
-    in ``params.CancelQuery``: loopline undoes a run only for a newer run's
-    ``multitask_strategy="rollback"``)."""
+    """``POST .../runs/{run_id}/cancel``: ``action=interrupt`` keeps what the run did,
+    ``rollback`` undoes it and forgets the run; with ``wait``, once it stopped (the run,
+    or for a rollback nothing, as LangGraph's server answers ``{}``)."""
     query = parse(CancelQuery, request.query_params)
     tenant, record = await _record(request)
-    await cancel_run(tenant, record)
+    rollback = query.action == "rollback"
+    await cancel_run(tenant, record, rollback=rollback)
     if query.wait:
         await unless_stopping(gateway_of(request), wait_for(tenant, record))
-        return JSONResponse(await run_json(tenant, record))
+        return JSONResponse({} if rollback else await run_json(tenant, record))
     return Response(status_code=202)
 
 
@@ -208,7 +209,7 @@ async def cancel_many(request: Request) -> Response:
     runs in ``status`` (``pending``, ``running``, ``all``: both), as LangGraph's server
     takes them. Runs that are not pending or running are left alone; 404 when none was.
     A stateless run (of no thread) is cancelled by its id only."""
-    parse(CancelQuery, request.query_params)
+    query = parse(CancelQuery, request.query_params)
     body = parse(CancelManyBody, await body_of(request))
     if body.status is not None and (body.thread_id or body.run_ids is not None):
         raise BadRequest(STATUS_ALONE)
@@ -227,7 +228,7 @@ async def cancel_many(request: Request) -> Response:
         except NotFound:
             continue
         if status in wanted:
-            await cancel_run(tenant, record)
+            await cancel_run(tenant, record, rollback=query.action == "rollback")
             cancelled += 1
     if not cancelled:
         raise NotFound("No runs found to cancel.")

@@ -21,6 +21,7 @@ from loopline.api import webhooks
 from loopline.api.assistants import AssistantVersion
 from loopline.api.params import RunBody, parse
 from loopline.api.records import RunRecord, ThreadRecord
+from loopline.api.run_errors import run_error
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, input_messages, jsonable
 from loopline.conversation import (
@@ -372,7 +373,7 @@ async def wait_for(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
     human is asked), or ``{"__error__": ...}`` for a run that failed."""
     _, outcome = await tenant.client.outcome(record.task_id, after=record.log_after)
     if isinstance(outcome, TaskFailed) and not await was_stopped(tenant, record.task_id):
-        return {"__error__": {"error": "TaskFailed", "message": outcome.reason}}
+        return {"__error__": run_error(outcome)}
     return await final_values(tenant, record, outcome)
 
 
@@ -415,7 +416,15 @@ async def state_values(tenant: Tenant, state: ThreadValues) -> dict[str, Any]:
     return dict(jsonable(values))
 
 
-async def cancel_run(tenant: Tenant, record: RunRecord) -> None:
+async def cancel_run(tenant: Tenant, record: RunRecord, *, rollback: bool = False) -> None:
+    """Stop the run; with ``rollback`` as LangGraph's server does it: the run is gone at
+    once (404) and, once it stops, the thread is as before it (the loop writes nothing
+    of it back)."""
     await tenant.client.cancel(
-        record.task_id, "cancelled by request", thread_id=record.thread_id or None
+        record.task_id,
+        "cancelled by request",
+        thread_id=record.thread_id or None,
+        rollback=rollback,
     )
+    if rollback:
+        await tenant.records.delete_run(record)
