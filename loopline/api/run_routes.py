@@ -185,6 +185,8 @@ async def cancel(request: Request) -> Response:
     query = parse(CancelQuery, request.query_params)
     tenant, record = await _record(request)
     rollback = query.action == "rollback"
+    if rollback and await run_status(tenant, record) not in ("pending", "running"):
+        raise NotFound(NOTHING_TO_CANCEL)  # an ended run is kept, as on LangGraph's server
     await cancel_run(tenant, record, rollback=rollback)
     if query.wait:
         await unless_stopping(gateway_of(request), wait_for(tenant, record))
@@ -234,6 +236,12 @@ async def cancel_many(request: Request) -> Response:
         raise NotFound("No runs found to cancel.")
     return Response(status_code=204)
 
+
+NOTHING_TO_CANCEL = (
+    "No matching runs to cancel. Please verify the thread ID and run IDs are correct, and "
+    "the runs haven't been deleted or completed."
+)
+"""LangGraph's server's words for cancelling a run that has ended (404)."""
 
 STATUS_ALONE = (
     "When providing a 'status', 'thread_id' and 'run_ids' must be omitted. The 'status' "
