@@ -152,7 +152,11 @@ async def test_a_rollback_cancel_undoes_the_run_and_forgets_it(sdk: Any) -> None
     assert after["checkpoint"]["checkpoint_id"] == before["checkpoint"]["checkpoint_id"]
     again = await sdk.runs.wait(tid, "agent", input=hello("again"))
     contents = [m["content"] for m in again["messages"]]
-    assert contents == [*(m["content"] for m in before["values"]["messages"]), "again", "answer to again"]
+    assert contents == [
+        *(m["content"] for m in before["values"]["messages"]),
+        "again",
+        "answer to again",
+    ]
 
     waited = await sdk.runs.create(tid, "agent", input=hello("slow"))
     await _until_messages(sdk, tid, 6)
