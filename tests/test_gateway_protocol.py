@@ -16,11 +16,14 @@ from typing import Any
 
 import httpx
 import pytest
+from langchain_core.language_models._compat_bridge import chunks_to_events
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
+from langchain_core.outputs import ChatGenerationChunk
 
 from contracts.events import DecisionsRefused, ExceptionInfo, TaskFailed
 from loopline.api.protocol_events import RunEvents, Subscription, protocol_state
 from loopline.api.run_errors import HIDDEN_MESSAGE, run_error
+from loopline.api.wire import jsonable
 from loopline.testing.processes import GatewayProcess
 from tests import test_http_gateway as shared
 from tests.test_http_gateway import ANSWER, hello
@@ -265,20 +268,25 @@ def test_an_errors_message_is_shown_only_for_the_exceptions_langgraph_shows() ->
 
 
 @pytest.mark.fast
-def test_a_runs_items_become_the_protocols_events() -> None:
+async def test_a_runs_items_become_the_protocols_events() -> None:
     run = RunEvents("r1", "agent")
     out = run.started()
     human = {"type": "human", "content": "hi", "id": "h1", "additional_kwargs": {}}
-    out += run.item("log:1", ("values", {"messages": [human]}))
+    out += await run.item("log:1", ("values", {"messages": [human]}))
     for k, text in enumerate(("Hel", "lo")):
-        out += run.item(f"chunks:{k}", ("messages", (AIMessageChunk(content=text, id="a1"), {})))
-    assert [e["method"] for e in out] == ["lifecycle", "values"]  # a reply goes out whole
-    out += run.item("log:2", ("updates", {"model": {"messages": [AIMessage("Hello", id="a1")]}}))
+        out += await run.item(
+            f"chunks:{k}", ("messages", (AIMessageChunk(content=text, id="a1"), {}))
+        )
+    kinds = [e["params"]["data"].get("event") for e in out if e["method"] == "messages"]
+    assert kinds == ["message-start", "content-block-start", *["content-block-delta"] * 2]
+    out += await run.item(
+        "log:2", ("updates", {"model": {"messages": [AIMessage("Hello", id="a1")]}})
+    )
     tool = ToolMessage("5", tool_call_id="c1", id="t1")
-    out += run.item("chunks:3", ("messages", (tool, {})))  # a tool's: not on ``messages``
+    out += await run.item("chunks:3", ("messages", (tool, {})))  # a tool's: not on ``messages``
     interrupt = {"value": {"ask": "ok?"}, "id": "i1"}
-    out += run.item("log:3", ("values", {"messages": [human], "__interrupt__": [interrupt]}))
-    out += run.finished("completed")
+    out += await run.item("log:3", ("values", {"messages": [human], "__interrupt__": [interrupt]}))
+    out += await run.finished("completed")
     methods = [e["method"] for e in out]
     assert methods == [
         "lifecycle",
@@ -318,3 +326,38 @@ def test_a_subscription_takes_its_channels_at_the_root() -> None:
     assert not Subscription(frozenset({"values"})).wants(event)
     assert Subscription(frozenset({"input"}), ((),)).wants(event)
     assert not Subscription(frozenset({"input"}), (("child",),)).wants(event)
+
+
+@pytest.mark.fast
+async def test_a_reply_streamed_chunk_by_chunk_has_the_events_of_the_whole_reply() -> None:
+    """Fed one chunk at a time, a reply's events are those LangChain's converter makes
+    from all its chunks at once: text, then a tool call whose arguments come in pieces."""
+    call = {"name": "add", "args": '{"a": ', "id": "c1", "index": 1}
+    chunks = [
+        AIMessageChunk(content="Let me ", id="a1"),
+        AIMessageChunk(content="add.", id="a1"),
+        AIMessageChunk(content="", id="a1", tool_call_chunks=[call]),
+        AIMessageChunk(
+            content="",
+            id="a1",
+            tool_call_chunks=[{"name": None, "args": "2}", "id": None, "index": 1}],
+            response_metadata={"finish_reason": "tool_calls", "model_provider": "openai"},
+        ),
+    ]
+    run = RunEvents("r1", "agent")
+    fed = []
+    for k, chunk in enumerate(chunks):
+        made = await run.item(f"c:{k}", ("messages", (chunk, {})))
+        assert made, "every chunk of this reply makes an event at once"
+        fed += made
+    fed += (await run.finished("completed"))[:-1]
+    whole = chunks_to_events(
+        iter([ChatGenerationChunk(message=c) for c in chunks]), message_id="a1"
+    )
+    assert [e["params"]["data"] for e in fed] == jsonable(list(whole))
+    assert fed[-2]["params"]["data"]["content"] == {
+        "type": "tool_call",
+        "id": "c1",
+        "name": "add",
+        "args": {"a": 2},
+    }

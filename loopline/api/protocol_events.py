@@ -11,24 +11,24 @@ them on ``POST /threads/{id}/stream/events``: each event an envelope
   protocol's shape, without ``__interrupt__``; an interrupt is an ``input.requested``
   event (channel ``input``) with its id;
 - ``messages``: a model's reply as LangChain's content-block events (``message-start``,
-  ``content-block-*``, ``message-finish``), made by ``langchain_core``'s own converters
-  from the reply's chunks. A reply's events go out once the reply is whole (the
-  converter pulls the chunks from an iterator: it cannot wait for the next one);
+  ``content-block-*``, ``message-finish``), made by ``langchain_core``'s own converter
+  from the reply's chunks as they come (``ReplyEvents``);
 - ``custom`` and ``tools`` (a tool's partial output): the items as they are.
 
-Pure: no I/O. The envelope's ``seq`` is the connection's (``thread_protocol``), and the
+No I/O. The envelope's ``seq`` is the connection's (``thread_protocol``), and the
 ``event_id`` names the item's place in the run's logs, so the same item has the same id
 on every connection (the SDK drops an id it has seen).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.language_models._compat_bridge import chunks_to_events, message_to_events
+from langchain_core.language_models._compat_bridge import achunks_to_events, message_to_events
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk
 
@@ -92,58 +92,63 @@ class RunEvents:
 
     run_id: str
     graph_name: str
-    chunks: list[AIMessageChunk] = field(default_factory=list)
-    chunks_at: str = ""
+    reply: ReplyEvents | None = None
     asked: set[str] = field(default_factory=set)
     ended: bool = False
 
     def started(self) -> list[Event]:
         return [self._lifecycle("running")]
 
-    def item(self, place: str, item: Item) -> list[Event]:
+    async def item(self, place: str, item: Item) -> list[Event]:
         """The events of one item, ``place`` naming where in the run it comes from."""
         mode, data = item
         if mode == "messages":
-            return self._message(place, data[0])
-        out = self._flush()
+            return await self._message(place, data[0])
+        out = await self._flush()
         if mode in ("values", "updates"):
             out += self._state(place, mode, jsonable(data))
         elif mode in ("custom", "tools"):
             out.append(envelope(f"{self.run_id}:{place}", mode, jsonable(data)))
         return out
 
-    def failed(self, error: dict[str, str]) -> list[Event]:
-        return [*self._flush(), self._lifecycle("failed", error=error["message"])]
+    async def failed(self, error: dict[str, str]) -> list[Event]:
+        return [*await self._flush(), self._lifecycle("failed", error=error["message"])]
 
-    def finished(self, status: str) -> list[Event]:
+    async def finished(self, status: str) -> list[Event]:
         """The run's end: ``completed`` or ``interrupted`` (once: an interrupt already
         announced it)."""
-        out = self._flush()
+        out = await self._flush()
         if not self.ended:
             out.append(self._lifecycle(status))
         return out
 
     # -- the channels -----------------------------------------------------------------
 
-    def _message(self, place: str, message: BaseMessage) -> list[Event]:
+    async def _message(self, place: str, message: BaseMessage) -> list[Event]:
         if isinstance(message, AIMessageChunk):
-            out = self._flush() if self.chunks and self.chunks[0].id != message.id else []
-            if not self.chunks:
-                self.chunks_at = place
-            self.chunks.append(message)
-            return out
-        out = self._flush()
+            changed = self.reply is not None and self.reply.message_id != message.id
+            out = await self._flush() if changed else []
+            if self.reply is None:
+                self.reply = ReplyEvents(str(message.id))
+            self.reply.place = place
+            made = await self.reply.chunk(message)
+            return out + self._numbered(place, "messages", made)
+        out = await self._flush()
         if isinstance(message, AIMessage):  # whole (a hook's, a cached reply)
             out += self._numbered(place, "messages", message_to_events(message))
         return out  # a tool's message: the protocol's ``tools`` and state carry it
 
-    def _flush(self) -> list[Event]:
-        if not self.chunks:
+    async def _flush(self) -> list[Event]:
+        """The end of the reply streaming (the next item is not one of its chunks)."""
+        if self.reply is None:
             return []
-        chunks, self.chunks = self.chunks, []
-        generated = (ChatGenerationChunk(message=c) for c in chunks)
-        made = chunks_to_events(generated, message_id=str(chunks[0].id))
-        return self._numbered(self.chunks_at, "messages", made)
+        reply, self.reply = self.reply, None
+        return self._numbered(f"{reply.place}.end", "messages", await reply.finish())
+
+    def close(self) -> None:
+        """The stream is left: a reply being converted is dropped."""
+        if self.reply is not None:
+            self.reply.close()
 
     def _state(self, place: str, mode: str, data: Any) -> list[Event]:
         interrupts = _interrupts(data)
@@ -184,6 +189,58 @@ class RunEvents:
         if error is not None:
             data["error"] = error
         return envelope(f"synth:{self.run_id}:lc||{status}", "lifecycle", data)
+
+
+class ReplyEvents:
+    """A streaming reply's events as ``langchain_core``'s ``achunks_to_events`` makes them
+    from its chunks, chunk by chunk: the converter pulls the chunks from an async
+    iterator, which gives it each chunk as it comes and tells when it asks for the next
+    one (then it has made every event of the chunk before)."""
+
+    def __init__(self, message_id: str) -> None:
+        self.message_id = message_id
+        self.place = ""
+        self._chunks: asyncio.Queue[AIMessageChunk | None] = asyncio.Queue()
+        self._made: list[Any] = []
+        self._asked = 0
+        self._asking = asyncio.Event()
+        self._converting = asyncio.ensure_future(self._convert())
+
+    async def chunk(self, chunk: AIMessageChunk) -> list[Any]:
+        return await self._give(chunk)
+
+    async def finish(self) -> list[Any]:
+        """The events that close the reply (its blocks' and its own ``*-finish``)."""
+        return await self._give(None)
+
+    def close(self) -> None:
+        """Stop converting (the stream is left before the reply ended)."""
+        self._converting.cancel()
+
+    async def _give(self, chunk: AIMessageChunk | None) -> list[Any]:
+        asked = self._asked
+        await self._chunks.put(chunk)
+        while self._asked <= asked and not self._converting.done():
+            self._asking.clear()
+            await self._asking.wait()
+        made, self._made = self._made, []
+        return made
+
+    async def _source(self) -> AsyncIterator[ChatGenerationChunk]:
+        while True:
+            self._asked += 1
+            self._asking.set()
+            chunk = await self._chunks.get()
+            if chunk is None:
+                return
+            yield ChatGenerationChunk(message=chunk)
+
+    async def _convert(self) -> None:
+        try:
+            async for made in achunks_to_events(self._source(), message_id=self.message_id):
+                self._made.append(made)
+        finally:
+            self._asking.set()
 
 
 def envelope(event_id: str, method: str, data: Any) -> Event:

@@ -251,20 +251,23 @@ def frame_of(event: Event) -> bytes:
 async def run_events(tenant: Tenant, record: RunRecord) -> AsyncIterator[Event]:
     """One run's protocol events, from its start until it ends."""
     translated = RunEvents(record.run_id, record.assistant_id.partition("@")[0])
-    for event in translated.started():
-        yield event
-    async for source, position, item in run_items(tenant, record, PROTOCOL_MODES):
-        place = f"{source}:{position[0]}-{position[1]}.{position[2]}"
-        if isinstance(item, Failed):
-            if await was_stopped(tenant, record.task_id):
-                break
-            for event in translated.failed(run_error(item.event)):
-                yield event
-            return
-        for event in translated.item(place, item):
+    try:
+        for event in translated.started():
             yield event
-    for event in translated.finished(await _ended_as(tenant, record)):
-        yield event
+        async for source, position, item in run_items(tenant, record, PROTOCOL_MODES):
+            place = f"{source}:{position[0]}-{position[1]}.{position[2]}"
+            if isinstance(item, Failed):
+                if await was_stopped(tenant, record.task_id):
+                    break
+                for event in await translated.failed(run_error(item.event)):
+                    yield event
+                return
+            for event in await translated.item(place, item):
+                yield event
+        for event in await translated.finished(await _ended_as(tenant, record)):
+            yield event
+    finally:
+        translated.close()
 
 
 async def _ended_as(tenant: Tenant, record: RunRecord) -> str:
