@@ -232,15 +232,13 @@ def _namespaces(value: Any) -> tuple[tuple[str, ...], ...] | None:
 async def _event_frames(
     tenant: Tenant, thread_id: str, subscription: Subscription, since: int
 ) -> AsyncIterator[bytes]:
-    seq = 0
+    seq = 0  # counts every event, wanted or not: an event's seq is the same whatever
+    # the filter, as langgraph-api numbers them (a client may reconnect with another)
     async for run in thread_runs(tenant, thread_id):
         async for event in run_events(tenant, run):
-            if not subscription.wants(event):
-                continue
             seq += 1
-            if seq <= since:
-                continue
-            yield frame_of({**event, "seq": seq})
+            if seq > since and subscription.wants(event):
+                yield frame_of({**event, "seq": seq})
 
 
 def frame_of(event: Event) -> bytes:
