@@ -142,7 +142,9 @@ async def test_threads_stream_runs_on_a_new_thread_and_gives_its_output(
     assert [e["params"]["data"]["node"] for e in updates if e["method"] == "updates"] == ["model"]
 
 
-async def test_an_interrupt_is_announced_and_answered_with_input_respond(sdk: Any) -> None:
+async def test_an_interrupt_is_announced_and_answered_with_input_respond(
+    sdk: Any, gateway: GatewayProcess
+) -> None:
     async with sdk.threads.stream(assistant_id="gated") as stream:
         await stream.run.start(input=hello("gated"))
         for _ in range(300):
@@ -158,6 +160,11 @@ async def test_an_interrupt_is_announced_and_answered_with_input_respond(sdk: An
         output = await stream.output.with_timeout(30)
     contents = [m["content"] for m in output["messages"]]
     assert contents[0] == "gated" and contents[-2:] == ["5", "2 + 3 is 5."]
+    # the resumed run (the thread's newest) ran the approved call: on ``tools``
+    body = {"channels": ["tools", "lifecycle"]}
+    events = await _events(gateway.url, stream.thread_id, body)
+    (finished,) = [e["params"]["data"] for e in events if e["method"] == "tools"]
+    assert finished["event"] == "tool-finished" and finished["output"]["content"] == "5"
 
 
 async def test_commands_and_streams_refuse_what_they_cannot_take(
@@ -275,17 +282,19 @@ async def test_a_runs_items_become_the_protocols_events() -> None:
     out = run.started()
     human = {"type": "human", "content": "hi", "id": "h1", "additional_kwargs": {}}
     out += await run.item("log:1", ("values", {"messages": [human]}))
+    at_model = {"langgraph_node": "model"}
     for k, text in enumerate(("Hel", "lo")):
         out += await run.item(
-            f"chunks:{k}", ("messages", (AIMessageChunk(content=text, id="a1"), {}))
+            f"chunks:{k}", ("messages", (AIMessageChunk(content=text, id="a1"), at_model))
         )
     kinds = [e["params"]["data"].get("event") for e in out if e["method"] == "messages"]
     assert kinds == ["message-start", "content-block-start", *["content-block-delta"] * 2]
-    out += await run.item(
-        "log:2", ("updates", {"model": {"messages": [AIMessage("Hello", id="a1")]}})
-    )
+    call = {"name": "add", "args": {"a": 2}, "id": "c1"}
+    reply = AIMessage("Hello", id="a1", tool_calls=[call])
+    out += await run.item("log:2", ("updates", {"model": {"messages": [reply]}}))
     tool = ToolMessage("5", tool_call_id="c1", id="t1")
-    out += await run.item("chunks:3", ("messages", (tool, {})))  # a tool's: not on ``messages``
+    at_tools = {"langgraph_node": "tools"}
+    out += await run.item("chunks:3", ("messages", (tool, at_tools)))  # not on ``messages``
     interrupt = {"value": {"ask": "ok?"}, "id": "i1"}
     out += await run.item("log:3", ("values", {"messages": [human], "__interrupt__": [interrupt]}))
     out += await run.finished("completed")
@@ -293,12 +302,21 @@ async def test_a_runs_items_become_the_protocols_events() -> None:
     assert methods == [
         "lifecycle",
         "values",
+        "tasks",  # the model's task starts with its reply
         *["messages"] * 6,
         "updates",
+        "tasks",  # and ends with its update
+        *["tasks", "tools", "tools", "tasks"],  # the call: started, finished
         "values",
         "input.requested",
         "lifecycle",
     ]
+    tools = [e["params"]["data"] for e in out if e["method"] == "tools"]
+    assert [(t["event"], t["tool_call_id"]) for t in tools] == [
+        ("tool-started", "c1"),
+        ("tool-finished", "c1"),
+    ]
+    assert tools[0]["input"] == {"a": 2} and tools[1]["output"]["content"] == "5"
     kinds = [e["params"]["data"]["event"] for e in out if e["method"] == "messages"]
     assert kinds == [
         "message-start",
@@ -308,10 +326,12 @@ async def test_a_runs_items_become_the_protocols_events() -> None:
         "content-block-finish",
         "message-finish",
     ]
-    assert out[8]["params"]["data"]["node"] == "model"
-    assert out[8]["params"]["data"]["values"]["messages"][0]["content"] == "Hello"
-    assert "__interrupt__" not in out[9]["params"]["data"]
-    assert out[10]["params"]["data"] == {
+    by_method = {e["method"]: e["params"]["data"] for e in out}  # the last of each
+    update = by_method["updates"]
+    assert update["node"] == "model" and update["values"]["messages"][0]["content"] == "Hello"
+    assert update["values"]["messages"][0]["tool_calls"] == [{"type": "tool_call", **call}]
+    assert "__interrupt__" not in by_method["values"]
+    assert by_method["input.requested"] == {
         "interrupt_id": "i1",
         "payload": {"ask": "ok?"},
         "value": {"ask": "ok?"},

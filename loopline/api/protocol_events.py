@@ -13,7 +13,10 @@ them on ``POST /threads/{id}/stream/events``: each event an envelope
 - ``messages``: a model's reply as LangChain's content-block events (``message-start``,
   ``content-block-*``, ``message-finish``), made by ``langchain_core``'s own converter
   from the reply's chunks as they come (``ReplyEvents``);
-- ``custom`` and ``tools`` (a tool's partial output): the items as they are.
+- ``tools`` (``tool-started``, ``tool-output-delta``, ``tool-finished``, ``tool-error``)
+  and ``tasks`` (a node's task and its result): as ``loopline.stream_parts`` derives
+  LangGraph's ``tools`` and ``tasks`` modes from the run's items;
+- ``custom``: the items as they are.
 
 No I/O. The envelope's ``seq`` is the connection's (``thread_protocol``), and the
 ``event_id`` names the item's place in the run's logs, so the same item has the same id
@@ -34,6 +37,7 @@ from langchain_core.outputs import ChatGenerationChunk
 
 from loopline.api.wire import jsonable
 from loopline.stream_modes import INTERRUPT, Item
+from loopline.stream_parts import Lifecycle
 
 Event = dict[str, Any]
 
@@ -50,8 +54,9 @@ CHANNELS = frozenset(
         "tasks",
     }
 )
-"""The channels langgraph-api accepts (``checkpoints`` and ``tasks`` carry nothing here:
-loopline's runs have no such items on this protocol yet); ``custom:<name>`` too."""
+"""The channels langgraph-api accepts (``checkpoints`` carries nothing here: loopline
+derives checkpoints from a thread's log when asked, not per step of a stream);
+``custom:<name>`` too."""
 
 BAD_CHANNELS = (
     "Allowed: values, updates, messages, tools, custom, lifecycle, input, tasks, or any "
@@ -87,14 +92,15 @@ class Subscription:
 
 @dataclass
 class RunEvents:
-    """The protocol events of one run, item by item (stateful: a reply's chunks are kept
-    until it is whole, and an interrupt is announced once)."""
+    """The protocol events of one run, item by item (stateful: a streaming reply's
+    converter, the calls going for ``tools`` and ``tasks``, the interrupts announced)."""
 
     run_id: str
     graph_name: str
     reply: ReplyEvents | None = None
     asked: set[str] = field(default_factory=set)
     ended: bool = False
+    calls: Lifecycle = field(default_factory=lambda: Lifecycle((), {}))
 
     def started(self) -> list[Event]:
         return [self._lifecycle("running")]
@@ -102,17 +108,29 @@ class RunEvents:
     async def item(self, place: str, item: Item) -> list[Event]:
         """The events of one item, ``place`` naming where in the run it comes from."""
         mode, data = item
-        if mode == "messages":
-            return await self._message(place, data[0])
+        derived = self._derived(place, self.calls.take(mode, data))
+        if mode == "messages":  # a node's task starts before its reply streams
+            return derived + await self._message(place, data[0])
         out = await self._flush()
         if mode in ("values", "updates"):
             out += self._state(place, mode, jsonable(data))
-        elif mode in ("custom", "tools"):
+        elif mode == "custom":
             out.append(envelope(f"{self.run_id}:{place}", mode, jsonable(data)))
-        return out
+        return out + derived
 
     async def failed(self, error: dict[str, str]) -> list[Event]:
-        return [*await self._flush(), self._lifecycle("failed", error=error["message"])]
+        out = await self._flush()
+        out += self._derived("failed", self.calls.failed(RuntimeError(error["message"])))
+        return [*out, self._lifecycle("failed", error=error["message"])]
+
+    def _derived(self, place: str, items: list[Item]) -> list[Event]:
+        """The ``tools`` (a call started, its partial output, its end or error) and
+        ``tasks`` events loopline's stream-mode layer derives from the run's items, as
+        LangGraph's ``tools`` and ``tasks`` stream modes give them."""
+        return [
+            envelope(f"{self.run_id}:{place}:d{k}", mode, jsonable(data))
+            for k, (mode, data) in enumerate(items)
+        ]
 
     async def finished(self, status: str) -> list[Event]:
         """The run's end: ``completed`` or ``interrupted`` (once: an interrupt already
