@@ -65,6 +65,12 @@ REFERENCE_RECURSION_ERROR = {
 }
 """The error of a run with ``config={"recursion_limit": 1}``: in the stream's ``error``
 event, ``join``'s ``__error__`` and the thread's ``error``."""
+REFERENCE_TOOLS = [
+    {"event": "tool-started", "tool_call_id": "call_0_0_add", "tool_name": "add"},
+    {"event": "tool-finished", "tool_call_id": "call_0_0_add"},
+]
+"""Channels ``tools``, ``tasks`` of a create_agent run with one ``add`` call: those two
+events (``input`` the call's args, ``output`` the tool message), nothing on ``tasks``."""
 REFERENCE_MODEL_ERROR = {"error": "OpenAIAPIError", "message": "An internal error occurred"}
 """The error of a run whose model answered 500: the class is named, its message hidden."""
 
@@ -140,6 +146,27 @@ async def test_threads_stream_runs_on_a_new_thread_and_gives_its_output(
     # ``updates`` name the node
     updates = await _events(gateway.url, thread_id, {"channels": ["updates", "lifecycle"]})
     assert [e["params"]["data"]["node"] for e in updates if e["method"] == "updates"] == ["model"]
+
+
+async def test_a_tool_call_streams_on_tools_as_langgraph_streams_it(
+    sdk: Any, gateway: GatewayProcess
+) -> None:
+    async with sdk.threads.stream(assistant_id="agent") as stream:
+        await stream.run.start(input=hello("gated"))  # the plain agent: add runs at once
+        await stream.output.with_timeout(30)
+    body = {"channels": ["tools", "tasks", "lifecycle"]}
+    events = await _events(gateway.url, stream.thread_id, body)
+    assert [e["method"] for e in events] == ["lifecycle", "tools", "tools", "lifecycle"]
+    started, finished = (e["params"]["data"] for e in events[1:3])
+    assert set(started) == {*REFERENCE_TOOLS[0], "input"}
+    assert set(finished) == {*REFERENCE_TOOLS[1], "output"}
+    assert (started["event"], started["tool_name"], finished["event"]) == (
+        "tool-started",
+        "add",
+        "tool-finished",
+    )
+    assert started["tool_call_id"] == finished["tool_call_id"]
+    assert started["input"] == {"a": 2, "b": 3} and finished["output"]["content"] == "5"
 
 
 async def test_an_interrupt_is_announced_and_answered_with_input_respond(
@@ -302,11 +329,10 @@ async def test_a_runs_items_become_the_protocols_events() -> None:
     assert methods == [
         "lifecycle",
         "values",
-        "tasks",  # the model's task starts with its reply
         *["messages"] * 6,
         "updates",
-        "tasks",  # and ends with its update
-        *["tasks", "tools", "tools", "tasks"],  # the call: started, finished
+        "tools",  # the call started (once its result came)
+        "tools",  # and finished
         "values",
         "input.requested",
         "lifecycle",

@@ -13,9 +13,8 @@ them on ``POST /threads/{id}/stream/events``: each event an envelope
 - ``messages``: a model's reply as LangChain's content-block events (``message-start``,
   ``content-block-*``, ``message-finish``), made by ``langchain_core``'s own converter
   from the reply's chunks as they come (``ReplyEvents``);
-- ``tools`` (``tool-started``, ``tool-output-delta``, ``tool-finished``, ``tool-error``)
-  and ``tasks`` (a node's task and its result): as ``loopline.stream_parts`` derives
-  LangGraph's ``tools`` and ``tasks`` modes from the run's items;
+- ``tools`` (``tool-started``, ``tool-output-delta``, ``tool-finished``, ``tool-error``):
+  as ``loopline.stream_parts`` derives LangGraph's ``tools`` mode from the run's items;
 - ``custom``: the items as they are.
 
 No I/O. The envelope's ``seq`` is the connection's (``thread_protocol``), and the
@@ -54,9 +53,9 @@ CHANNELS = frozenset(
         "tasks",
     }
 )
-"""The channels langgraph-api accepts (``checkpoints`` carries nothing here: loopline
-derives checkpoints from a thread's log when asked, not per step of a stream);
-``custom:<name>`` too."""
+"""The channels langgraph-api accepts (``checkpoints`` and ``tasks`` carry nothing here,
+as langgraph dev sends nothing on them for a ``create_agent`` run); ``custom:<name>``
+too."""
 
 BAD_CHANNELS = (
     "Allowed: values, updates, messages, tools, custom, lifecycle, input, tasks, or any "
@@ -93,7 +92,7 @@ class Subscription:
 @dataclass
 class RunEvents:
     """The protocol events of one run, item by item (stateful: a streaming reply's
-    converter, the calls going for ``tools`` and ``tasks``, the interrupts announced)."""
+    converter, the calls going for ``tools``, the interrupts announced)."""
 
     run_id: str
     graph_name: str
@@ -124,12 +123,14 @@ class RunEvents:
         return [*out, self._lifecycle("failed", error=error["message"])]
 
     def _derived(self, place: str, items: list[Item]) -> list[Event]:
-        """The ``tools`` (a call started, its partial output, its end or error) and
-        ``tasks`` events loopline's stream-mode layer derives from the run's items, as
-        LangGraph's ``tools`` and ``tasks`` stream modes give them."""
+        """The ``tools`` events (a call started, its partial output, its end or error)
+        loopline's stream-mode layer derives from the run's items, as LangGraph's
+        ``tools`` stream mode gives them. Its ``tasks`` items are left out: langgraph
+        dev sends nothing on the ``tasks`` channel for a ``create_agent`` run."""
         return [
             envelope(f"{self.run_id}:{place}:d{k}", mode, jsonable(data))
             for k, (mode, data) in enumerate(items)
+            if mode == "tools"
         ]
 
     async def finished(self, status: str) -> list[Event]:
