@@ -143,9 +143,10 @@ async def test_threads_stream_runs_on_a_new_thread_and_gives_its_output(
     again = await _events(gateway.url, thread_id, {**body, "since": seqs[3]})
     assert [e["event_id"] for e in again] == [e["event_id"] for e in events[4:]]
     assert [e["seq"] for e in again] == seqs[4:]
-    # ``updates`` name the node
+    # ``updates`` name their node beside the node's values, as langgraph-api's
     updates = await _events(gateway.url, thread_id, {"channels": ["updates", "lifecycle"]})
-    assert [e["params"]["data"]["node"] for e in updates if e["method"] == "updates"] == ["model"]
+    (update,) = [e["params"] for e in updates if e["method"] == "updates"]
+    assert update["node"] == "model" and update["data"]["messages"][0]["content"] == ANSWER
 
 
 async def test_a_tool_call_streams_on_tools_as_langgraph_streams_it(
@@ -333,17 +334,28 @@ async def test_a_runs_items_become_the_protocols_events() -> None:
         "updates",
         "tools",  # the call started (once its result came)
         "tools",  # and finished
+        *["messages"] * 5,  # its result as a tool message, under the call's namespace
         "values",
         "input.requested",
         "lifecycle",
     ]
+    mirrored = [e for e in out if e["params"]["namespace"]]
+    assert {tuple(e["params"]["namespace"]) for e in mirrored} == {("tools:c1",)}
+    assert mirrored[0]["params"]["data"] == {
+        "event": "message-start",
+        "role": "tool",
+        "id": "t1",
+        "tool_call_id": "c1",
+    }
+    assert mirrored[2]["params"]["data"]["content"] == {"type": "text", "text": "5"}
     tools = [e["params"]["data"] for e in out if e["method"] == "tools"]
     assert [(t["event"], t["tool_call_id"]) for t in tools] == [
         ("tool-started", "c1"),
         ("tool-finished", "c1"),
     ]
     assert tools[0]["input"] == {"a": 2} and tools[1]["output"]["content"] == "5"
-    kinds = [e["params"]["data"]["event"] for e in out if e["method"] == "messages"]
+    at_root = [e for e in out if not e["params"]["namespace"]]
+    kinds = [e["params"]["data"]["event"] for e in at_root if e["method"] == "messages"]
     assert kinds == [
         "message-start",
         "content-block-start",
@@ -353,9 +365,9 @@ async def test_a_runs_items_become_the_protocols_events() -> None:
         "message-finish",
     ]
     by_method = {e["method"]: e["params"]["data"] for e in out}  # the last of each
-    update = by_method["updates"]
-    assert update["node"] == "model" and update["values"]["messages"][0]["content"] == "Hello"
-    assert update["values"]["messages"][0]["tool_calls"] == [{"type": "tool_call", **call}]
+    (update,) = [e["params"] for e in out if e["method"] == "updates"]
+    assert update["node"] == "model" and update["data"]["messages"][0]["content"] == "Hello"
+    assert update["data"]["messages"][0]["tool_calls"] == [{"type": "tool_call", **call}]
     assert "__interrupt__" not in by_method["values"]
     assert by_method["input.requested"] == {
         "interrupt_id": "i1",
@@ -374,6 +386,10 @@ def test_a_subscription_takes_its_channels_at_the_root() -> None:
     assert not Subscription(frozenset({"values"})).wants(event)
     assert Subscription(frozenset({"input"}), ((),)).wants(event)
     assert not Subscription(frozenset({"input"}), (("child",),)).wants(event)
+    mirrored = {"method": "messages", "params": {"namespace": ["tools:c1"]}}
+    assert Subscription(frozenset({"messages"})).wants(mirrored)
+    assert Subscription(frozenset({"messages"}), ((),)).wants(mirrored)
+    assert not Subscription(frozenset({"messages"}), ((),), depth=0).wants(mirrored)
 
 
 @pytest.mark.fast

@@ -7,15 +7,17 @@ them on ``POST /threads/{id}/stream/events``: each event an envelope
 - ``lifecycle``: ``{"event": "running", "graph_name"}`` when the run starts, then
   ``completed``, ``interrupted`` (a human is asked, or the run was stopped) or ``failed``
   (with the run's error message);
-- ``values`` and ``updates`` (``{"node", "values"}``): the state, its messages in the
-  protocol's shape, without ``__interrupt__``; an interrupt is an ``input.requested``
-  event (channel ``input``) with its id;
+- ``values`` and ``updates`` (the node in ``params.node``): the state, its messages in
+  the protocol's shape, without ``__interrupt__``; an interrupt is an
+  ``input.requested`` event (channel ``input``) with its id;
 - ``messages``: a model's reply as LangChain's content-block events (``message-start``,
   ``content-block-*``, ``message-finish``), made by ``langchain_core``'s own converter
   from the reply's chunks as they come (``ReplyEvents``);
 - ``tools`` (``tool-started``, ``tool-output-delta``, ``tool-finished``, ``tool-error``):
-  as ``loopline.stream_parts`` derives LangGraph's ``tools`` mode from the run's items;
-- ``custom``: the items as they are.
+  as ``loopline.stream_parts`` derives LangGraph's ``tools`` mode from the run's items,
+  and a call's result mirrored on ``messages`` as a ``tool`` message under the call's
+  namespace;
+- ``custom``: ``{"payload": <the item>}``.
 
 No I/O. The envelope's ``seq`` is the connection's (``thread_protocol``), and the
 ``event_id`` names the item's place in the run's logs, so the same item has the same id
@@ -25,6 +27,7 @@ on every connection (the SDK drops an id it has seen).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -74,19 +77,27 @@ def unsupported_channels(channels: Iterable[Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class Subscription:
-    """What one ``stream/events`` connection asked for. loopline's runs have no
-    subgraphs: every event is at the root namespace ``[]``, which a ``namespaces`` filter
-    lets through only when it lists the root."""
+    """What one ``stream/events`` connection asked for: its channels, and where: the
+    namespaces an event's namespace must start with (none: all), at most ``depth``
+    segments deeper. loopline's runs have no subgraphs: an event is at the root ``[]``
+    but a tool's result mirrored on ``messages``, under ``tools:<call id>``."""
 
     channels: frozenset[str]
     namespaces: tuple[tuple[str, ...], ...] | None = None
+    depth: int | None = None
 
     def wants(self, event: Event) -> bool:
         method = str(event["method"])
         channel = "input" if method == "input.requested" else method
         if channel not in self.channels:
             return False
-        return self.namespaces is None or () in self.namespaces
+        if self.namespaces is None:
+            return True
+        at = tuple(event["params"]["namespace"])
+        return any(
+            at[: len(ns)] == ns and (self.depth is None or len(at) - len(ns) <= self.depth)
+            for ns in self.namespaces
+        )
 
 
 @dataclass
@@ -114,7 +125,7 @@ class RunEvents:
         if mode in ("values", "updates"):
             out += self._state(place, mode, jsonable(data))
         elif mode == "custom":
-            out.append(envelope(f"{self.run_id}:{place}", mode, jsonable(data)))
+            out.append(envelope(f"{self.run_id}:{place}", mode, {"payload": jsonable(data)}))
         return out + derived
 
     async def failed(self, error: dict[str, str]) -> list[Event]:
@@ -127,10 +138,43 @@ class RunEvents:
         loopline's stream-mode layer derives from the run's items, as LangGraph's
         ``tools`` stream mode gives them. Its ``tasks`` items are left out: langgraph
         dev sends nothing on the ``tasks`` channel for a ``create_agent`` run."""
+        out = []
+        for k, (mode, data) in enumerate(items):
+            if mode != "tools":
+                continue
+            tool_event = jsonable(data)
+            out.append(envelope(f"{self.run_id}:{place}:d{k}", mode, tool_event))
+            out += self._tool_message(f"{self.run_id}:{place}:d{k}", tool_event)
+        return out
+
+    @staticmethod
+    def _tool_message(event_id: str, tool_event: dict[str, Any]) -> list[Event]:
+        """A call's result also on ``messages``, as langgraph-api mirrors it: a ``tool``
+        message under the call's namespace ``tools:<call id>`` (so the root's
+        ``messages`` does not see it)."""
+        output = tool_event.get("output")
+        if tool_event.get("event") != "tool-finished" or not isinstance(output, dict):
+            return []
+        call_id = str(tool_event.get("tool_call_id"))
+        content = output.get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        block = {"type": "text", "text": text}
+        start = {
+            "event": "message-start",
+            "role": "tool",
+            "id": output.get("id") or f"tool-{call_id}",
+        }
+        made = [
+            {**start, "tool_call_id": call_id},
+            {"event": "content-block-start", "index": 0, "content": {"type": "text", "text": ""}},
+            {"event": "content-block-delta", "index": 0, "content": block},
+            {"event": "content-block-finish", "index": 0, "content": block},
+            {"event": "message-finish", "metadata": {}},
+        ]
+        namespace = (f"tools:{call_id}",)
         return [
-            envelope(f"{self.run_id}:{place}:d{k}", mode, jsonable(data))
-            for k, (mode, data) in enumerate(items)
-            if mode == "tools"
+            envelope(f"{event_id}.m{k}", "messages", data, namespace=namespace)
+            for k, data in enumerate(made)
         ]
 
     async def finished(self, status: str) -> list[Event]:
@@ -170,17 +214,19 @@ class RunEvents:
             self.reply.close()
 
     def _state(self, place: str, mode: str, data: Any) -> list[Event]:
-        interrupts = _interrupts(data)
+        """A ``values`` or ``updates`` event as langgraph-api makes it: an update's node
+        in ``params.node`` and its values as the data; an interrupt is announced on
+        ``input`` (an update of ``__interrupt__`` only there); nothing for no state."""
+        node: str | None = None
+        shown = data
         if mode == "updates" and isinstance(data, dict) and len(data) == 1:
-            ((node, values),) = data.items()
-            shown: Any = {
-                "node": node,
-                "values": values if isinstance(values, dict) else {"value": values},
-            }
-        else:
-            shown = {"values": data} if mode == "updates" else data
-        out = [envelope(f"{self.run_id}:{place}", mode, protocol_state(shown))]
-        fresh = [i for i in interrupts if str(i.get("id")) not in self.asked]
+            ((node, shown),) = data.items()
+            shown = shown if isinstance(shown, dict) else {"value": shown}
+        out = []
+        cleaned = protocol_state(shown)
+        if node != INTERRUPT and cleaned not in ({}, None):
+            out.append(envelope(f"{self.run_id}:{place}", mode, cleaned, node=node))
+        fresh = [i for i in _interrupts(data) if str(i.get("id")) not in self.asked]
         for interrupt in fresh:
             interrupt_id = str(interrupt.get("id"))
             self.asked.add(interrupt_id)
@@ -262,13 +308,22 @@ class ReplyEvents:
             self._asking.set()
 
 
-def envelope(event_id: str, method: str, data: Any) -> Event:
-    return {
-        "type": "event",
-        "event_id": event_id,
-        "method": method,
-        "params": {"namespace": [], "timestamp": int(time.time() * 1000), "data": data},
+def envelope(
+    event_id: str,
+    method: str,
+    data: Any,
+    *,
+    namespace: tuple[str, ...] = (),
+    node: str | None = None,
+) -> Event:
+    params: dict[str, Any] = {
+        "namespace": list(namespace),
+        "timestamp": int(time.time() * 1000),
+        "data": data,
     }
+    if node is not None:
+        params["node"] = node
+    return {"type": "event", "event_id": event_id, "method": method, "params": params}
 
 
 def _interrupts(data: Any) -> list[dict[str, Any]]:

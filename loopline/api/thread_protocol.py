@@ -204,7 +204,9 @@ async def events(request: Request) -> Response:
     if bad:
         detail = f"channels contains unsupported entries: {', '.join(bad[:5])}. {BAD_CHANNELS}"
         return JSONResponse({"detail": detail}, status_code=400)
-    subscription = Subscription(frozenset(channels), _namespaces(body.get("namespaces")))
+    depth = body.get("depth")
+    depth = depth if isinstance(depth, int) and not isinstance(depth, bool) and depth >= 0 else None
+    subscription = Subscription(frozenset(channels), _namespaces(body.get("namespaces")), depth)
     since = body.get("since")
     since = since if isinstance(since, int) and not isinstance(since, bool) else 0
     tenant = await tenant_of(request)
