@@ -211,6 +211,16 @@ async def test_commands_and_streams_refuse_what_they_cannot_take(
             f"/threads/{tid}/commands", json={"id": 2, "method": "run.start", "params": {}}
         )
         assert no_assistant.json()["error"] == "invalid_argument"
+        for params, named in (
+            ({"langsmith_tracer": {"project_name": "p"}}, "langsmith_tracer"),
+            ({"checkpoint": {"checkpoint_id": "c"}}, "checkpoint"),
+            ({"multitaskStrategy": "bogus"}, "multitaskStrategy"),
+        ):
+            command = {"method": "run.start", "params": {"assistant_id": "agent", **params}}
+            refused = await http.post(f"/threads/{tid}/commands", json={"id": 5, **command})
+            assert refused.json()["error"] == "invalid_argument"
+            assert named in refused.json()["message"]
+        assert await sdk.runs.list(tid) == []  # nothing refused started a run
         nothing_waits = await http.post(
             f"/threads/{tid}/commands",
             json={"id": 3, "method": "input.respond", "params": {"interrupt_id": "x"}},

@@ -74,6 +74,8 @@ NOT_SERVED = {
     "agent.getTree": "the graph is at GET /assistants/{assistant_id}/graph",
 }
 THREAD_STREAM_MODES = ("lifecycle", "run_modes", "state_update")
+RUN_START_PARAMS = frozenset({"assistant_id", "input", "config", "metadata", "multitaskStrategy"})
+RESPOND_PARAMS = frozenset({"interrupt_id", "namespace", "response", "responses"})
 
 
 # -- commands -------------------------------------------------------------------------
@@ -106,6 +108,14 @@ async def commands(request: Request) -> Response:
     return JSONResponse(answer)
 
 
+def _not_taken(params: dict[str, Any], taken: frozenset[str]) -> str:
+    """Why a command's parameters are refused: those it does not take (some of the
+    protocol's, ``langsmith_tracer``, an input's ``update`` and ``goto``, are not
+    implemented here), rather than ignored; "" when none."""
+    others = sorted(k for k, v in params.items() if k not in taken and v is not None)
+    return f"not supported by this gateway: {', '.join(others)}" if others else ""
+
+
 def _refused(cmd_id: Any, message: str) -> Response:
     return JSONResponse(error(cmd_id, "invalid_argument", message), status_code=400)
 
@@ -125,15 +135,18 @@ async def _run_start(
     assistant_id = params.get("assistant_id")
     if not isinstance(assistant_id, str) or not assistant_id:
         return error(cmd_id, "invalid_argument", "run.start requires an assistant_id.")
-    if params.get("langsmith_tracer") is not None:
-        return error(cmd_id, "invalid_argument", "langsmith_tracer is not supported here")
-    strategy = params.get("multitaskStrategy")
+    refused = _not_taken(params, RUN_START_PARAMS)
+    if refused:
+        return error(cmd_id, "invalid_argument", refused)
+    strategy = params.get("multitaskStrategy", DEFAULT_STRATEGY)
+    if strategy not in STRATEGIES:
+        return error(cmd_id, "invalid_argument", f"multitaskStrategy must be one of {STRATEGIES}")
     body = {
         "assistant_id": assistant_id,
         "input": params.get("input"),
         "config": params.get("config") or {},
         "metadata": params.get("metadata") or {},
-        "multitask_strategy": strategy if strategy in STRATEGIES else DEFAULT_STRATEGY,
+        "multitask_strategy": strategy,
         "if_not_exists": "create",
         "stream_mode": RUN_START_MODES,
     }
@@ -157,6 +170,9 @@ async def _input_respond(
 ) -> dict[str, Any]:
     """Answers by interrupt id (one, or a batch in ``responses``) resume the thread's
     run that waits for them."""
+    refused = _not_taken(params, RESPOND_PARAMS)
+    if refused:
+        return error(cmd_id, "invalid_argument", refused)
     entries = params.get("responses")
     if not isinstance(entries, list):
         entries = [params]
