@@ -340,7 +340,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         ``services.redis_store.RedisStore``."""
         from services.redis_store import RedisStore
 
-        return RedisStore(self.url, self.settings.prefix)
+        return RedisStore(self.url, self.settings.prefix, self.settings.store)
 
     async def _agent_ref(self, client: Client) -> AgentSpec | str:
         """What a task names: the spec itself on the embedded default (the process is

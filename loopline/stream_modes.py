@@ -64,13 +64,16 @@ from contracts.events import (
     ModelResponded,
     NodesUpdated,
     NodeUpdate,
+    RemovedMessage,
     StepStarted,
     TaskCompleted,
     TaskFailed,
     TodosUpdated,
     ToolCompleted,
     ToolInterrupted,
+    WrittenMessage,
     parse_event,
+    rewritten,
 )
 from contracts.messages import MESSAGE_ADAPTER, from_langchain, to_langchain
 from contracts.messages import AIMessage as Reply
@@ -353,6 +356,9 @@ class ModeTranslator:
         self.called: set[int] = set()  # steps with a model call on the chunk stream
         self.replied = 0  # the last step whose ModelResponded was shown
         self.shown: set[int] = set()  # steps whose reply was shown
+        self.seen_ids: set[str] = set()
+        """Message ids the ``messages`` mode has seen in the run (LangGraph's handler
+        yields a node's output message once)."""
         self.superstep = 0  # LangGraph's superstep of the last node that ran
         self.model_steps: dict[int, int] = {}  # loopline step -> its model's superstep
         self.tools: ToolsStep | None = None  # the tools superstep under way
@@ -534,6 +540,9 @@ class ModeTranslator:
             self.state = merge_messages(self.state, [message, *added])
             return []
         self.shown.add(step)
+        node_input = list(self.state)  # the messages the model node was given
+        if event.rewrite is not None:  # the node's writes changed the messages before it
+            self.state = rewritten(event.rewrite, node_input, to_langchain)
         self.state.append(message)
         structured = event.structured
         # the structured-output calls are answered by the model node itself
@@ -561,18 +570,55 @@ class ModeTranslator:
             # whole reply as one chunk, as LangChain yields a model that streams
             whole = AIMessageChunk(**message.model_dump(exclude={"type"}))
             out.append(("messages", (whole, self._model_meta(step))))
-        superstep = self._model_step(step)
-        if "messages" in self.modes and added:  # from the model node's output
-            meta = node_metadata(self.task_id, "model", superstep, self.thread_id, self.metadata)
-            out.extend(("messages", (m, meta)) for m in added)
-        if "updates" in self.modes and event.writes:
-            out.append(("updates", {"model": self._model_writes(event, [message, *answers])}))
-        elif "updates" in self.modes:
-            out.append(("updates", {"model": {"messages": [message]}}))
+        out.extend(self._node_output(event, node_input, [message, *answers]))
         if "values" in self.modes:
             out.append(("values", self._values()))
         if self.view.todo_node is not None and self.view.todo_after is None:
             out.extend(self._todo_node(event.message))
+        return out
+
+    def _node_output(
+        self, event: ModelResponded, node_input: list[BaseMessage], own: list[BaseMessage]
+    ) -> list[Item]:
+        """What the model node's output shows: the ``messages`` LangGraph yields from it
+        and its ``updates``. ``own``: the reply and its structured answers."""
+        superstep = self._model_step(event.step)
+        first: list[BaseMessage] = []  # what the node writes before its reply
+        if event.repaired is not None:  # the request's list, written back
+            from langchain_core.messages import RemoveMessage
+            from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+            repaired = rewritten(event.repaired, node_input, to_langchain)
+            first = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *repaired]
+        out: list[Item] = []
+        if "messages" in self.modes:
+            meta = node_metadata(self.task_id, "model", superstep, self.thread_id, self.metadata)
+            shown = [*node_input, *own]
+            out.extend(("messages", (m, meta)) for m in self._unseen(event, shown, first))
+        if "updates" in self.modes and (event.writes or event.repaired is not None):
+            out.append(("updates", {"model": self._model_writes(event, [*first, *own])}))
+        elif "updates" in self.modes:
+            out.append(("updates", {"model": {"messages": own[:1]}}))
+        return out
+
+    def _unseen(
+        self, event: ModelResponded, shown: Sequence[BaseMessage], first: Sequence[BaseMessage]
+    ) -> list[BaseMessage]:
+        """The messages of the model node's writes that LangGraph's ``messages`` mode
+        yields from the node's output: each whose id it has not seen (in a node's input,
+        or yielded before in the run), in order. ``shown``: the node's input, the reply
+        (yielded as it streamed) and its structured answers; ``first``: what the node
+        writes before its reply."""
+        seen = self.seen_ids
+        seen.update(m.id for m in shown if m.id)
+        written = [m for write in event.writes if write.key == "messages" for m in write.messages]
+        out: list[BaseMessage] = []
+        for message in [*first, *(_written(m) for m in written)]:
+            if message.id is not None and message.id in seen:
+                continue
+            if message.id is not None:
+                seen.add(message.id)
+            out.append(message)
         return out
 
     def _model_writes(self, event: ModelResponded, own: list[BaseMessage]) -> Any:
@@ -585,7 +631,7 @@ class ModeTranslator:
             writes.append(("structured_response", self.keys.get("structured_response")))
         for write in event.writes:
             if write.key == "messages":
-                writes.append(("messages", [to_langchain(m) for m in write.messages]))
+                writes.append(("messages", [_written(m) for m in write.messages]))
             else:
                 writes.append((write.key, self.view.channels.codec.decode_value(write.value)))
         writes = [(k, v) for k, v in writes if k == "messages" or self.view.shown(k)]
@@ -799,6 +845,15 @@ def _shown(message: BaseMessage) -> BaseMessage:
     """A message as a stream shows it: without the stand-in id it had for the merge."""
     shown: BaseMessage = without_stand_in_ids([message])[0]
     return shown
+
+
+def _written(message: WrittenMessage) -> BaseMessage:
+    """A message of a command's write, as the command wrote it."""
+    if isinstance(message, RemovedMessage):
+        from langchain_core.messages import RemoveMessage
+
+        return RemoveMessage(id=message.id)
+    return to_langchain(message)  # type: ignore[no-any-return]
 
 
 def _streamed(raw: dict[str, Any]) -> BaseMessage | dict[str, Any]:

@@ -117,7 +117,17 @@ class Lifecycle:
                 task_id = self._task_id(node)
                 out.append(("tasks", self._start(task_id, node, {}, ("branch:to:" + node,))))
                 out.append(("tasks", self._result(task_id, node, written)))
+                self._calls_of(written)
         return out
+
+    def _calls_of(self, written: Any) -> None:
+        """An after_model hook that rewrote the reply (HumanInTheLoopMiddleware's
+        edits, or its answer when a run resumes after the reply was shown): the tools
+        run its calls as it wrote them."""
+        replies = [m for m in _written_messages(written) if isinstance(m, AIMessage)]
+        if replies and replies[-1].tool_calls:
+            calls = {str(c["id"]): dict(c) for c in replies[-1].tool_calls}
+            self.calls = {k: v for k, v in calls.items() if k not in self.running}
 
     def _model_start(self) -> list[Item]:
         if self.model_task is not None:

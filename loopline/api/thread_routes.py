@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from contracts.agent import AgentSpec
 from contracts.events import TaskFailed
+from loopline.api import delayed_runs
 from loopline.api.crons import CronStore
 from loopline.api.gateway import body_of, tenant_of
 from loopline.api.graph import graph_json
@@ -27,6 +28,7 @@ from loopline.api.params import (
     StateAtCheckpoint,
     StateQuery,
     StateUpdate,
+    Superstep,
     ThreadCount,
     ThreadCreate,
     ThreadPatch,
@@ -61,7 +63,32 @@ async def create(request: Request) -> Response:
     record = ThreadRecord(thread_id=thread_id, metadata=dict(body.metadata))
     await tenant.records.save_thread(record)
     await _set_ttl(tenant, thread_id, body.ttl)
+    if body.supersteps:
+        problem = await _apply_supersteps(tenant, thread_id, body.supersteps)
+        if problem is not None:  # as LangGraph's server: made, and says what went wrong
+            made = f"Thread {thread_id} was created, but there were problems updating the state"
+            return JSONResponse({"detail": f"{made}: {problem}"}, status_code=201)
     return JSONResponse(await thread_json(tenant, thread_id))
+
+
+async def _apply_supersteps(
+    tenant: Tenant, thread_id: str, supersteps: list[Superstep]
+) -> str | None:
+    """The new thread's state updates, each from the checkpoint the one before made;
+    what stopped them, or None."""
+    history = await thread_history(tenant, thread_id)
+    if history.spec is None:
+        return (
+            f"Thread '{thread_id}' has no assigned graph ID: set metadata.graph_id to the "
+            "agent whose state the updates write"
+        )
+    for step in supersteps:
+        (update,) = step.updates
+        try:
+            await update_thread(history, thread_id, update.values or {}, update.as_node, None)
+        except (ValueError, NotImplementedError) as exc:
+            return str(exc)
+    return None
 
 
 async def _set_ttl(tenant: Tenant, thread_id: str, ttl: ThreadTTL | None) -> None:
@@ -216,7 +243,8 @@ async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
     values = await state_values(tenant, state) if state and state.run_id else None
     state_updated = info.updated if info and info.updated else created
     updated = max(state_updated, record.updated_at if record else 0.0)
-    status = await _status(tenant, state, bool(interrupts))
+    delayed = await delayed_runs.waiting_on(tenant, thread_id)
+    status = "busy" if delayed else await _status(tenant, state, bool(interrupts))
     return {
         "thread_id": thread_id,
         "created_at": iso(created),
@@ -263,9 +291,12 @@ async def thread_history(tenant: Tenant, thread_id: str) -> ThreadHistory:
     """The thread model's reading of the thread, for the agent of its last run (None
     before any run: no state keys but the messages). 404 for a thread that does not
     exist."""
-    await thread_json(tenant, thread_id)
+    shown = await thread_json(tenant, thread_id)
     current = await tenant.threads.current(thread_id)
     spec = await tenant.spec_of_task(current.run_id) if current.run_id else None
+    if spec is None and (graph_id := shown["metadata"].get("graph_id")):
+        with contextlib.suppress(NotFound, BadRequest):  # its agent, named before it ran
+            spec = (await tenant.deployed_agent(str(graph_id))).spec
     return ThreadHistory(tenant.threads, spec)
 
 

@@ -195,7 +195,7 @@ class ToolsService:
         try:
             if isinstance(event, ToolRequested):
                 await self.hand_over.tool_completed(
-                    completed, spec, event.join_len, event.result_at
+                    completed, spec, event.join_len, event.result_at, event.rev
                 )
             else:
                 await self.hand_over.tool_completed(completed, spec)
