@@ -191,7 +191,8 @@ async def test_an_interrupt_is_announced_and_answered_with_input_respond(
     # the resumed run (the thread's newest) ran the approved call: on ``tools``
     body = {"channels": ["tools", "lifecycle"]}
     events = await _events(gateway.url, stream.thread_id, body)
-    (finished,) = [e["params"]["data"] for e in events if e["method"] == "tools"]
+    started, finished = [e["params"]["data"] for e in events if e["method"] == "tools"]
+    assert (started["event"], started["tool_name"]) == ("tool-started", "add")
     assert finished["event"] == "tool-finished" and finished["output"]["content"] == "5"
 
 
