@@ -126,8 +126,10 @@ async def test_parameters_loopline_does_not_implement_are_refused_not_ignored(sd
     await _refused(lambda: sdk.http.post("/runs/wait", json=made_up), "made-up")
     await _refused(lambda: runs.wait(tid, "agent", command={"goto": "model"}), "command.goto")
     await _refused(
-        lambda: sdk.threads.create(supersteps=[{"updates": [{"values": {}, "as_node": "x"}]}]),
-        "supersteps",
+        lambda: sdk.threads.create(
+            supersteps=[{"updates": [{"values": {}, "command": {"goto": "m"}, "as_node": "x"}]}]
+        ),
+        "superstep's command",
     )
     assert await runs.list(tid) == []  # nothing refused started a run
 
