@@ -36,6 +36,11 @@ def holding(task_id: str, callbacks: Any) -> Iterator[None]:
         _HELD.pop(task_id, None)
 
 
+def held_for(task_id: str) -> Any:
+    """The callbacks the caller of task ``task_id`` holds in this process, or None."""
+    return _HELD.get(task_id) if task_id else None
+
+
 def with_callbacks(run_config: Mapping[str, Any], task_id: str) -> Mapping[str, Any]:
     """``run_config`` (a node's config of task ``task_id``) with the callbacks its caller
     holds in this process, if any."""
