@@ -117,6 +117,10 @@ class CancelRequested(Event):
     reason: str = "cancelled by request"
     thread_id: str | None = None
     """The run's thread, to cancel a run that still waits for it (enqueue)."""
+    rollback: bool = False
+    """Undo the run too (LangGraph's ``cancel(action="rollback")``): with ``thread_id``,
+    nothing of the run is written back to the thread, as for a run stopped by a newer
+    one's ``multitask_strategy="rollback"``."""
 
 
 class ApprovalRequested(Event):

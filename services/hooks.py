@@ -24,12 +24,14 @@ from typing import Any
 from contracts.agent import AgentSpec
 from contracts.messages import Message
 from services import interrupts
+from services.held_callbacks import held_for
 from services.interrupts import Answers
 from services.spec import schemas
 from services.spec.channels import NO_CHANNELS, StateChannels, channels_of
 from services.spec.middleware import NATIVE, build
 from services.spec.statecodec import StateValueError
 from services.state_access import StateAccess, in_config
+from services.telemetry import task_in_hand
 
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
 
@@ -188,8 +190,8 @@ def agent_run_config(spec: AgentSpec) -> dict[str, Any]:
         **(spec.run_config or {}),
         "recursion_limit": spec.recursion_limit or AGENT_RECURSION_LIMIT,
     }
-    if spec.message_name:
-        config["metadata"] = {**(config.get("metadata") or {}), "lc_agent_name": spec.message_name}
+    if spec.message_name:  # under the run's own, which may bind another name (with_config)
+        config["metadata"] = {"lc_agent_name": spec.message_name, **(config.get("metadata") or {})}
     return config
 
 
@@ -301,7 +303,9 @@ async def call_state_hook(
             return await func(given, **kwargs)
         return await asyncio.to_thread(functools.partial(func, given, **kwargs))
 
-    callbacks = (run_config or {}).get("callbacks")
+    # the caller's handlers: given with the node's config, or held by the caller's agent in
+    # this process for the task in hand (services.held_callbacks; the embedded default)
+    callbacks = (run_config or {}).get("callbacks") or held_for(task_in_hand())
     with interrupts.node(node, answers.scope, answers.of(node), runtime), in_config(access):
         if callbacks:  # the caller's handlers see the node's run, as LangGraph's
             result = await traced_node(instance, node, state, run, callbacks, run_config or {})

@@ -17,11 +17,8 @@ deployment = shared.deployment
 gateway = shared.gateway
 
 NOT_YET_ALIKE = {
-    "threads.join_stream",
-    "threads.stream",
     "runs.create interrupt_before",
     "runs.join_stream",  # loopline replays an ended run's stream; LangGraph's sends nothing
-    "runs.cancel rollback",
     "store.search_items query",  # refused without a vector index; LangGraph ignores it
 }
 """The calls LangGraph's server answers that loopline answers otherwise (refused with

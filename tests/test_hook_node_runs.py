@@ -7,7 +7,8 @@ by LangChain's ``create_agent`` under a tracer, and by loopline's hook runner
 same runs, inputs and outputs.
 
 The caller's handlers reach the loop's hooks where the process holds them for the task
-(the embedded default); that holding is not part of this module."""
+(the embedded default): ``test_the_callers_handlers_see_the_hooks_of_an_embedded_agent``
+gives them to ``invoke`` of loopline's ``create_agent``, as to LangChain's."""
 
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ from langchain.agents.middleware import (
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tracers import BaseTracer, Run
 
+from loopline import create_agent
 from services.hooks import HookSet, run_state_hooks
+from services.settings import Settings
 from tests.custom_models import InvokeOnlyModel
+from tests.support import EMBEDDED_PREFIX
 
 pytestmark = pytest.mark.fast
 
@@ -78,9 +82,9 @@ def shape(value: Any) -> Any:
     return value
 
 
-def langchain_run(middleware: AgentMiddleware) -> Any:
+def langchain_run(middleware: AgentMiddleware, make_agent: Any = lc_create_agent) -> Any:
     model = InvokeOnlyModel(script=[AIMessage("done")])
-    agent = lc_create_agent(model, [], middleware=[middleware])
+    agent = make_agent(model, [], middleware=[middleware])
     recorder = Recorder()
     agent.invoke({"messages": [HumanMessage("hi")]}, {"callbacks": [recorder]})
     return shape(recorder.runs[f"{middleware.name}.before_model"])
@@ -115,3 +119,14 @@ def test_the_cases_show_what_they_claim() -> None:
     assert plain["outputs"] == {"messages": [("human", "saw 1")]}
     assert langchain_run(Quiet())["inputs"] == {}
     assert langchain_run(QuietOutputs())["outputs"] == {}
+
+
+@pytest.mark.parametrize("make", [Notes, Quiet], ids=lambda c: c.__name__)
+def test_the_callers_handlers_see_the_hooks_of_an_embedded_agent(
+    embedded: None, make: type[AgentMiddleware]
+) -> None:
+    def loopline_agent(model: Any, tools: Any, middleware: Any) -> Any:
+        settings = Settings(prefix=EMBEDDED_PREFIX)
+        return create_agent(model, tools, middleware=middleware, settings=settings)
+
+    assert langchain_run(make(), loopline_agent) == langchain_run(make())

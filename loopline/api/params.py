@@ -162,11 +162,11 @@ class RunsQuery(Params):
 
 class CancelQuery(Params):
     """``POST .../runs/{run_id}/cancel`` and ``POST /runs/cancel``: ``interrupt`` stops
-    the run and keeps what it did. ``rollback`` (stop it and remove it with its changes to
-    the thread) is not implemented for a run that is already going."""
+    the run and keeps what it did; ``rollback`` stops it and removes it with its changes
+    to the thread."""
 
     wait: bool = False
-    action: Literal["interrupt"] = "interrupt"
+    action: Literal["interrupt", "rollback"] = "interrupt"
 
 
 class CancelManyBody(Params):

@@ -21,6 +21,7 @@ from loopline.api import delayed_runs, run_modes, saver_recorder, webhooks
 from loopline.api.assistants import AssistantVersion
 from loopline.api.params import RunBody, parse
 from loopline.api.records import RunRecord, ThreadRecord
+from loopline.api.run_errors import run_error
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.wire import BadRequest, input_messages, jsonable
 from loopline.conversation import (
@@ -454,7 +455,7 @@ async def wait_for(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
         return await state_values(tenant, state) if state is not None and state.run_id else {}
     _, outcome = await tenant.client.outcome(record.task_id, after=record.log_after)
     if isinstance(outcome, TaskFailed) and not await was_stopped(tenant, record.task_id):
-        return {"__error__": {"error": "TaskFailed", "message": outcome.reason}}
+        return {"__error__": run_error(outcome)}
     return await final_values(tenant, record, outcome)
 
 
@@ -497,13 +498,23 @@ async def state_values(tenant: Tenant, state: ThreadValues) -> dict[str, Any]:
     return dict(jsonable(values))
 
 
-async def cancel_run(tenant: Tenant, record: RunRecord) -> None:
+async def cancel_run(tenant: Tenant, record: RunRecord, *, rollback: bool = False) -> None:
     """Cancel the run: a delayed one that has not started never does (``interrupted``,
-    as LangGraph's server shows a cancelled pending run)."""
+    as LangGraph's server shows a cancelled pending run). With ``rollback`` as
+    LangGraph's server does it: the run is gone at once (404) and, once it stops, the
+    thread is as before it (the loop writes nothing of it back)."""
     if await delayed_runs.forget(tenant, record.run_id):
-        record.ended = "interrupted"
-        await tenant.records.save_run(record)
+        if rollback:
+            await tenant.records.delete_run(record)
+        else:
+            record.ended = "interrupted"
+            await tenant.records.save_run(record)
         return
     await tenant.client.cancel(
-        record.task_id, "cancelled by request", thread_id=record.thread_id or None
+        record.task_id,
+        "cancelled by request",
+        thread_id=record.thread_id or None,
+        rollback=rollback,
     )
+    if rollback:
+        await tenant.records.delete_run(record)

@@ -20,10 +20,10 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
 
-from contracts.events import DecisionsRefused
 from loopline.api import delayed_runs
 from loopline.api.events import Cursor, Failed, run_items
 from loopline.api.records import RunRecord
+from loopline.api.run_errors import run_error
 from loopline.api.run_modes import SERVER_MODES, ServerModes
 from loopline.api.runs import loopline_modes, was_stopped
 from loopline.api.tenant import Tenant
@@ -138,11 +138,7 @@ async def run_frames(
 
 
 def _error(failed: Failed) -> dict[str, str]:
-    event = failed.event
-    if isinstance(event, DecisionsRefused):  # LangGraph's run errs with the node's exception
-        name = event.exception.name if event.exception is not None else "ValueError"
-        return {"error": name, "message": event.reason}
-    return {"error": "TaskFailed", "message": event.reason}
+    return run_error(failed.event)  # a refusal: LangGraph's run errs with the node's exception
 
 
 async def with_heartbeats(

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from contracts.agent import AgentSpec
+from contracts.events import TaskFailed
 from loopline.api import delayed_runs
 from loopline.api.crons import CronStore
 from loopline.api.gateway import body_of, tenant_of
@@ -37,6 +38,7 @@ from loopline.api.params import (
     parse,
 )
 from loopline.api.records import ThreadRecord
+from loopline.api.run_errors import run_error
 from loopline.api.runs import state_values, thread_ids, was_stopped
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.thread_sweep import remove_thread, remove_thread_and_runs
@@ -242,26 +244,34 @@ async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
     values = await state_values(tenant, state) if state and state.run_id else None
     state_updated = info.updated if info and info.updated else created
     updated = max(state_updated, record.updated_at if record else 0.0)
+    delayed = await delayed_runs.waiting_on(tenant, thread_id)
+    status = "busy" if delayed else await _status(tenant, state, bool(interrupts))
     return {
         "thread_id": thread_id,
         "created_at": iso(created),
         "updated_at": iso(updated),
         "state_updated_at": iso(state_updated),
         "metadata": record.metadata if record else {},
-        "status": (
-            "busy"
-            if await delayed_runs.waiting_on(tenant, thread_id)
-            else await _status(tenant, state, bool(interrupts))
-        ),
+        "status": status,
         "config": {},
         "values": values,
-        "error": None,
+        "error": await _last_error(tenant, state) if status == "error" else None,
         "interrupts": (
             {f"{state.run_id}:{state.step}": [interrupt_json(i) for i in interrupts]}
             if state and interrupts
             else {}
         ),
     }
+
+
+async def _last_error(tenant: Tenant, state: ThreadValues | None) -> dict[str, str] | None:
+    """The error of the thread's last run, which failed (LangGraph's thread shows it)."""
+    if state is None or not state.run_id:
+        return None
+    failed = None
+    async for _, event in tenant.client.events(state.run_id, follow=False):
+        failed = event if isinstance(event, TaskFailed) else failed
+    return run_error(failed) if failed is not None else None
 
 
 async def _status(tenant: Tenant, state: ThreadValues | None, interrupted: bool) -> str:

@@ -281,6 +281,8 @@ class Loop:
             event.thread_id, event.task_id, reason
         ):
             return  # it waited for its thread: it leaves the queue, never started
+        if event.rollback and event.thread_id:  # before it ends, so its end writes nothing
+            await self.threads.roll_back(event.thread_id, event.task_id)
         await self.stop(event.task_id, reason, Cause.CANCEL)
 
     async def stop(self, task_id: str, reason: str, cause: str) -> None:
