@@ -243,3 +243,28 @@ async def test_a_run_approved_by_a_human_is_in_postgresql_once_it_ended(
     assert_same_history(kept, shown)
     asked = [t for s in kept for t in s.tasks if t.interrupts]
     assert [t.name for t in asked] == ["HumanInTheLoopMiddleware.after_model"]
+
+
+async def test_an_expired_thread_is_not_brought_back_from_postgresql(
+    sdk: Any, saver: Any, deployment: ServiceProcesses
+) -> None:
+    """``LOOPLINE_THREAD_TTL_S`` lets a thread's keys and the gateway's record of it
+    expire together: with the record gone, the thread is not taken back in from
+    PostgreSQL (only a working copy that left Redis while the gateway knows the thread
+    is)."""
+    from langgraph_sdk.errors import NotFoundError
+
+    thread = await sdk.threads.create()
+    thread_id = thread["thread_id"]
+    await sdk.runs.wait(thread_id, "agent", input=hello("hello"))
+    await recorded(saver, deployment.prefix, thread_id, ANSWER)
+
+    names = Names(deployment.prefix)
+    redis = aioredis.Redis.from_url(deployment.redis_url)
+    try:  # as their expiry does
+        assert await redis.delete(*names.thread_keys(thread_id), names.api_thread(thread_id))
+    finally:
+        await redis.aclose()
+
+    with pytest.raises(NotFoundError):
+        await sdk.threads.get(thread_id)

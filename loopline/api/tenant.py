@@ -44,8 +44,10 @@ class Tenant:
         return self.client.threads()
 
     async def restore_thread(self, thread_id: str) -> None:
-        """A thread whose working copy left Redis taken back in from its record."""
-        if self.thread_saver is not None:
+        """A thread whose working copy left Redis taken back in from its record. Only a
+        thread the gateway still knows (its record of the thread): one that expired
+        (``LOOPLINE_THREAD_TTL_S`` lets both go) is not brought back."""
+        if self.thread_saver is not None and await self.records.thread(thread_id) is not None:
             await self.thread_saver.restore(thread_id)
 
     async def close(self) -> None:
