@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 
 from contracts.messages import from_langchain
 from contracts.streams import Names
+from services.tasks.threads import stage_transcript
 
 SAVER_FIELD = "saver_checkpoint"
 """The thread state's field: the id of the saver's checkpoint last taken in."""
@@ -117,9 +118,7 @@ async def take_in(
     todos = values.pop("todos", None)
     extra = {k: v for k, v in values.items() if not k.startswith(("__", "branch:"))}
     async with redis.pipeline(transaction=True) as pipe:
-        pipe.delete(names.thread_messages(key))
-        if messages:
-            pipe.rpush(names.thread_messages(key), *messages)
+        stage_transcript(pipe, names, key, messages)
         if todos is None:
             pipe.delete(names.thread_todos(key))
         else:
