@@ -196,9 +196,12 @@ class ThreadReader:
             pipe.lrange(names.task_messages(task_id), 0, -1)
             pipe.get(names.task_todos(task_id))
             pipe.xrevrange(names.task_log(task_id), count=1)
-            (status, phase, step, extra, pending, key, handed), own, todos, last = (
-                await pipe.execute()
-            )
+            (
+                (status, phase, step, extra, pending, key, handed),
+                own,
+                todos,
+                last,
+            ) = await pipe.execute()
         raw = await handed_or_own(self.redis, names, _text(key), handed, own)
         updated = int(_text(last[0][0]).split("-")[0]) / 1000 if last else 0.0
         messages = [MESSAGE_ADAPTER.validate_json(m) for m in raw]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import pytest
 from langchain.agents import create_agent as lc_create_agent
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
@@ -174,7 +173,8 @@ def test_an_ended_runs_transcript_outlives_a_rewrite_of_its_threads(
     before = [["rounds 0", "0 rounds"], ["rounds 0", "0 rounds", "rounds 1", "0 rounds"]]
     read = transcripts(ll, config)
     assert read[:2] == before
-    assert read[2] == ["rounds 0", "edited", "rounds 1", "0 rounds", "appended", "rounds 0", "0 rounds"]
+    edited = ["rounds 0", "edited", "rounds 1", "0 rounds", "appended", "rounds 0", "0 rounds"]
+    assert read[2] == edited
 
     async def kept_then_removed() -> tuple[list[str], list[str]]:
         async with ll.client() as client:
