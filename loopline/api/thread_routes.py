@@ -37,7 +37,7 @@ from loopline.api.params import (
 from loopline.api.records import ThreadRecord
 from loopline.api.runs import state_values, thread_ids, was_stopped
 from loopline.api.tenant import NotFound, Tenant
-from loopline.api.thread_sweep import remove_thread, remove_thread_and_runs
+from loopline.api.thread_sweep import remove_thread, remove_thread_and_runs, set_thread_ttl
 from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
 from loopline.conversation import waiting_interrupts
 from loopline.history import ThreadHistory, copy_thread, current_snapshot, update_thread
@@ -58,14 +58,12 @@ async def create(request: Request) -> Response:
         return JSONResponse({"detail": f"Thread {thread_id} already exists"}, status_code=409)
     record = ThreadRecord(thread_id=thread_id, metadata=dict(body.metadata))
     await tenant.records.save_thread(record)
-    await _set_ttl(tenant, thread_id, body.ttl)
+    await set_thread_ttl(tenant, thread_id, _minutes(body.ttl), created=True)
     return JSONResponse(await thread_json(tenant, thread_id))
 
 
-async def _set_ttl(tenant: Tenant, thread_id: str, ttl: ThreadTTL | None) -> None:
-    """A ``ttl`` given: the thread expires that many minutes from now (``thread_sweep``)."""
-    if ttl is not None and ttl.ttl is not None:
-        await tenant.records.expire_thread_at(thread_id, time.time() + ttl.ttl * 60)
+def _minutes(ttl: ThreadTTL | None) -> float | None:
+    return ttl.ttl if ttl is not None else None
 
 
 async def get(request: Request) -> Response:
@@ -159,7 +157,7 @@ async def update(request: Request) -> Response:
     record.metadata = {**record.metadata, **patch.metadata}
     record.updated_at = time.time()
     await tenant.records.save_thread(record)
-    await _set_ttl(tenant, thread_id, patch.ttl)
+    await set_thread_ttl(tenant, thread_id, _minutes(patch.ttl), created=False)
     return JSONResponse(await thread_json(tenant, thread_id))
 
 
