@@ -190,18 +190,14 @@ class ThreadReader:
     async def of_run(self, thread_id: str, task_id: str) -> ThreadValues:
         """The state a run of the thread has (or left when it ended)."""
         names = self.names
-        async with self.redis.pipeline(transaction=True) as pipe:
-            fields = ("status", "phase", "step", "extra", "pending", "thread", HANDED)
-            pipe.hmget(names.task_state(task_id), *fields)
-            pipe.lrange(names.task_messages(task_id), 0, -1)
-            pipe.get(names.task_todos(task_id))
-            pipe.xrevrange(names.task_log(task_id), count=1)
-            (
-                (status, phase, step, extra, pending, key, handed),
-                own,
-                todos,
-                last,
-            ) = await pipe.execute()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(names.task_messages(task_id), 0, -1)  # before HANDED: ``handed_or_own``
+        fields = ("status", "phase", "step", "extra", "pending", "thread", HANDED)
+        pipe.hmget(names.task_state(task_id), *fields)
+        pipe.get(names.task_todos(task_id))
+        pipe.xrevrange(names.task_log(task_id), count=1)
+        found = await pipe.execute()
+        own, (status, phase, step, extra, pending, key, handed), todos, last = found
         raw = await handed_or_own(self.redis, names, _text(key), handed, own)
         updated = int(_text(last[0][0]).split("-")[0]) / 1000 if last else 0.0
         messages = [MESSAGE_ADAPTER.validate_json(m) for m in raw]

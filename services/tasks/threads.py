@@ -193,12 +193,12 @@ class ThreadStore:
     async def ending_of(self, task_id: str) -> EndRunParts | None:
         """What a task that ended leaves for its thread (None: it has not ended)."""
         names = self.names
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hmget(names.task_state(task_id), "status", "extra", "thread", "pending", HANDED)
-            pipe.lrange(names.task_messages(task_id), 0, -1)
-            pipe.get(names.task_todos(task_id))
-            pipe.xrevrange(names.task_log(task_id), count=1)
-            (status, extra, thread, pending, handed), own, todos, last = await pipe.execute()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(names.task_messages(task_id), 0, -1)  # before HANDED: ``handed_or_own``
+        pipe.hmget(names.task_state(task_id), "status", "extra", "thread", "pending", HANDED)
+        pipe.get(names.task_todos(task_id))
+        pipe.xrevrange(names.task_log(task_id), count=1)
+        own, (status, extra, thread, pending, handed), todos, last = await pipe.execute()
         status = text(status or "")
         if status in ("", "running"):
             return None
@@ -268,28 +268,30 @@ HANDED = "handed"
 async def transcript(redis: Any, names: Names, task_id: str) -> list[Any]:
     """A task's transcript (each message's JSON, as stored), its own or, for a run that
     handed it over, its thread's first messages; empty once its thread is deleted."""
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hmget(names.task_state(task_id), "thread", HANDED)
-        pipe.lrange(names.task_messages(task_id), 0, -1)
-        (thread, handed), own = await pipe.execute()
+    pipe = redis.pipeline(transaction=False)
+    pipe.lrange(names.task_messages(task_id), 0, -1)
+    pipe.hmget(names.task_state(task_id), "thread", HANDED)
+    own, (thread, handed) = await pipe.execute()
     return await handed_or_own(redis, names, text(thread or ""), handed, own)
 
 
 async def handed_or_own(
     redis: Any, names: Names, thread_id: str, handed: Any, own: list[Any]
 ) -> list[Any]:
-    """The transcript of a task whose state's ``HANDED`` field and own list were read
-    together (one transaction: a hand-over sets one and drops the other at once)."""
+    """The transcript of a task whose own list was read, then its state's ``HANDED``
+    field, in that order (a hand-over sets the field and drops the list at once: a list
+    read before the field was unset is whole; a field set sends the read to the thread)."""
     if not handed or not thread_id:
         return own
     epoch_text, _, length_text = text(handed).partition(":")
     epoch, length = int(epoch_text), int(length_text)
     if not length:
         return []
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hget(names.thread_state(thread_id), "epoch")
-        pipe.lrange(names.thread_messages(thread_id), 0, length - 1)
-        now, found = await pipe.execute()
+    # the list before the epoch: a rewrite between the two reads shows as a new epoch
+    pipe = redis.pipeline(transaction=False)
+    pipe.lrange(names.thread_messages(thread_id), 0, length - 1)
+    pipe.hget(names.thread_state(thread_id), "epoch")
+    found, now = await pipe.execute()
     if int(now or 0) != epoch:  # changed since: the list as it was is kept apart
         found = await redis.lrange(names.thread_kept_messages(thread_id, epoch), 0, length - 1)
     return list(found) if len(found) == length else []
