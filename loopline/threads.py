@@ -292,8 +292,9 @@ class ThreadReader:
             pipe.hset(names.thread_state(key), mapping={"extra": extra, "updated": now})
             pipe.hsetnx(names.thread_state(key), "active", "")
             pipe.hsetnx(names.thread_state(key), "created", now)
-            pipe.zadd(names.threads, {key: now})
             await pipe.execute()
+        # apart: the listing's key hashes elsewhere (one transaction is one slot)
+        await self.redis.zadd(names.threads, {key: now})
 
     async def remove(self, thread_id: str) -> bool:
         """Delete a thread's keys (its runs' task keys expire on their own; the runs that
