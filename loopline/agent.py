@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import copy
 import os
+import time
 import warnings
 import weakref
 from collections.abc import (
@@ -1074,7 +1075,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
             checkpoint = await update_thread(self._history(client), thread_id, values, as_node, at)
         if is_saver(self.checkpointer):
             snap = await self.aget_state(config)
-            await write_final(self.checkpointer, thread_id, snap.values)
+            await write_final(
+                self.checkpointer, thread_id, snap.values, await self._expiry(thread_id)
+            )
         return checkpoint.config(thread_id)  # type: ignore[return-value]
 
     def update_state(
@@ -1208,7 +1211,19 @@ class Agent(Runnable[Any, dict[str, Any]]):
             return
         thread_id = self._thread_id(config)
         values = (await self.aget_state(config)).values
-        await write_final(self.checkpointer, thread_id, values)
+        await write_final(self.checkpointer, thread_id, values, await self._expiry(thread_id))
+
+    async def _expiry(self, thread_id: str) -> float | None:
+        """When the thread expires where the deployment's threads do (``thread_ttl_s``
+        from its last change, as its keys in Redis), so that the saver forgets it with
+        Redis; None: never."""
+        ttl = self.settings.thread_ttl_s
+        if not ttl:
+            return None
+        async with self.client() as client:
+            key = client.names.thread_state(client.space.key(thread_id))
+            updated: Any = await client.redis.hget(key, "updated")
+        return (float(updated) if updated else time.time()) + ttl
 
     async def _thread_result(
         self, result: dict[str, Any], config: Mapping[str, Any] | None

@@ -28,6 +28,11 @@ from contracts.messages import from_langchain
 from contracts.streams import Names
 from services.tasks.threads import stage_transcript
 
+EXPIRES_FIELD = "loopline_expires_at"
+"""In the metadata of a checkpoint loopline writes for a deployment whose threads
+expire (``thread_ttl_s``): when the thread expires (epoch seconds), unless a later run
+renews it. A thread gone from Redis whose saver's newest checkpoint is loopline's and
+past it is deleted from the saver too (``take_in``): what expires is gone from both."""
 SAVER_FIELD = "saver_checkpoint"
 """The thread state's field: the id of the saver's checkpoint last taken in."""
 WRITER = {"writer": "loopline"}
@@ -61,9 +66,19 @@ async def _put(saver: Any, config: Any, checkpoint: Any, metadata: Any, versions
         return await asyncio.to_thread(saver.put, config, checkpoint, metadata, versions)
 
 
-async def write_final(saver: Any, thread_id: str, values: Mapping[str, Any]) -> str:
+async def _delete_thread(saver: Any, thread_id: str) -> None:
+    try:
+        await saver.adelete_thread(thread_id)
+    except NotImplementedError:
+        await asyncio.to_thread(saver.delete_thread, thread_id)
+
+
+async def write_final(
+    saver: Any, thread_id: str, values: Mapping[str, Any], expires_at: float | None = None
+) -> str:
     """Write ``values`` (``StateSnapshot.values``: LangChain messages and the state's
     keys) as the thread's newest checkpoint, a child of the saver's newest; its id.
+    ``expires_at``: when the thread expires (``EXPIRES_FIELD``), None: never.
 
     The checkpoint is the one LangGraph leaves after a run: the previous channel versions
     and versions seen kept, the written channels' versions moved on, so LangGraph's
@@ -88,7 +103,9 @@ async def write_final(saver: Any, thread_id: str, values: Mapping[str, Any]) -> 
     versions.update(new_versions)
     checkpoint["channel_values"] = dict(values)
     checkpoint["updated_channels"] = sorted(values)
-    metadata = {"source": "loop", "step": step, "parents": {}, **WRITER}
+    metadata: dict[str, Any] = {"source": "loop", "step": step, "parents": {}, **WRITER}
+    if expires_at is not None:
+        metadata[EXPIRES_FIELD] = expires_at
     stored = await _put(saver, config, checkpoint, metadata, new_versions)
     return str(stored["configurable"]["checkpoint_id"])
 
@@ -100,8 +117,10 @@ async def take_in(
     checkpoint of the thread (messages, todos, the other keys as middleware state) when
     someone else wrote that one (not taken in yet), or when Redis has no working copy
     (it expired: an in-process saver's). Left as it is while a run of the thread is
-    active (a waiting one included: its state is loopline's). The values taken in (the
-    state's keys, LangGraph's private channels left out), None when nothing was."""
+    active (a waiting one included: its state is loopline's). A thread that expired
+    (``EXPIRES_FIELD``) is deleted from the saver instead: it is gone. The values taken
+    in (the state's keys, LangGraph's private channels left out), None when nothing
+    was."""
     found = await latest(saver, thread_id)
     if found is None:
         return None
@@ -111,6 +130,10 @@ async def take_in(
     taken, active, exists = (_text(v) for v in known)
     ours = (found.metadata or {}).get("writer") == WRITER["writer"]
     if active or (exists and (ours or taken == checkpoint_id)):
+        return None
+    expires_at = (found.metadata or {}).get(EXPIRES_FIELD)
+    if ours and not exists and expires_at is not None and _past(float(expires_at)):
+        await _delete_thread(saver, thread_id)  # Redis's copy expired with it
         return None
     values = dict(found.checkpoint.get("channel_values") or {})
     given = {k: v for k, v in values.items() if not k.startswith(("__", "branch:"))}
@@ -131,6 +154,15 @@ async def take_in(
         pipe.hsetnx(state_key, "created", time.time())
         await pipe.execute()
     return given
+
+
+CLOCK_SLACK_S = 1.0
+"""How far the clocks of the process that ended a thread's run (its expiry is counted
+from there) and of this one may differ."""
+
+
+def _past(expires_at: float) -> bool:
+    return expires_at <= time.time() + CLOCK_SLACK_S
 
 
 def _json(value: Any) -> Any:
