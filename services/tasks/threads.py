@@ -72,6 +72,15 @@ class EndRun(Args):
 
 
 @dataclass(frozen=True, slots=True)
+class HandOver(Args):
+    """An ended run's transcript is read in its thread's (``lua/thread_handed.lua``, on
+    the task's keys)."""
+
+    LUA = "thread_handed"
+    handed: str
+
+
+@dataclass(frozen=True, slots=True)
 class SetTranscript(Args):
     """A thread between runs gets a new transcript (``lua/thread_transcript.lua``): the
     runs that handed theirs over still read theirs."""
@@ -143,6 +152,7 @@ class ThreadStore:
         self._claim = register(thread_script(ClaimThread))
         self._end = register(thread_script(EndRun))
         self._drop = register(thread_script(DropQueued))
+        self._hand_over = register(thread_script(HandOver))
 
     def keys(self, thread_id: str) -> list[str]:
         return self.names.thread_keys(thread_id)
@@ -171,10 +181,8 @@ class ThreadStore:
         ``epoch`` (``lua/thread_end.lua`` wrote it there): the run keeps that, not its
         copy, nor its token counts (kept for its steps' context edits)."""
         names = self.names
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(names.task_state(task_id), HANDED, f"{epoch}:{length}")
-            pipe.delete(names.task_messages(task_id), names.task_tokens(task_id))
-            await pipe.execute()
+        keys = [names.task_state(task_id), names.task_messages(task_id), names.task_tokens(task_id)]
+        await self._hand_over(keys=keys, args=HandOver(f"{epoch}:{length}").argv())
 
     async def drop_queued(self, thread_id: str, task_id: str) -> bool:
         """Take a waiting run out of the thread's queue; False if it is not waiting."""
