@@ -107,8 +107,9 @@ RULES = (
     Rule(
         "Callbacks get no run per middleware hook (`<Middleware>.before_model` traced as its "
         "own run in LangChain)",
-        "`services/hooks.py` (hooks run in the services, not as runs under the caller's "
-        "callbacks)",
+        "`services/tasks/loop.py` (the loop's hooks run as traced nodes, "
+        "`services/hooks.traced_node`, only when their node config carries the caller's "
+        "callbacks: nothing holds those for the loop yet)",
         error=r"KeyError: '[\w.]+\.(before|after)_(model|agent)'",
     ),
     Rule(
@@ -174,14 +175,6 @@ RULES = (
         error=r"'todos': \[\]",
     ),
     Rule(
-        "`request.messages.append(...)` in `wrap_model_call` reaches the state in LangChain "
-        "(the request holds the state's own list); loopline's request holds a copy",
-        "`services/model/lcview.py` / `services/model/wrapped.py` (the `ModelRequest` "
-        "built from a copy of the transcript)",
-        test=r"test_framework\.py::(test_on_model_call|test_create_agent_async_invoke)$|"
-        r"test_structured_output_retry_preserves_messages",
-    ),
-    Rule(
         "HITL: a later call reusing an edited call's id does not run (loopline keys the "
         "edit by tool-call id across turns)",
         "`services/tools/calls.py`",
@@ -194,12 +187,11 @@ RULES = (
         error=r"stream_events\(version='v\d'\) is only supported",
     ),
     Rule(
-        "`wrap_model_call` `Command` that replaces or removes the state's messages (deepagents' "
-        "summarization and large-message eviction rewrite `messages` by id / `RemoveMessage`) "
-        "is refused",
-        "`services/model/wrapped.py` `_added` (the model stage sends only messages added "
-        "beside the reply; the loop has no rewrite of the transcript from the model stage)",
-        error=r"Command may add messages beside the reply; loopline does not replace",
+        "A `wrap_model_call` `Command` that removes or replaces the model's reply, or adds an "
+        "AI message after it, is refused (LangChain's graph routes on the state's last AI "
+        "message; loopline on the reply)",
+        "`services/model/node_writes.py` `placed`",
+        error=r"removed the model's reply|replaced the model's reply|adding an AI message",
     ),
     Rule(
         "`stream(..., subgraphs=True)`: a sub-agent's chunks and metadata (its namespace, "

@@ -141,6 +141,19 @@ async def _thread_stream(c: Ctx) -> Any:
         return await stream.output.with_timeout(30)
 
 
+async def _thread_run_start(c: Ctx) -> Any:
+    async with c.sdk.threads.stream(assistant_id=ASSISTANT) as stream:
+        started = await stream.run.start(input=hello())
+        await stream.output.with_timeout(30)
+        return started
+
+
+async def _rolled_back_then_get(c: Ctx) -> Any:
+    tid, run_id = await c.busy()
+    await c.sdk.runs.cancel(tid, run_id, action="rollback")
+    return await c.sdk.runs.get(tid, run_id)
+
+
 async def _join_thread_stream(c: Ctx) -> Any:
     tid = (await c.sdk.threads.create())["thread_id"]
     parts = await c.sdk.threads.join_stream(tid)
@@ -328,6 +341,7 @@ CALLS: dict[str, Call] = {
     ),
     "threads.join_stream": _join_thread_stream,
     "threads.stream": _thread_stream,
+    "threads.stream run.start": _thread_run_start,
     # runs
     "runs.create": lambda c: _then(
         c.sdk.threads.create(),
@@ -402,6 +416,14 @@ CALLS: dict[str, Call] = {
         ),
     ),
     "runs.stream stateless": lambda c: _stream(c.sdk.runs.stream(None, ASSISTANT, input=hello())),
+    "runs.stream failed": lambda c: _then(
+        c.sdk.threads.create(),
+        lambda t: _stream(
+            c.sdk.runs.stream(
+                t["thread_id"], ASSISTANT, input=hello(), config={"recursion_limit": 1}
+            )
+        ),
+    ),
     "runs.list": lambda c: _then(c.thread(), c.sdk.runs.list),
     "runs.list status": lambda c: _then(c.thread(), lambda t: c.sdk.runs.list(t, status="success")),
     "runs.list select": lambda c: _then(
@@ -416,6 +438,11 @@ CALLS: dict[str, Call] = {
     "runs.cancel": lambda c: _cancel(c),
     "runs.cancel wait": lambda c: _cancel(c, wait=True),
     "runs.cancel rollback": lambda c: _cancel(c, action="rollback"),
+    "runs.cancel rollback wait": lambda c: _cancel(c, action="rollback", wait=True),
+    "runs.cancel rollback then get": _rolled_back_then_get,
+    "runs.cancel rollback ended": lambda c: _then(
+        _run_of(c), lambda tr: c.sdk.runs.cancel(*tr, action="rollback")
+    ),
     "runs.cancel_many run_ids": lambda c: _cancel_many(c, by_status=False),
     "runs.cancel_many status": lambda c: _cancel_many(c, by_status=True),
     "runs.delete": lambda c: _then(_run_of(c), lambda tr: c.sdk.runs.delete(*tr)),

@@ -26,3 +26,8 @@ def blob(n: int) -> str:
 def noop_once() -> str:
     """Do nothing and say so."""
     return "ok"
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b

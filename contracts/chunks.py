@@ -51,6 +51,10 @@ class Subtask(BaseModel):
     """The agent's name (``create_agent(name=...)``: LangGraph's ``lc_agent_name``)."""
     messages: list[dict[str, Any]] = Field(default_factory=list)
     """Its input messages (``contracts.messages``), where its state starts."""
+    tags: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Its run's tags and metadata (what it inherited from the tool's config, and its
+    own): LangGraph puts them in the metadata of a subgraph's streamed items."""
 
 
 class ChunkBatch(BaseModel):

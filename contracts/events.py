@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from contracts.agent import AgentSpec, RunMode
-from contracts.messages import AIMessage, Message, ToolCall, ToolMessage
+from contracts.messages import (
+    AIMessage,
+    HumanMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+)
 from contracts.todos import Todo
 
 SCHEMA_VERSION = 1
+
+T = TypeVar("T")
 
 MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
 MULTITASK_STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt", "rollback")
@@ -107,6 +117,10 @@ class CancelRequested(Event):
     reason: str = "cancelled by request"
     thread_id: str | None = None
     """The run's thread, to cancel a run that still waits for it (enqueue)."""
+    rollback: bool = False
+    """Undo the run too (LangGraph's ``cancel(action="rollback")``): with ``thread_id``,
+    nothing of the run is written back to the thread, as for a run stopped by a newer
+    one's ``multitask_strategy="rollback"``."""
 
 
 class ApprovalRequested(Event):
@@ -212,15 +226,71 @@ class StructuredOutcome(BaseModel):
     """Whether ``response`` is the structured response (it may be JSON null)."""
 
 
+class RemovedMessage(BaseModel):
+    """LangChain's ``RemoveMessage`` in a ``messages`` write: ``add_messages`` deletes the
+    state's message with this id; LangGraph's ``REMOVE_ALL_MESSAGES`` id deletes every
+    message before the ones that follow it in the write."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["remove"] = "remove"
+    id: str
+
+
+WrittenMessage = Annotated[
+    SystemMessage | HumanMessage | AIMessage | ToolMessage | RemovedMessage,
+    Field(discriminator="type"),
+]
+
+
+class KeptMessages(BaseModel):
+    """In ``ModelResponded.rewrite``: ``count`` messages of the transcript the model node
+    was given, from position ``start``, kept as they are (named, not carried: a rewrite
+    costs what it changed)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["kept"] = "kept"
+    start: int = Field(ge=0)
+    count: int = Field(ge=1)
+
+
+RewrittenMessage = Annotated[
+    SystemMessage | HumanMessage | AIMessage | ToolMessage | KeptMessages,
+    Field(discriminator="type"),
+]
+
+
+def rewritten(
+    rewrite: Sequence[RewrittenMessage], given: Sequence[T], convert: Callable[[Message], T]
+) -> list[T]:
+    """The messages a rewrite stands for: the kept ones taken from ``given`` (the
+    transcript the model node was given, in any form), the others ``convert``ed."""
+    out: list[T] = []
+    for item in rewrite:
+        if isinstance(item, KeptMessages):
+            if item.start + item.count > len(given):
+                raise ValueError(
+                    f"a rewrite keeps messages {item.start}..{item.start + item.count - 1} "
+                    f"of a transcript of {len(given)}"
+                )
+            out.extend(given[item.start : item.start + item.count])
+        else:
+            out.append(convert(item))
+    return out
+
+
 class CommandWrite(BaseModel):
     """One write of a ``wrap_model_call`` command's update: a state key's value (JSON),
-    or, for ``messages``, the messages it adds."""
+    or, for ``messages``, the messages as the command wrote them (``add_messages``
+    appends them, replaces the state's message of the same id, and deletes for a
+    ``RemovedMessage``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     key: str
     value: Any = None
-    messages: list[Message] = Field(default_factory=list)
+    messages: list[WrittenMessage] = Field(default_factory=list)
 
 
 class ModelResponded(Event):
@@ -253,10 +323,33 @@ class ModelResponded(Event):
     into ``update``, and shown as LangGraph's ``updates`` stream shows the node's
     writes."""
 
+    rewrite: list[RewrittenMessage] | None = None
+    """The state's messages before the reply, when the model node's writes changed the
+    transcript it was given (None: they did not): a command replaced or removed messages
+    (``add_messages`` by id, ``RemoveMessage``, ``REMOVE_ALL_MESSAGES``), or a layer
+    changed the request's own message list, which LangChain's model node then writes back
+    (``_build_commands(repaired_messages=...)``). The transcript is replaced by them
+    (``rewritten``: the unchanged ones are only named), the reply follows, then
+    ``added``."""
+    repaired: list[RewrittenMessage] | None = None
+    """The request's own message list, when a ``wrap_model_call`` layer changed it in
+    place: LangChain's model node writes it back first, after ``REMOVE_ALL_MESSAGES``
+    (what stream modes show of the node's own write); the transcript's messages named
+    by position, as in ``rewrite``."""
+    rev: int = Field(default=0, ge=0)
+    """The transcript's revision the reply joins: the request's, one more after a
+    ``rewrite`` (the transition moves it)."""
+    after_reply: list[Message] | None = None
+    """With ``rewrite``: the messages the writes leave after the reply (the structured
+    output's answers aside), which ``added`` gives."""
+
     @property
     def added(self) -> list[Message]:
         """The messages the commands added beside the reply, in order."""
-        return [m for write in self.writes for m in write.messages]
+        if self.after_reply is not None:
+            return list(self.after_reply)
+        written = (m for write in self.writes for m in write.messages)
+        return [m for m in written if not isinstance(m, RemovedMessage)]
 
 
 class ModelInterrupted(Event):
@@ -349,6 +442,9 @@ class ToolRequested(Event):
     completes the step can publish the next model request in the same commit."""
     result_at: int | None = Field(default=None, ge=0)
     """Where this call's result will stand in the transcript."""
+    rev: int = Field(default=0, ge=0)
+    """The transcript's revision the step's results join (what the next model request
+    names, for a reader's copy of the transcript)."""
     seal: str | None = None
     """The services' keyed digest of the call's task, step, agent, id, tool and arguments
     (``services.seal``): proof that a transition issued it, so the tools service need not

@@ -463,6 +463,21 @@ class Names:
         and the run leaves it here, and another one starts the run (same run id)."""
         return f"{self.prefix}:api:{{crons}}:firing"
 
+    # -- runs started later (``after_seconds``; loopline.api.delayed_runs) ---------------
+    @property
+    def api_delayed(self) -> str:
+        """Sorted set: run id of a run asked to start later, scored by when it is due
+        (epoch milliseconds). A gateway replica takes one by moving its score a lease
+        ahead atomically (one replica starts it; another does if that one dies), and
+        removes it once the run started. The delayed keys share one hash slot."""
+        return f"{self.prefix}:api:{{delayed}}"
+
+    @property
+    def api_delayed_runs(self) -> str:
+        """Hash: run id -> what starts the delayed run (its thread and request, JSON).
+        Written by the run's route; read and emptied by the replica that starts it."""
+        return f"{self.prefix}:api:{{delayed}}:runs"
+
     @property
     def api_webhooks(self) -> str:
         """Sorted set: run id of a run with a webhook not yet sent, scored by when to

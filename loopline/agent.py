@@ -29,6 +29,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
+from langgraph.errors import ParentCommand
 
 from contracts.agent import AgentSpec, ModelSpec, ResponseFormatSpec, RunMode
 from contracts.chunks import BLOCKS, SUBTASKS, Subtask
@@ -54,6 +55,7 @@ from loopline.client import Client
 from loopline.conversation import (
     TOOLS_NODE,
     RunConfig,
+    WaitingInterrupt,
     answers_of,
     is_command,
     state_codec,
@@ -71,13 +73,17 @@ from loopline.history import (
     set_working_copy,
     update_thread,
 )
+from loopline.nested import CallerNode, caller_node, earlier_run, for_caller, interrupted
 from loopline.result import AgentResult
+from loopline.run_callbacks import GraphRun
 from loopline.stream_modes import MESSAGES_ONLY, SUBTASK, Item, StateView, state_view
 from loopline.syncrun import iter_sync, run_sync
 from loopline.threads import space_of
 from services.agent_view import has_todos
 from services.errors import ConfigurationError
+from services.held_callbacks import holding
 from services.hooks import LS_INTEGRATION, hooks_for
+from services.interrupts import jsonable
 from services.lending import waiting_on_runs
 from services.settings import Settings
 from services.spec import imports, local, schemas, structured, toolbox
@@ -341,7 +347,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         ``services.redis_store.RedisStore``."""
         from services.redis_store import RedisStore
 
-        return RedisStore(self.url, self.settings.prefix)
+        return RedisStore(self.url, self.settings.prefix, self.settings.store)
 
     async def _agent_ref(self, client: Client) -> AgentSpec | str:
         """What a task names: the spec itself on the embedded default (the process is
@@ -400,14 +406,30 @@ class Agent(Runnable[Any, dict[str, Any]]):
             await self._release_client()
 
     def _run_config(self, config: Mapping[str, Any] | None) -> RunConfig:
+        return RunConfig.of(self._merged_config(config), checkpointer=self.checkpointer)
+
+    def _merged_config(self, config: Mapping[str, Any] | None) -> RunnableConfig:
+        """The run's whole config, as LangGraph's ``ensure_config`` makes it: what the
+        caller's run passes on (``inherited_config``), what ``create_agent`` and
+        ``with_config`` bound, the call's own; not the thread of a graph that calls this
+        agent as its node."""
         merged = merged_configs(
             inherited_config(),  # type: ignore[arg-type]
+            self._name_binding(),
             self.config,
             dict(config or {}),  # type: ignore[arg-type]
         )
-        return RunConfig.of(
-            _outside_parent_thread(merged, self.checkpointer), checkpointer=self.checkpointer
-        )
+        return _outside_parent_thread(merged, self.checkpointer)
+
+    def _name_binding(self) -> RunnableConfig:
+        """What LangChain's ``create_agent`` binds to its graph besides the recursion limit:
+        the agent's name as ``lc_agent_name``. Bound under ``with_config``'s and the call's
+        config and over the caller's (a sub-agent's parent's), in LangGraph's order
+        (``ensure_config``: ambient, bound, given), so a name bound later (deepagents'
+        ``CompiledSubAgent``) wins and an unnamed agent shows the one it inherited."""
+        if not self.spec.message_name:
+            return {}
+        return {"metadata": {"lc_agent_name": self.spec.message_name}}
 
     # -- the compiled graph's interface ------------------------------------------------
 
@@ -544,9 +566,16 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 stream_subtasks=stream_subtasks,
             )
             if parent is not None:  # the parent's stream follows it (once it exists)
-                name = self.item_metadata(run).get("lc_agent_name")
+                meta = self.item_metadata(run)
                 inputs = [m.model_dump() for m in with_input_ids(submitted, messages)]
-                parent[0].subtask(Subtask(task_id=submitted, name=name, messages=inputs))
+                link = Subtask(
+                    task_id=submitted,
+                    name=meta.get("lc_agent_name"),
+                    messages=inputs,
+                    tags=list(run.tags),
+                    metadata=jsonable(meta),
+                )
+                parent[0].subtask(link)
             return submitted
 
     async def aresult(
@@ -673,27 +702,100 @@ class Agent(Runnable[Any, dict[str, Any]]):
     async def _ainvoke(
         self, input: Any, config: Mapping[str, Any] | None, run_mode: RunMode, **kwargs: Any
     ) -> dict[str, Any]:
+        """One run, reported to the caller's callback handlers as LangGraph's graph run
+        (``loopline.run_callbacks``)."""
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         context = kwargs.pop("context", None)
         kwargs.pop("version", None)  # LangGraph's output version: one shape here
         check_durability(kwargs.pop("durability", None), self.checkpointer)
         if kwargs:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(kwargs))}")
+        merged = self._merged_config(config)
+        merged["metadata"] = {**LS_INTEGRATION, **(merged.get("metadata") or {})}
+        run_id = dict(config or {}).get("run_id")
+        reported = await GraphRun.start(merged, input, self.name or "LangGraph", run_id)
+        try:
+            submit = {"multitask_strategy": strategy, "context": context, "run_mode": run_mode}
+            result = await self._ainvoke_run(input, config, reported, submit)
+        except ParentCommand as handed:  # a tool's handoff, to the graph that runs this one
+            if reported is not None:
+                await reported.error(handed)
+            raise for_caller(handed) from None
+        except BaseException as exc:
+            if reported is not None:
+                await reported.error(exc)
+            raise
+        if reported is not None:
+            await reported.end(result)
+        return result
+
+    async def _ainvoke_run(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        reported: GraphRun | None,
+        submit: dict[str, Any],
+    ) -> dict[str, Any]:
+        """``_ainvoke``'s run: a resume, a time travel, a run inside another run's node
+        (``loopline.nested``), or a run of its own; its tools hold ``reported``'s
+        handlers (``services.held_callbacks``)."""
+        callbacks = None if reported is None else reported.children()
         if is_command(input):
-            return await self._aresume_thread(input, config)
+            return await self._aresume_thread(input, config, callbacks)
         if self._travels(input, config):
             ended = await self._travel(input, config)
             if ended is not None:
                 return ended
             input = {"messages": []} if input is None else input
-        task_id = await self.asubmit(
-            input, config=config, multitask_strategy=strategy, context=context, run_mode=run_mode
-        )
-        result = await self.aresult(task_id)
-        if self._run_config(config).thread_id is not None:
+        thread_id = self._run_config(config).thread_id
+        node = caller_node() if thread_id is None else None
+        if node is not None:  # LangGraph's subgraph: it waits with the caller's node
+            with holding(node.task_id, callbacks):
+                return await self._ainvoke_in_node(input, config, node, submit)
+        task_id = new_task_id()
+        with holding(task_id, callbacks):
+            await self.asubmit(input, config=config, task_id=task_id, **submit)
+            result = await self.aresult(task_id)
+        if thread_id is not None:
             result = await self._thread_result(result, config)
             await self._save_checkpoint(result, config)
         return result
+
+    async def _ainvoke_in_node(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        node: CallerNode,
+        submit: dict[str, Any],
+    ) -> dict[str, Any]:
+        """A run inside another run's node, as LangGraph runs a subgraph: its interrupts
+        stop the node (``GraphInterrupt``); the node run again on a resume finds the run
+        it started (``CallerNode.task_id``) and answers it from the node's resume values
+        instead of starting another."""
+        task_id = node.task_id
+        async with self.client() as client:
+            earlier = await earlier_run(client, task_id)
+        waits: list[WaitingInterrupt] | None = None
+        if earlier is None:
+            await self.asubmit(input, config=config, task_id=task_id, **submit)
+            result = await self.aresult(task_id)
+        else:  # the node runs again: its resume values before these were the run's
+            node.skip(earlier.answered)
+            waits = earlier.waits
+            result = {} if waits else await self.aresult(task_id, after=earlier.after)
+        while True:
+            if waits is None and "__interrupt__" in result:
+                async with self.client() as client:
+                    waits = await waiting_interrupts(
+                        client, await client.threads().of_run("", task_id)
+                    )
+            if not waits:
+                return result
+            found, answer = node.next_answer()
+            if not found:
+                raise interrupted(waits)
+            ids = [str(w.interrupt.id) for w in waits]
+            result, waits = await self.aanswer(task_id, answers_of(answer, ids)), None
 
     def invoke(
         self, input: Any, config: Mapping[str, Any] | None = None, **kwargs: Any
@@ -746,8 +848,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
         modes, tagged = modes_of(stream_mode, internal=messages_v2)
         read = internal_modes(modes, subgraphs=subgraphs)
         items = self._stream_items(input, config, read, kwargs, run_mode, blocks=messages_v2)
-        follow = partial(self._follow_subtask, read) if subgraphs else None
-        run_meta = self.item_metadata(self._run_config(config))
+        run = self._run_config(config)
+        follow = partial(self._follow_subtask, read, run.thread_id) if subgraphs else None
+        run_meta = self.item_metadata(run)
         triples = nested(items, modes, follow, metadata=run_meta)
         if version == "v2":  # LangGraph's StreamPart dicts
             async for part in parts_of(triples, messages_v2=messages_v2):
@@ -760,18 +863,30 @@ class Agent(Runnable[Any, dict[str, Any]]):
             else:
                 yield item if tagged else data
 
-    async def _follow_subtask(self, modes: list[str], link: Subtask) -> AsyncIterator[Item]:
+    async def _follow_subtask(
+        self, modes: list[str], thread_id: str | None, link: Subtask, ns: tuple[str, ...]
+    ) -> AsyncIterator[Item]:
         """The items of an agent a tool call of this run ran (``stream_parts.nested``),
-        read from its own task's log and chunk stream; its ``values`` show its messages
-        (its agent's spec is the tools service's)."""
-        from loopline.stream_modes import stream_task
+        read from its own task's log and chunk stream, placed in the graph namespace
+        ``ns`` (their metadata's checkpoint namespaces, as LangGraph's subgraph's), with
+        the thread of the run that follows it (``thread_id``: a subgraph's items show its
+        parent's); its ``values`` show its messages (its agent's spec is the tools
+        service's)."""
+        from loopline.stream_modes import Placement, stream_task
         from loopline.stream_parts import subtask_metadata
 
         inputs = [to_langchain(MESSAGE_ADAPTER.validate_python(m)) for m in link.messages]
         async with self.client() as client:
-            meta = subtask_metadata(link)
+            thread = {"thread_id": thread_id} if thread_id else {}
+            meta = {**subtask_metadata(link), **thread}
             stream = stream_task(
-                client, link.task_id, modes, inputs, view=MESSAGES_ONLY, metadata=meta
+                client,
+                link.task_id,
+                modes,
+                inputs,
+                view=MESSAGES_ONLY,
+                metadata=meta,
+                placement=Placement(ns, tuple(link.tags)),
             )
             async for item in stream:
                 yield item
@@ -790,7 +905,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         """Submit ``input`` and yield its ``(mode, data)`` items (``astream``'s reading,
         which ``astream_events`` builds on); hooks run their ``run_mode`` variants;
         ``blocks``: the model's replies stream as content-block events (v3)."""
-        from loopline.stream_modes import stream_task
+        from loopline.stream_modes import Placement, stream_task
 
         strategy = str(kwargs.pop("multitask_strategy", "reject"))
         context = kwargs.pop("context", None)
@@ -811,31 +926,42 @@ class Agent(Runnable[Any, dict[str, Any]]):
         task_id = task_id or new_task_id()
         inputs = [to_langchain(m) for m in with_input_ids(task_id, _input_messages(input))]
         self._start_services()
-        await self.asubmit(
-            input,
-            task_id=task_id,
-            config=config,
-            multitask_strategy=strategy,
-            context=context,
-            run_mode=run_mode,
-            stream_replies=bool({"messages", "custom", "tools", SUBTASK} & set(modes)),
-            stream_blocks=blocks,
-            stream_subtasks=SUBTASK in modes,
-        )
-        view = self.state_view(input)
         run = self._run_config(config)
-        async with self.client() as client:
-            stream = stream_task(
-                client,
-                task_id,
-                modes,
-                inputs,
-                view=view,
-                thread_id=run.thread_id,
-                metadata=self.item_metadata(run),
-            )
-            async for item in stream:
-                yield item
+        merged = self._merged_config(config)
+        merged["metadata"] = self.item_metadata(run)
+        reported = await GraphRun.start(merged, input, self.name or "LangGraph")
+        try:
+            with holding(task_id, None if reported is None else reported.children()):
+                await self.asubmit(
+                    input,
+                    task_id=task_id,
+                    config=config,
+                    multitask_strategy=strategy,
+                    context=context,
+                    run_mode=run_mode,
+                    stream_replies=bool({"messages", "custom", "tools", SUBTASK} & set(modes)),
+                    stream_blocks=blocks,
+                    stream_subtasks=SUBTASK in modes,
+                )
+                async with self.client() as client:
+                    stream = stream_task(
+                        client,
+                        task_id,
+                        modes,
+                        inputs,
+                        view=self.state_view(input),
+                        thread_id=run.thread_id,
+                        metadata=self.item_metadata(run),
+                        placement=Placement((), run.tags),
+                    )
+                    async for item in stream:
+                        yield item
+        except BaseException as exc:
+            if reported is not None:
+                await reported.error(exc)
+            raise
+        if reported is not None:  # the run's output, as LangGraph's graph run ends with
+            await reported.end(await self.aresult(task_id))
         if run.thread_id is not None and await self._ended(task_id):
             await self._save_checkpoint({}, config)
 
@@ -849,9 +975,10 @@ class Agent(Runnable[Any, dict[str, Any]]):
     ) -> AsyncIterator[tuple[str, Any]]:
         """``Command(resume=...)`` streamed: the thread's waiting run gets its answers and
         goes on, streamed as LangGraph streams a resumed run (from the node that asked)."""
-        from loopline.stream_modes import prepare_resume, stream_resumed
+        from loopline.stream_modes import Placement, prepare_resume, stream_resumed
 
         thread_id = self._thread_id(config)
+        run = self._run_config(config)
         self._start_services()
         async with self.client() as client:
             state, answers = await _waiting_answers(client, thread_id, command)
@@ -871,7 +998,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
                 keys=keys,
                 view=self.state_view({}),
                 thread_id=thread_id,
-                metadata=self.item_metadata(self._run_config(config)),
+                metadata=self.item_metadata(run),
+                placement=Placement((), run.tags),
             )
             await client.answer(task_id, answers)
             async for item in stream_resumed(client, task_id, resumption):
@@ -881,10 +1009,8 @@ class Agent(Runnable[Any, dict[str, Any]]):
         """What LangGraph puts in every stream item's metadata from the run's config:
         the call's own, and what LangChain's ``create_agent`` binds to its graph
         (``ls_integration``, ``lc_agent_name`` when the agent has a name)."""
-        named = {"lc_agent_name": self.spec.message_name} if self.spec.message_name else {}
-        # the agent's own name over one its run inherited (a sub-agent's, from its
-        # parent's tool); an unnamed agent shows the inherited one, as LangGraph's
-        return {**LS_INTEGRATION, **run.metadata, **named}
+        # the run's metadata has the agent's name in LangGraph's order (``_name_binding``)
+        return {**LS_INTEGRATION, **run.metadata}
 
     async def _ended(self, task_id: str) -> bool:
         async with self.client() as client:
@@ -1182,13 +1308,15 @@ class Agent(Runnable[Any, dict[str, Any]]):
         return None
 
     async def _aresume_thread(
-        self, command: Any, config: Mapping[str, Any] | None
+        self, command: Any, config: Mapping[str, Any] | None, callbacks: Any = None
     ) -> dict[str, Any]:
-        """``Command(resume=...)``: answer the thread's waiting interrupt(s)."""
+        """``Command(resume=...)``: answer the thread's waiting interrupt(s); the run's
+        tools hold ``callbacks`` (``services.held_callbacks``)."""
         thread_id = self._thread_id(config)
         async with self.client() as client:
             state, answers = await _waiting_answers(client, thread_id, command)
-        result = await self.aanswer(state.run_id, answers)
+        with holding(state.run_id, callbacks):
+            result = await self.aanswer(state.run_id, answers)
         result = await self._thread_result(result, config)
         await self._save_checkpoint(result, config)
         return result
@@ -1235,7 +1363,7 @@ class Agent(Runnable[Any, dict[str, Any]]):
         return {**result, "__interrupt__": list(snap.interrupts)}
 
 
-INHERITED_KEYS = ("tags", "metadata", "recursion_limit")
+INHERITED_KEYS = ("tags", "metadata", "recursion_limit", "callbacks")
 
 
 def merged_configs(*configs: RunnableConfig | None) -> RunnableConfig:
@@ -1280,8 +1408,9 @@ def _outside_parent_thread(config: RunnableConfig, checkpointer: Any) -> Runnabl
 def inherited_config() -> dict[str, Any]:
     """What a run started inside another run (a sub-agent called from a tool, an agent
     inside a LangChain runnable) takes from the caller's config, as LangGraph's
-    ``ensure_config`` seeds a run from the ambient one: its tags, metadata and recursion
-    limit. Not its thread: the sub-agent runs as a task of its own (LangGraph gives it a
+    ``ensure_config`` seeds a run from the ambient one: its tags, metadata, recursion
+    limit and callbacks (the caller's tool's run manager, whose handlers then see this
+    run as its child). Not its thread: the sub-agent runs as a task of its own (LangGraph gives it a
     checkpoint namespace of its own inside the parent's thread)."""
     from langchain_core.runnables.config import var_child_runnable_config
 

@@ -329,11 +329,17 @@ class Client:
         return event.task_id
 
     async def cancel(
-        self, task_id: str, reason: str = "cancelled by request", *, thread_id: str | None = None
+        self,
+        task_id: str,
+        reason: str = "cancelled by request",
+        *,
+        thread_id: str | None = None,
+        rollback: bool = False,
     ) -> None:
-        """Stop a running task; with ``thread_id``, also a run still queued for its thread."""
+        """Stop a running task; with ``thread_id``, also a run still queued for its thread,
+        and with ``rollback`` nothing of the run is written back to the thread."""
         key = None if thread_id is None else self.space.key(thread_id)
-        event = CancelRequested(task_id=task_id, reason=reason, thread_id=key)
+        event = CancelRequested(task_id=task_id, reason=reason, thread_id=key, rollback=rollback)
         await self.redis.xadd(
             self.names.work("tasks", task_id), {DATA_FIELD: event.model_dump_json()}
         )

@@ -58,9 +58,20 @@ class EventTranslator:
     """Turns one task's stream-mode items into LangChain's v2 event dicts."""
 
     def __init__(
-        self, task_id: str, graph_input: Any, inputs: list[BaseMessage], system: str | None
+        self,
+        task_id: str,
+        graph_input: Any,
+        inputs: list[BaseMessage],
+        system: str | None,
+        *,
+        name: str = GRAPH,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         self.task_id = task_id
+        self.name = name
+        """The graph's run: LangGraph's graph name in Python, the graph id on LangGraph's
+        server (which names the run after it)."""
+        self.metadata = {**AGENT_METADATA, **(metadata or {})}
         self.graph_input = graph_input
         self.state: list[BaseMessage] = list(inputs)
         self.system = system
@@ -99,7 +110,13 @@ class EventTranslator:
 
     def _graph(self, kind: str, data: dict[str, Any]) -> Event:
         return self._event(
-            kind, GRAPH, data, run_id=self.root, metadata=dict(AGENT_METADATA), tags=[], parents=[]
+            kind,
+            self.name,
+            data,
+            run_id=self.root,
+            metadata=dict(self.metadata),
+            tags=[],
+            parents=[],
         )
 
     def begin(self) -> list[Event]:

@@ -64,13 +64,16 @@ from contracts.events import (
     ModelResponded,
     NodesUpdated,
     NodeUpdate,
+    RemovedMessage,
     StepStarted,
     TaskCompleted,
     TaskFailed,
     TodosUpdated,
     ToolCompleted,
     ToolInterrupted,
+    WrittenMessage,
     parse_event,
+    rewritten,
 )
 from contracts.messages import MESSAGE_ADAPTER, from_langchain, to_langchain
 from contracts.messages import AIMessage as Reply
@@ -129,6 +132,33 @@ def _thread(thread_id: str | None) -> dict[str, Any]:
     return {} if thread_id is None else {"thread_id": thread_id}
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a run's items stand in LangGraph's stream: the graph namespace of the run
+    (a sub-agent's, ``("tools:<call's task id>",)``; ``()`` for the caller's own run) and
+    the run's tags, which LangGraph's messages handler puts in a model chunk's metadata
+    (the chat model run's user tags: ``filter_to_user_tags``)."""
+
+    ns: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+
+    def place(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """``meta`` of a node of the run as LangGraph gives a subgraph's: its checkpoint
+        namespace under the graph's (``<graph ns>|<node>:<id>``), and a model chunk's
+        ``checkpoint_ns`` the graph's own."""
+        if not self.ns:
+            return meta
+        graph = "|".join(self.ns)
+        placed = {**meta, "langgraph_checkpoint_ns": f"{graph}|{meta['langgraph_checkpoint_ns']}"}
+        if "checkpoint_ns" in meta:
+            placed["checkpoint_ns"] = graph
+        return placed
+
+    def model(self, meta: dict[str, Any]) -> dict[str, Any]:
+        tagged = {**meta, "tags": list(self.tags)} if self.tags else meta
+        return self.place(tagged)
+
+
 def model_metadata(
     task_id: str,
     superstep: int,
@@ -159,8 +189,12 @@ def tool_metadata(
     index: int,
     thread_id: str | None = None,
     run: Mapping[str, Any] | None = None,
+    call_id: str | None = None,
 ) -> dict[str, Any]:
-    """A tool message's metadata: the ``index``-th call sent to the tools at ``superstep``."""
+    """A tool message's metadata: the ``index``-th call sent to the tools at ``superstep``
+    (``call_id``: its own task's namespace, ``tool_ns``, as LangGraph runs each call as a
+    task of its own)."""
+    ns = _ns(task_id, TOOLS_NODE, superstep) if call_id is None else tool_ns(task_id, call_id)
     return {
         **(run or {}),
         "ls_integration": "langchain_create_agent",
@@ -169,8 +203,15 @@ def tool_metadata(
         "langgraph_node": TOOLS_NODE,
         "langgraph_triggers": ("__pregel_push",),
         "langgraph_path": ("__pregel_push", index, False),
-        "langgraph_checkpoint_ns": _ns(task_id, TOOLS_NODE, superstep),
+        "langgraph_checkpoint_ns": ns,
     }
+
+
+def tool_ns(task_id: str, call_id: str) -> str:
+    """The namespace of a tool call's task (``tools:<uuid>``): its tool message's
+    checkpoint namespace, and the graph namespace of an agent it runs (a sub-agent's
+    items stream under it), one string in both as in LangGraph."""
+    return f"{TOOLS_NODE}:{uuid.uuid5(uuid.NAMESPACE_URL, f'loopline:{task_id}:tools:{call_id}')}"
 
 
 def node_metadata(
@@ -334,10 +375,12 @@ class ModeTranslator:
         *,
         thread_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.task_id = task_id
         self.modes = set(modes)
         self.thread_id = thread_id
+        self.placement = placement or Placement()
         self.metadata = dict(metadata or {})
         """The run's config metadata (the agent's ``lc_agent_name`` with it), in every
         item's metadata as LangGraph puts it."""
@@ -353,6 +396,9 @@ class ModeTranslator:
         self.called: set[int] = set()  # steps with a model call on the chunk stream
         self.replied = 0  # the last step whose ModelResponded was shown
         self.shown: set[int] = set()  # steps whose reply was shown
+        self.seen_ids: set[str] = set()
+        """Message ids the ``messages`` mode has seen in the run (LangGraph's handler
+        yields a node's output message once)."""
         self.superstep = 0  # LangGraph's superstep of the last node that ran
         self.model_steps: dict[int, int] = {}  # loopline step -> its model's superstep
         self.tools: ToolsStep | None = None  # the tools superstep under way
@@ -461,8 +507,10 @@ class ModeTranslator:
         if batch.kind == "subtasks":  # agents a tool call ran (``stream_parts.nested``)
             if SUBTASK not in self.modes:
                 return []
+            call_id = str(batch.call_id)
+            segment = tool_ns(self.task_id, call_id)
             return [
-                (SUBTASK, (batch.call_id, Subtask.model_validate(link))) for link in batch.custom
+                (SUBTASK, (call_id, Subtask.model_validate(link), segment)) for link in batch.custom
             ]
         if batch.stage is not None:
             return [("custom", item) for item in batch.custom] if "custom" in self.modes else []
@@ -486,9 +534,10 @@ class ModeTranslator:
 
     def _model_meta(self, step: int) -> dict[str, Any]:
         model = self.model_meta.get(step, {})
-        return model_metadata(
+        meta = model_metadata(
             self.task_id, self._model_step(step), model, self.thread_id, self.metadata
         )
+        return self.placement.model(meta)
 
     def _model_step(self, step: int) -> int:
         """The superstep of the model call of ``step`` (the next one, the first time)."""
@@ -534,6 +583,9 @@ class ModeTranslator:
             self.state = merge_messages(self.state, [message, *added])
             return []
         self.shown.add(step)
+        node_input = list(self.state)  # the messages the model node was given
+        if event.rewrite is not None:  # the node's writes changed the messages before it
+            self.state = rewritten(event.rewrite, node_input, to_langchain)
         self.state.append(message)
         structured = event.structured
         # the structured-output calls are answered by the model node itself
@@ -552,8 +604,10 @@ class ModeTranslator:
             # the model was called, streaming, and none of it is the reply: the
             # wrap_model_call chain made it (a retry's failure message), and LangGraph
             # yields it from the model node's output
-            meta = node_metadata(
-                self.task_id, "model", self._model_step(step), self.thread_id, self.metadata
+            meta = self.placement.place(
+                node_metadata(
+                    self.task_id, "model", self._model_step(step), self.thread_id, self.metadata
+                )
             )
             out.append(("messages", (message, meta)))
         elif "messages" in self.modes and step not in self.streamed:
@@ -561,18 +615,57 @@ class ModeTranslator:
             # whole reply as one chunk, as LangChain yields a model that streams
             whole = AIMessageChunk(**message.model_dump(exclude={"type"}))
             out.append(("messages", (whole, self._model_meta(step))))
-        superstep = self._model_step(step)
-        if "messages" in self.modes and added:  # from the model node's output
-            meta = node_metadata(self.task_id, "model", superstep, self.thread_id, self.metadata)
-            out.extend(("messages", (m, meta)) for m in added)
-        if "updates" in self.modes and event.writes:
-            out.append(("updates", {"model": self._model_writes(event, [message, *answers])}))
-        elif "updates" in self.modes:
-            out.append(("updates", {"model": {"messages": [message]}}))
+        out.extend(self._node_output(event, node_input, [message, *answers]))
         if "values" in self.modes:
             out.append(("values", self._values()))
         if self.view.todo_node is not None and self.view.todo_after is None:
             out.extend(self._todo_node(event.message))
+        return out
+
+    def _node_output(
+        self, event: ModelResponded, node_input: list[BaseMessage], own: list[BaseMessage]
+    ) -> list[Item]:
+        """What the model node's output shows: the ``messages`` LangGraph yields from it
+        and its ``updates``. ``own``: the reply and its structured answers."""
+        superstep = self._model_step(event.step)
+        first: list[BaseMessage] = []  # what the node writes before its reply
+        if event.repaired is not None:  # the request's list, written back
+            from langchain_core.messages import RemoveMessage
+            from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+            repaired = rewritten(event.repaired, node_input, to_langchain)
+            first = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *repaired]
+        out: list[Item] = []
+        if "messages" in self.modes:
+            meta = self.placement.place(
+                node_metadata(self.task_id, "model", superstep, self.thread_id, self.metadata)
+            )
+            shown = [*node_input, *own]
+            out.extend(("messages", (m, meta)) for m in self._unseen(event, shown, first))
+        if "updates" in self.modes and (event.writes or event.repaired is not None):
+            out.append(("updates", {"model": self._model_writes(event, [*first, *own])}))
+        elif "updates" in self.modes:
+            out.append(("updates", {"model": {"messages": own[:1]}}))
+        return out
+
+    def _unseen(
+        self, event: ModelResponded, shown: Sequence[BaseMessage], first: Sequence[BaseMessage]
+    ) -> list[BaseMessage]:
+        """The messages of the model node's writes that LangGraph's ``messages`` mode
+        yields from the node's output: each whose id it has not seen (in a node's input,
+        or yielded before in the run), in order. ``shown``: the node's input, the reply
+        (yielded as it streamed) and its structured answers; ``first``: what the node
+        writes before its reply."""
+        seen = self.seen_ids
+        seen.update(m.id for m in shown if m.id)
+        written = [m for write in event.writes if write.key == "messages" for m in write.messages]
+        out: list[BaseMessage] = []
+        for message in [*first, *(_written(m) for m in written)]:
+            if message.id is not None and message.id in seen:
+                continue
+            if message.id is not None:
+                seen.add(message.id)
+            out.append(message)
         return out
 
     def _model_writes(self, event: ModelResponded, own: list[BaseMessage]) -> Any:
@@ -585,7 +678,7 @@ class ModeTranslator:
             writes.append(("structured_response", self.keys.get("structured_response")))
         for write in event.writes:
             if write.key == "messages":
-                writes.append(("messages", [to_langchain(m) for m in write.messages]))
+                writes.append(("messages", [_written(m) for m in write.messages]))
             else:
                 writes.append((write.key, self.view.channels.codec.decode_value(write.value)))
         writes = [(k, v) for k, v in writes if k == "messages" or self.view.shown(k)]
@@ -606,7 +699,9 @@ class ModeTranslator:
         self.state.extend(answers)
         out: list[Item] = []
         if "messages" in self.modes:
-            meta = node_metadata(self.task_id, node, self.superstep, self.thread_id, self.metadata)
+            meta = self.placement.place(
+                node_metadata(self.task_id, node, self.superstep, self.thread_id, self.metadata)
+            )
             out.extend(("messages", (message, meta)) for message in answers)
         if "updates" in self.modes:
             out.append(("updates", {node: {"messages": answers}}))
@@ -636,8 +731,8 @@ class ModeTranslator:
         known = {m.id for m in with_stand_in_ids(self.state)}
         out: list[Item] = []
         if "messages" in self.modes:
-            meta = node_metadata(
-                self.task_id, ran.node, self.superstep, self.thread_id, self.metadata
+            meta = self.placement.place(
+                node_metadata(self.task_id, ran.node, self.superstep, self.thread_id, self.metadata)
             )
             for message in messages:
                 if message.type != "remove" and not (message.id and message.id in known):
@@ -715,8 +810,15 @@ class ModeTranslator:
         out: list[Item] = []
         if "messages" in self.modes:
             index = tools.index(call_id)
-            meta = tool_metadata(
-                self.task_id, tools.superstep, index, self.thread_id, self.metadata
+            meta = self.placement.place(
+                tool_metadata(
+                    self.task_id,
+                    tools.superstep,
+                    index,
+                    self.thread_id,
+                    self.metadata,
+                    call_id=call_id,
+                )
             )
             out.append(("messages", (message, meta)))
         if "updates" in self.modes:
@@ -801,6 +903,15 @@ def _shown(message: BaseMessage) -> BaseMessage:
     return shown
 
 
+def _written(message: WrittenMessage) -> BaseMessage:
+    """A message of a command's write, as the command wrote it."""
+    if isinstance(message, RemovedMessage):
+        from langchain_core.messages import RemoveMessage
+
+        return RemoveMessage(id=message.id)
+    return to_langchain(message)  # type: ignore[no-any-return]
+
+
 def _streamed(raw: dict[str, Any]) -> BaseMessage | dict[str, Any]:
     """One item of the chunk stream: an ``AIMessageChunk``, the whole ``AIMessage`` of a
     model that does not stream (typed ``ai``), which LangGraph yields as it is, or a
@@ -871,12 +982,14 @@ async def stream_task(
     block_ms: int = 1000,
     thread_id: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    placement: Placement | None = None,
 ) -> AsyncIterator[Item]:
     """``(mode, data)`` items of a submitted task until it ends or waits for a human;
-    ``view``: what ``values`` show besides the messages. A run of a thread starts from
+    ``view``: what ``values`` show besides the messages; ``placement``: where the run
+    stands (a sub-agent's namespace, the run's tags). A run of a thread starts from
     the thread's state, as LangGraph's from its checkpoint (read once the run started)."""
     translator = ModeTranslator(
-        task_id, modes, inputs, view, thread_id=thread_id, metadata=metadata
+        task_id, modes, inputs, view, thread_id=thread_id, metadata=metadata, placement=placement
     )
     begin: Callable[[], Awaitable[list[Item]]] | None = None
     if thread_id is None:
@@ -949,13 +1062,16 @@ async def prepare_resume(
     view: StateView | None = None,
     thread_id: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    placement: Placement | None = None,
 ) -> Resumption:
     """Before the interrupts ``answered`` (ids) are answered: the log so far, read, and
     the state the thread has (``messages``, LangGraph's checkpoint, and its state
     ``keys``)."""
     log_after = await client.last_entry(task_id)
     chunks_after = await client.last_chunk(task_id)
-    translator = ModeTranslator(task_id, modes, [], view, thread_id=thread_id, metadata=metadata)
+    translator = ModeTranslator(
+        task_id, modes, [], view, thread_id=thread_id, metadata=metadata, placement=placement
+    )
     await prime(client, translator, task_id, log_after)
     translator.resume_from(messages, answered, keys or {})
     return Resumption(translator, chunks_after, log_after)

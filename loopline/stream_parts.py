@@ -47,8 +47,8 @@ from loopline.stream_modes import INTERRUPT, SUBTASK, TOOLS_NODE, Item
 Part = dict[str, Any]
 Namespace = tuple[str, ...]
 NsItem = tuple[Namespace, str, Any]
-Follow = Callable[[Subtask], AsyncIterator[Item]]
-"""The items of an agent a tool call ran (its own task's stream)."""
+Follow = Callable[[Subtask, Namespace], AsyncIterator[Item]]
+"""The items of an agent a tool call ran (its own task's stream), in its namespace."""
 
 LIFECYCLE_MODES = ("messages", "updates")
 """What the ``tools`` and ``tasks`` modes are read from: the model's reply (its calls),
@@ -73,7 +73,7 @@ class Lifecycle:
         if mode == "messages":
             message, meta = data
             if _tool_result(data):
-                return self._finished(message)
+                return self._finished(message, _task_of(meta))
             if meta.get("langgraph_node") == "model":
                 return self._model_start()
             return []
@@ -81,13 +81,9 @@ class Lifecycle:
             return self._updated(data)
         if mode == "tools":
             return [*self._started(str(data["tool_call_id"])), ("tools", data)]
-        if mode == SUBTASK:
-            return self._started(data[0])
+        if mode == SUBTASK:  # (call id, its agent, the call's namespace: tools:<task id>)
+            return self._started(data[0], _task_of({"langgraph_checkpoint_ns": data[2]}))
         return []
-
-    def segment(self, call_id: str) -> str:
-        """The namespace segment of what a call runs (``tools:<its task id>``)."""
-        return f"{TOOLS_NODE}:{self.running.get(call_id, self._task_id(call_id))}"
 
     def failed(self, error: BaseException) -> list[Item]:
         """The run failed: the reply's calls that had not ended failed with it."""
@@ -117,7 +113,17 @@ class Lifecycle:
                 task_id = self._task_id(node)
                 out.append(("tasks", self._start(task_id, node, {}, ("branch:to:" + node,))))
                 out.append(("tasks", self._result(task_id, node, written)))
+                self._calls_of(written)
         return out
+
+    def _calls_of(self, written: Any) -> None:
+        """An after_model hook that rewrote the reply (HumanInTheLoopMiddleware's
+        edits, or its answer when a run resumes after the reply was shown): the tools
+        run its calls as it wrote them."""
+        replies = [m for m in _written_messages(written) if isinstance(m, AIMessage)]
+        if replies and replies[-1].tool_calls:
+            calls = {str(c["id"]): dict(c) for c in replies[-1].tool_calls}
+            self.calls = {k: v for k, v in calls.items() if k not in self.running}
 
     def _model_start(self) -> list[Item]:
         if self.model_task is not None:
@@ -125,11 +131,14 @@ class Lifecycle:
         self.model_task = self._task_id("model")
         return [("tasks", self._start(self.model_task, "model", {}, ("branch:to:model",)))]
 
-    def _started(self, call_id: str) -> list[Item]:
+    def _started(self, call_id: str, task_id: str | None = None) -> list[Item]:
+        """The call's task starts; ``task_id``: its id where its items gave it (a tool
+        message's or a sub-agent's namespace), so the ``tasks`` items and the sub-agent's
+        namespace name one task, as LangGraph's."""
         call = self.calls.pop(call_id, None)
         if call is None:
             return []
-        task_id = self._task_id(call_id)
+        task_id = task_id or self._task_id(call_id)
         self.running[call_id] = task_id
         payload = {
             "event": "tool-started",
@@ -140,9 +149,9 @@ class Lifecycle:
         task = self._start(task_id, TOOLS_NODE, [call], ("__pregel_push",))
         return [("tasks", task), ("tools", payload)]
 
-    def _finished(self, message: ToolMessage) -> list[Item]:
+    def _finished(self, message: ToolMessage, task_id: str | None) -> list[Item]:
         call_id = message.tool_call_id
-        out = self._started(call_id)
+        out = self._started(call_id, task_id)
         task_id = self.running.pop(call_id, None)
         finished = {"event": "tool-finished", "tool_call_id": call_id, "output": message}
         out.append(("tools", finished))
@@ -175,6 +184,14 @@ def _written_messages(written: Any) -> list[Any]:
     whose commands wrote beside the reply gives the model node a list of them)."""
     updates = written if isinstance(written, list) else [written]
     return [m for u in updates if isinstance(u, dict) for m in u.get("messages") or []]
+
+
+def _task_of(meta: dict[str, Any]) -> str | None:
+    """The task id in a tools node's checkpoint namespace (``...|tools:<task id>``)."""
+    node, _, task_id = (
+        str(meta.get("langgraph_checkpoint_ns") or "").rpartition("|")[2].partition(":")
+    )
+    return task_id if node == TOOLS_NODE and task_id else None
 
 
 def _tool_result(data: Any) -> bool:
@@ -212,11 +229,11 @@ async def nested(
                 if extra_mode in modes:
                     yield ns, extra_mode, extra
             if mode == SUBTASK and follow is not None:
-                call_id, link = data
-                child = (*ns, lifecycle.segment(call_id))
+                _, link, segment = data  # the call, its agent, the call's namespace
+                child = (*ns, segment)
                 child_meta = subtask_metadata(link)
                 async for item in nested(
-                    follow(link), modes, follow, ns=child, metadata=child_meta
+                    follow(link, child), modes, follow, ns=child, metadata=child_meta
                 ):
                     yield item
             elif mode in modes and mode not in (*DERIVED, SUBTASK):
@@ -229,12 +246,13 @@ async def nested(
 
 
 def subtask_metadata(link: Subtask) -> dict[str, Any]:
-    """What LangGraph puts in the metadata of a sub-agent's items: ``create_agent``'s
-    binding (its name, or the one it inherited)."""
+    """What LangGraph puts in the metadata of a sub-agent's items: its run's config
+    metadata (what it inherited from its parent's tool, the caller's keys and thread
+    among them), ``create_agent``'s binding (its name, or the one it inherited)."""
     from services.hooks import LS_INTEGRATION
 
     named = {"lc_agent_name": link.name} if link.name else {}
-    return {**LS_INTEGRATION, **named}
+    return {**LS_INTEGRATION, **link.metadata, **named}
 
 
 def v3_messages(message: Any, meta: dict[str, Any]) -> list[Any]:

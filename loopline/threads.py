@@ -29,7 +29,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from contracts.events import ApprovalRequested, ModelResponded, TaskSubmitted, parse_event
+from contracts.events import (
+    ApprovalRequested,
+    ModelResponded,
+    TaskSubmitted,
+    parse_event,
+    rewritten,
+)
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, SAVER_SPACE_MARK, Names
 from services.tasks.store import StepWritten, step_written
@@ -206,6 +212,8 @@ class ThreadReader:
             # checkpoint holds it already (the model node ran)
             reply = parse_event(pending)
             if isinstance(reply, ModelResponded):
+                if reply.rewrite is not None:  # its writes changed the messages before it
+                    messages = rewritten(reply.rewrite, messages, lambda m: m)
                 messages.extend([reply.message, *reply.added])
         # read after the transcript: a step's results move into it at once, so a step
         # that ends between the reads shows them once or not yet, never twice

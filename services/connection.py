@@ -1,8 +1,7 @@
-"""The Redis clients of one process: redis-py's for everything, and the lean ``FastRedis``
-for the per-entry commands where the URL allows it (see ``services.fastredis``).
-
-A Redis Cluster (see ``services.redisconn``) gets redis-py's cluster client only: the lean
-connection speaks to one server.
+"""The Redis clients of one process: redis-py's for everything, and the lean connection
+for the per-entry commands where the URL allows it (see ``services.fastredis``; on a
+Redis Cluster, ``services.fastcluster``: a lean connection per master, each command sent
+to its key's master). A TLS URL gets redis-py's clients only.
 """
 
 from __future__ import annotations
@@ -13,7 +12,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.fastredis import FastRedis, FastScript
+from services.fastcluster import FastCluster
+from services.fastredis import FastRedis, FastScript, Lean
 from services.redisconn import async_client, is_cluster, retrying
 
 ScriptCall = Callable[..., Awaitable[Any]]
@@ -44,7 +44,9 @@ class Connection:
         self.redis: aioredis.Redis = (
             async_client(url) if self.cluster else single_server_client(url)
         )
-        self.fast = None if self.cluster else FastRedis.from_url(url)
+        self.fast: Lean | None = (
+            FastCluster.from_url(url) if self.cluster else FastRedis.from_url(url)
+        )
 
     async def close(self) -> None:
         if self.fast is not None:

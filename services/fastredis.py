@@ -15,7 +15,8 @@ redis-py's ``ResponseError`` (so callers handle both clients alike), and scripts
 EVALSHA with a load on NOSCRIPT. There are no retries: a command whose connection drops
 fails with ``ConnectionError``, which leaves the entry pending for the reclaimer (every
 handler is idempotent for redelivery), and the next command connects again. A URL it
-does not handle (TLS, a cluster) gets no ``FastRedis``; callers then use redis-py.
+does not handle (TLS) gets no ``FastRedis``; callers then use redis-py. A cluster gets
+one per master, behind ``services.fastcluster.FastCluster``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import collections
 import contextlib
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import hiredis
 from redis.connection import parse_url
@@ -190,11 +191,22 @@ class FastRedis:
                 protocol.transport.close()
 
 
+class Lean(Protocol):
+    """A lean connection: ``FastRedis`` to one server, ``services.fastcluster.FastCluster``
+    to the masters of a cluster."""
+
+    async def execute(self, *args: Arg) -> Any: ...
+
+    def blocking(self) -> Lean: ...
+
+    def close(self) -> None: ...
+
+
 class FastScript:
-    """A Lua script run by EVALSHA on a ``FastRedis``, loaded on NOSCRIPT; called like
+    """A Lua script run by EVALSHA on a lean connection, loaded on NOSCRIPT; called like
     redis-py's ``AsyncScript`` (``await script(keys=..., args=...)``)."""
 
-    def __init__(self, redis: FastRedis, lua: str) -> None:
+    def __init__(self, redis: Lean, lua: str) -> None:
         self.redis = redis
         self.lua = lua
         self.sha = hashlib.sha1(lua.encode()).hexdigest()

@@ -24,12 +24,14 @@ from typing import Any
 from contracts.agent import AgentSpec
 from contracts.messages import Message
 from services import interrupts
+from services.held_callbacks import held_for
 from services.interrupts import Answers
 from services.spec import schemas
 from services.spec.channels import NO_CHANNELS, StateChannels, channels_of
 from services.spec.middleware import NATIVE, build
 from services.spec.statecodec import StateValueError
 from services.state_access import StateAccess, in_config
+from services.telemetry import task_in_hand
 
 STATE_HOOKS = ("before_agent", "before_model", "after_model", "after_agent")
 
@@ -188,8 +190,8 @@ def agent_run_config(spec: AgentSpec) -> dict[str, Any]:
         **(spec.run_config or {}),
         "recursion_limit": spec.recursion_limit or AGENT_RECURSION_LIMIT,
     }
-    if spec.message_name:
-        config["metadata"] = {**(config.get("metadata") or {}), "lc_agent_name": spec.message_name}
+    if spec.message_name:  # under the run's own, which may bind another name (with_config)
+        config["metadata"] = {"lc_agent_name": spec.message_name, **(config.get("metadata") or {})}
     return config
 
 
@@ -295,17 +297,63 @@ async def call_state_hook(
     if config is not None:
         config["configurable"].update(access.configurable())
     kwargs = node_kwargs(func, runtime, config)
-    with interrupts.node(node, answers.scope, answers.of(node), runtime), in_config(access):
+
+    async def run(given: Any) -> Any:
         if use_async:
-            result = await func(state, **kwargs)
+            return await func(given, **kwargs)
+        return await asyncio.to_thread(functools.partial(func, given, **kwargs))
+
+    # the caller's handlers: given with the node's config, or held by the caller's agent in
+    # this process for the task in hand (services.held_callbacks; the embedded default)
+    callbacks = (run_config or {}).get("callbacks") or held_for(task_in_hand())
+    with interrupts.node(node, answers.scope, answers.of(node), runtime), in_config(access):
+        if callbacks:  # the caller's handlers see the node's run, as LangGraph's
+            result = await traced_node(instance, node, state, run, callbacks, run_config or {})
         else:
-            result = await asyncio.to_thread(functools.partial(func, state, **kwargs))
+            result = await run(state)
     if result is not None and not isinstance(result, dict):
         raise TypeError(f"{type(instance).__name__}.{hook} returned {type(result).__name__}")
     update = dict(result or {})
     if access.writes:
         update[SENT] = list(access.writes)
     return update
+
+
+async def traced_node(
+    instance: Any,
+    node: str,
+    state: dict[str, Any],
+    run: Callable[[Any], Awaitable[Any]],
+    callbacks: Any,
+    run_config: Mapping[str, Any],
+) -> Any:
+    """A hook run as LangGraph runs a node of LangChain's agent graph: a chain run named
+    ``<middleware>.<hook>`` under the caller's ``callbacks``, its inputs and outputs as
+    tracers record them through the middleware's ``trace_policy`` (else the process's
+    default, ``configure_trace_policy``). LangGraph's own node sequence does the run, so
+    handlers get what LangGraph gives them."""
+    from langchain.agents.middleware._trace_policy import _node_trace_policy
+    from langchain_core.runnables.config import ensure_config
+    from langgraph._internal._runnable import RunnableCallable, RunnableSeq
+
+    sequence = RunnableSeq(
+        RunnableCallable(None, run, trace=False),
+        RunnableCallable(_unchanged, trace=False),  # where LangGraph writes the channels
+        name=node,
+        trace_policy=_node_trace_policy(getattr(instance, "trace_policy", None)),
+    )
+    config = ensure_config(
+        {
+            "callbacks": callbacks,
+            "tags": list(run_config.get("tags") or []),
+            "metadata": {**dict(run_config.get("metadata") or {}), "langgraph_node": node},
+        }
+    )
+    return await sequence.ainvoke(state, config)
+
+
+def _unchanged(value: Any) -> Any:
+    return value
 
 
 def _listed(value: Any) -> list[Any]:

@@ -110,6 +110,13 @@ def _ignore_writes(_writes: Sequence[tuple[str, Any]]) -> None:
     are kept by the task's state, which gave them."""
 
 
+NODE_SCOPE = "__loopline_node"
+"""The ``configurable`` key of the node a hook or a tool runs as (``<node>:<scope>``):
+the same in every run of the node (its checkpoint namespace may be another: a tool's
+config takes its tools node's), so an agent the node invokes knows its place again when
+the node runs again on a resume (``loopline.nested``)."""
+
+
 def node_config(
     ns: str, resume: Sequence[Any], runtime: Any, run: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -140,7 +147,8 @@ def node_config(
             CONFIG_KEY_SEND: _ignore_writes,
             CONFIG_KEY_CHECKPOINT_NS: ns,
             CONFIG_KEY_RUNTIME: runtime,
-        }
+            NODE_SCOPE: ns,
+        },
     }
 
 

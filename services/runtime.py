@@ -61,7 +61,7 @@ class Runtime:
         self.agents = AgentSpecs(self.redis, self.names, settings.retention_s)
         self.transcripts = Transcripts(self.connection, self.names, settings.transcript_cache_size)
         self.consumers: dict[str, str] = {}  # service -> this process's consumer name
-        store.install(url, settings.prefix)  # runtime.store of hooks and tools
+        store.install(url, settings.prefix, settings.store)  # runtime.store of hooks and tools
         self.background: list[Background] = []
         self.on_refused: RefusedHook | None = None
         """Told when a stage dead-letters an event of a task (``services.runner``), so

@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts.streams import partitions_from_env
+from services.store_config import StoreConfig
 
 
 class Settings(BaseSettings):
@@ -46,6 +47,11 @@ class Settings(BaseSettings):
     """How often the gateway looks for threads past the TTL a client gave them
     (``threads.create(ttl=...)``, ``threads.update(ttl=...)``) and deletes them: LangGraph's
     ``sweep_interval_minutes`` (its default, about 5 minutes), in seconds."""
+
+    store: StoreConfig | None = None
+    """The deployment store's TTL and vector index (``LOOPLINE_STORE``, JSON shaped as
+    ``langgraph.json``'s ``store``; ``services.store_config``). None: items are kept until
+    deleted unless a ``put`` gives a ``ttl``, and ``search`` takes no ``query``."""
 
     read_batch: int = Field(default=64, ge=1)
     """Entries fetched per XREADGROUP: bounded so one consumer never hoards the backlog."""

@@ -9,16 +9,17 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from services.redis_store import RedisStore
+    from services.store_config import StoreConfig
 
-_where: tuple[str, str] | None = None
+_where: tuple[str, str, StoreConfig | None] | None = None
 _shared: RedisStore | None = None
 
 
-def install(url: str, prefix: str) -> None:
+def install(url: str, prefix: str, config: StoreConfig | None = None) -> None:
     """The deployment whose store hooks and tools of this process get."""
     global _where, _shared
-    if _where != (url, prefix):
-        _where, _shared = (url, prefix), None
+    if _where != (url, prefix, config):
+        _where, _shared = (url, prefix, config), None
 
 
 def shared() -> RedisStore | None:

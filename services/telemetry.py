@@ -130,6 +130,11 @@ def traceparent() -> str | None:
     return carrier.get("traceparent")
 
 
+def task_in_hand() -> str:
+    """The task of the entry this context handles ("" outside one)."""
+    return _task_id.get()
+
+
 @contextmanager
 def consuming(service: str, stream: str, event: Any) -> Iterator[None]:
     """Around one handled entry: its span (child of the event's trace), its metrics and

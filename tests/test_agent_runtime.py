@@ -32,6 +32,7 @@ from contracts.replies import Reply, ScriptedToolCall
 from loopline import create_agent
 from loopline.testing.scripted import ScriptedOpenAIServer
 from services.settings import Settings
+from tests.rewrite_middleware import ChangesRequestList, RewritesState
 from tests.runtime_tools import (
     AddsUnknownTool,
     Caller,
@@ -200,6 +201,19 @@ TWICE = Case(
     [calls(("check_in", {"name": "Al"}), ("check_in", {"name": "Bo"})), Reply(content="never")],
     tools=[check_in],
 )
+# wrap_model_call middleware that change earlier messages from the model call: a
+# command replacing the tool result by id beside the reply, one tagging the human message
+# on every call, a layer appending to the request's own list (LangChain writes it back)
+for kind, make in {
+    "rewrite_replace": lambda: RewritesState("replace"),
+    "rewrite_tag": lambda: RewritesState("tag_human"),
+    "rewrite_append": lambda: ChangesRequestList("append"),
+}.items():
+    CASES[kind] = Case(
+        f"runtime {kind}",
+        lambda make=make: {"middleware": [make()]},
+        [calls(("whoami", {"topic": "tea"})), calls(("peek", {"key": "x"})), Reply(content="k")],
+    )
 REFUSED = {"unknown": UNKNOWN, "twice": TWICE}
 
 SCRIPTS = {case.prompt: case.turns for case in [*CASES.values(), *REFUSED.values()]}
@@ -324,6 +338,20 @@ async def test_the_cases_show_what_they_claim(
     results = [m["content"] for m in last if m["role"] == "tool"]
     # the oldest cleared; clear_at_least reached by it (counted again), so no more
     assert results[0] == "[cleared]" and '"topic": "two"' in results[1]
+
+    # the model-stage rewrites reached the state: the state's tool result clipped, the
+    # next request sent it clipped (it saw it whole the step before); the appended
+    # reminders stand in the state before each reply
+    replaced = CASES["rewrite_replace"]
+    result = await deployed(replaced, stack).ainvoke(the_input(replaced, "claims"))
+    sent = requests_for(servers[1], f"{replaced.prompt} claims")
+    assert next(m.content for m in result["messages"] if m.type == "tool") == "[clipped]"
+    assert sent[1]["messages"][-1]["content"] != "[clipped]"
+    assert sent[2]["messages"][2]["content"] == "[clipped]"
+    appended = CASES["rewrite_append"]
+    result = await deployed(appended, stack).ainvoke(the_input(appended, "claims"))
+    humans = [m.content for m in result["messages"] if m.type == "human"]
+    assert humans[1:] == ["remember to be nice!"] * 3
 
 
 @pytest.mark.parametrize("name", ["runtime", "reducers"])

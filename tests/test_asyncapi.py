@@ -37,6 +37,8 @@ NOT_STREAMS = {
     "api_cron_schedule",
     "api_cron_firing",
     "api_webhooks",
+    "api_delayed",  # the gateway's delayed runs (a sorted set)
+    "api_delayed_runs",  # and what starts each (a hash)
 }  # Names properties naming other keys (and pub/sub channels)
 
 

@@ -103,8 +103,6 @@ async def _refused(call: Any, *names: str) -> str:
 async def test_parameters_loopline_does_not_implement_are_refused_not_ignored(sdk: Any) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     runs = sdk.runs
-    for mode in ("events", "debug", "checkpoints", "tasks"):
-        await _refused(lambda m=mode: runs.stream(tid, "agent", input=hello(), stream_mode=m), mode)
     await _refused(
         lambda: runs.create(tid, "agent", input=hello(), interrupt_before=["tools"]),
         "interrupt_before",
@@ -117,7 +115,9 @@ async def test_parameters_loopline_does_not_implement_are_refused_not_ignored(sd
         lambda: runs.create(tid, "agent", input=hello(), webhook="http://127.0.0.1:9/hook"),
         "loopback",
     )
-    await _refused(lambda: runs.create(tid, "agent", input=hello(), after_seconds=5), "after")
+    await _refused(  # a resume starts now
+        lambda: runs.create(tid, "agent", command={"resume": 1}, after_seconds=5), "after_seconds"
+    )
     earlier = {"configurable": {"checkpoint_id": "1"}}  # run from an earlier state
     await _refused(
         lambda: runs.create(tid, "agent", input=hello(), config=earlier), "checkpoint_id"
@@ -126,19 +126,61 @@ async def test_parameters_loopline_does_not_implement_are_refused_not_ignored(sd
     await _refused(lambda: sdk.http.post("/runs/wait", json=made_up), "made-up")
     await _refused(lambda: runs.wait(tid, "agent", command={"goto": "model"}), "command.goto")
     await _refused(
-        lambda: sdk.threads.create(supersteps=[{"updates": [{"values": {}, "as_node": "x"}]}]),
-        "supersteps",
+        lambda: sdk.threads.create(
+            supersteps=[{"updates": [{"values": {}, "command": {"goto": "m"}, "as_node": "x"}]}]
+        ),
+        "superstep's command",
     )
     assert await runs.list(tid) == []  # nothing refused started a run
 
 
-async def test_a_rollback_cancel_is_refused_and_the_run_goes_on(sdk: Any) -> None:
+async def test_a_rollback_cancel_undoes_the_run_and_forgets_it(sdk: Any) -> None:
+    """As on LangGraph's server: the cancel answers 202, the run is gone at once (404,
+    not listed), and the thread's state is back to before the run, from which the next
+    run goes on; with ``wait`` the answer is ``{}`` once the run stopped."""
     tid = (await sdk.threads.create())["thread_id"]
+    first = await sdk.runs.create(tid, "agent", input=hello())
+    await sdk.runs.join(tid, first["run_id"])
+    before = await sdk.threads.get_state(tid)
     run = await sdk.runs.create(tid, "agent", input=hello("slow"))
-    await _until_status(sdk, tid, run["run_id"], "running")
-    await _refused(lambda: sdk.runs.cancel(tid, run["run_id"], action="rollback"), "rollback")
-    await sdk.runs.join(tid, run["run_id"])
-    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "success"
+    await _until_messages(sdk, tid, 4)  # its input and its tool call are the thread's now
+    assert await sdk.runs.cancel(tid, run["run_id"], action="rollback") is None
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, run["run_id"])
+    assert [r["run_id"] for r in await sdk.runs.list(tid)] == [first["run_id"]]
+    await _until_thread_status(sdk, tid, "idle")
+    after = await sdk.threads.get_state(tid)
+    assert after["values"] == before["values"]
+    assert after["checkpoint"]["checkpoint_id"] == before["checkpoint"]["checkpoint_id"]
+    again = await sdk.runs.wait(tid, "agent", input=hello("again"))
+    contents = [m["content"] for m in again["messages"]]
+    assert contents == [
+        *(m["content"] for m in before["values"]["messages"]),
+        "again",
+        "answer to again",
+    ]
+
+    waited = await sdk.runs.create(tid, "agent", input=hello("slow"))
+    await _until_messages(sdk, tid, 6)
+    assert await sdk.runs.cancel(tid, waited["run_id"], action="rollback", wait=True) == {}
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+    assert len((await sdk.threads.get_state(tid))["values"]["messages"]) == 4
+    with pytest.raises(NotFoundError):
+        await sdk.runs.get(tid, waited["run_id"])
+
+
+async def _until_messages(sdk: Any, tid: str, count: int, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len((await sdk.threads.get_state(tid))["values"]["messages"]) < count:
+        assert time.monotonic() < deadline, f"the thread never had {count} messages"
+        await asyncio.sleep(0.1)
+
+
+async def _until_thread_status(sdk: Any, tid: str, status: str, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (await sdk.threads.get(tid))["status"] != status:
+        assert time.monotonic() < deadline, f"the thread never became {status}"
+        await asyncio.sleep(0.1)
 
 
 async def test_assistants_search_by_metadata_sorted_selected_and_counted(sdk: Any) -> None:

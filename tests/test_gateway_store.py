@@ -9,12 +9,16 @@ written ``NS`` and times left out).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 from typing import Any
 
 import httpx
 import pytest
+from langgraph_sdk import get_client
 
+from loopline.testing.processes import GatewayProcess
 from services.redis_store import RedisStore
 from tests import test_http_gateway as shared
 
@@ -84,15 +88,13 @@ async def test_items_are_put_read_searched_listed_and_deleted(sdk: Any, deployme
     assert (answer.status_code, answer.json()["detail"]) == REFERENCE_EMPTY_NAMESPACE
 
 
-async def test_store_parameters_loopline_does_not_implement_are_refused(sdk: Any) -> None:
-    """LangGraph's in-memory server, with no TTL and no index configured, accepts ``ttl``
-    and ``query`` and does nothing with them; loopline refuses them (422, by name)."""
+async def test_a_query_or_index_without_a_configured_index_is_refused(sdk: Any) -> None:
+    """LangGraph's in-memory server, with no index configured, accepts ``query`` and an
+    ``index`` list and does nothing with them; loopline says why (422, by name)."""
     ns = ["a", str(uuid.uuid4())]
     for call, name in (
-        (sdk.store.put_item(ns, "k", {"x": 1}, ttl=5), "ttl"),
         (sdk.store.put_item(ns, "k", {"x": 1}, index=["x"]), "index"),
         (sdk.store.search_items(ns, query="hello"), "query"),
-        (sdk.store.get_item(ns, "k", refresh_ttl=True), "refresh_ttl"),
     ):
         with pytest.raises(httpx.HTTPStatusError) as refused:
             await call
@@ -100,3 +102,54 @@ async def test_store_parameters_loopline_does_not_implement_are_refused(sdk: Any
         assert name in refused.value.response.json()["detail"]
     assert await sdk.store.get_item(ns, "k") is None  # nothing refused was stored
     assert await sdk.store.put_item(ns, "k", {"x": 1}, index=False) is None
+    assert await sdk.store.put_item(ns, "t", {"x": 1}, ttl=5) is None
+    assert (await sdk.store.get_item(ns, "t", refresh_ttl=True))["value"] == {"x": 1}
+
+
+STORE_CONFIG = {
+    "ttl": {"default_ttl": 60, "refresh_on_read": True, "sweep_interval_minutes": 0.01},
+    "index": {"embed": "tests.store_tooling:embed", "dims": 8, "fields": ["text"]},
+}
+
+
+async def test_a_configured_store_ranks_queries_and_sweeps_expired_items(
+    deployment: Any,
+) -> None:
+    """``LOOPLINE_STORE`` as ``langgraph.json``'s ``store``: the gateway's search ranks by
+    the index as the deployment's ``RedisStore`` does, and its sweep deletes an item whose
+    TTL ran out (a ttl of 0.01 minutes, swept every 0.6 s)."""
+    env = {"LOOPLINE_STORE": json.dumps(STORE_CONFIG)}
+    ns = ["docs", str(uuid.uuid4())]
+    with GatewayProcess(deployment.redis_url, deployment.prefix, env=env) as api:
+        client = get_client(url=api.url, api_key=None)
+        await client.store.put_item(ns, "py", {"text": "python tutorial"})
+        await client.store.put_item(ns, "soup", {"text": "cooking soup"})
+        await client.store.put_item(ns, "sky", {"text": "blue sky"}, index=False)
+        found = (await client.store.search_items(ns, query="python guide"))["items"]
+        assert [(i["key"], i["score"] is not None) for i in found] == [
+            ("py", True),
+            ("soup", True),
+            ("sky", False),
+        ]
+        assert found[0]["score"] > found[1]["score"]
+        direct = RedisStore(deployment.redis_url, deployment.prefix, _config())
+        assert [i.key for i in direct.search(tuple(ns), query="python guide")] == [
+            "py",
+            "soup",
+            "sky",
+        ]
+        await client.store.put_item(ns, "brief", {"text": "soon gone"}, ttl=0.01)
+        assert await client.store.get_item(ns, "brief", refresh_ttl=False) is not None
+        key = f"{deployment.prefix}:store:ns:{json.dumps(ns)}"
+        for _ in range(100):  # the sweep removes it from Redis, unread
+            if not direct.redis.hexists(key, "brief"):
+                break
+            await asyncio.sleep(0.1)
+        assert not direct.redis.hexists(key, "brief")
+        assert await client.store.get_item(ns, "py") is not None
+
+
+def _config() -> Any:
+    from services.store_config import StoreConfig
+
+    return StoreConfig.model_validate(STORE_CONFIG)

@@ -496,3 +496,36 @@ async def test_history_of_a_thread_that_waited_for_a_human(sdk: Any) -> None:
     answered = await sdk.threads.get_history(tid, limit=20)
     assert [asked_outline(s) for s in answered] == _input_as_a_message(REFERENCE_ANSWERED_HISTORY)
     assert _chained(answered)
+
+
+REFERENCE_SUPERSTEPS_NO_GRAPH = "was created, but there were problems updating the state"
+"""``threads.create(supersteps=...)`` on a thread whose metadata names no graph: LangGraph's
+server makes the thread and answers with this in ``detail``."""
+
+
+async def test_create_with_supersteps_writes_the_states_in_turn(sdk: Any) -> None:
+    first = {"values": {"messages": [{"type": "human", "content": "hi", "id": "h1"}]}}
+    second = {"values": {"messages": [{"type": "ai", "content": "hello", "id": "a1"}]}}
+    steps = [
+        {"updates": [{**first, "as_node": "model"}]},
+        {"updates": [{**second, "as_node": "model"}]},
+    ]
+    made = await sdk.threads.create(metadata={"graph_id": "agent"}, supersteps=steps)
+    state = await sdk.threads.get_state(made["thread_id"])
+    assert [(m["type"], m["content"]) for m in state["values"]["messages"]] == [
+        ("human", "hi"),
+        ("ai", "hello"),
+    ]
+    history = await sdk.threads.get_history(made["thread_id"])
+    assert [h["metadata"]["source"] for h in history][:2] == ["update", "update"]
+
+    unnamed = await sdk.threads.create(supersteps=steps)
+    assert REFERENCE_SUPERSTEPS_NO_GRAPH in unnamed["detail"]
+    with pytest.raises(httpx.HTTPStatusError) as refused:  # one node's write per superstep
+        await sdk.threads.create(
+            metadata={"graph_id": "agent"},
+            supersteps=[
+                {"updates": [{**first, "as_node": "model"}, {**second, "as_node": "model"}]}
+            ],
+        )
+    assert refused.value.response.status_code == 422

@@ -93,28 +93,29 @@ def test_run_bodies_are_checked() -> None:
 
 
 def test_modes_map_to_the_stream_mode_layer() -> None:
-    assert loopline_modes(["messages-tuple", "values", "debug", "messages"]) == [
-        "messages",
-        "values",
-    ]
+    assert loopline_modes(["messages-tuple", "values", "messages"]) == ["messages", "values"]
+    # the server's modes are made from the stream-mode layer's (loopline.api.run_modes)
+    assert loopline_modes(["checkpoints"]) == ["values"]
+    assert loopline_modes(["tasks"]) == ["messages", "updates", "values"]
+    assert loopline_modes(["events", "values"]) == ["values", "messages", "updates"]
 
 
-def test_the_older_messages_mode_sends_the_reply_so_far() -> None:
+async def test_the_older_messages_mode_sends_the_reply_so_far() -> None:
     record = RunRecord(run_id="r1", task_id="r1", thread_id="t1", assistant_id="agent@2")
-    writer = FrameWriter(record, ["messages"])
+    writer = FrameWriter(None, record, ["messages"])  # type: ignore[arg-type]  # no server mode
     meta = {"langgraph_node": "model"}
-    first = writer.frames(("messages", (AIMessageChunk(content="Hel", id="m1"), meta)))
-    second = writer.frames(("messages", (AIMessageChunk(content="lo", id="m1"), meta)))
+    first = await writer.frames(("messages", (AIMessageChunk(content="Hel", id="m1"), meta)))
+    second = await writer.frames(("messages", (AIMessageChunk(content="lo", id="m1"), meta)))
     assert [e for e, _ in first] == ["messages/metadata", "messages/partial"]
     assert first[0][1]["m1"]["metadata"]["graph_id"] == "agent"
     assert [e for e, _ in second] == ["messages/partial"]
     assert second[0][1][0].content == "Hello" and second[0][1][0].type == "ai"
     tool = ToolMessage(content="5", tool_call_id="c1", id="m2")
-    assert [e for e, _ in writer.frames(("messages", (tool, meta)))] == [
+    assert [e for e, _ in await writer.frames(("messages", (tool, meta)))] == [
         "messages/metadata",
         "messages/complete",
     ]
-    assert writer.frames(("updates", {"model": {}})) == []  # not asked for
+    assert await writer.frames(("updates", {"model": {}})) == []  # not asked for
     assert frame("end", None) == b"event: end\ndata: null\n\n"
     assert frame("values", {"a": 1}, "1-0.0|0-0.-1").startswith(b"id: 1-0.0|0-0.-1\n")
 
@@ -177,17 +178,20 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
         RunBody: [
             {**run, "interrupt_before": ["tools"]},
             {**run, "interrupt_after": "*"},
-            {**run, "after_seconds": 3},
+            {**run, "after_seconds": -1},
             {**run, "checkpoint_id": "c1"},
             {**run, "on_disconnect": "cancel"},
             {**run, "on_completion": "never"},
             {**run, "durability": "exit"},
         ],
-        ThreadCreate: [{"supersteps": []}, {"ttl": {"ttl": 5, "strategy": "keep_latest"}}],
+        ThreadCreate: [
+            {"supersteps": [{"updates": [{"values": {}, "command": {"resume": 1}}]}]},
+            {"ttl": {"ttl": 5, "strategy": "keep_latest"}},
+        ],
         HistoryBody: [{"select": ["values"]}, {"before": {"checkpoint_id": "c1"}}],
         ThreadPatch: [{"ttl": {"ttl": 5, "strategy": "keep_latest"}}],
         StateUpdate: [{"task_id": "t1"}],
-        StoreSearch: [{"query": "x"}, {"refresh_ttl": True}],
+        StoreSearch: [{"limit": -1}, {"refresh_ttl": "sometimes"}],
         AssistantSearch: [{"select": ["nope"]}, {"sort_by": "size"}],
     }
     for model, bodies in refused.items():
@@ -195,11 +199,12 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
             (name,) = set(body) - set(run)  # the one parameter refused
             with pytest.raises(BadRequest, match=name):
                 parse(model, body)
-    with pytest.raises(BadRequest, match="ttl"):  # items are kept until deleted
-        parse(StorePut, {"namespace": ["a"], "key": "k", "value": {}, "ttl": 5})
-    for mode in ("events", "debug", "checkpoints", "tasks", "made-up"):
-        with pytest.raises(BadRequest, match=f"'{mode}' is not supported"):
-            parse(RunBody, {**run, "stream_mode": mode})
+    with pytest.raises(BadRequest, match="ttl"):  # minutes, more than none
+        parse(StorePut, {"namespace": ["a"], "key": "k", "value": {}, "ttl": 0})
+    with pytest.raises(BadRequest, match="'made-up' is not supported"):
+        parse(RunBody, {**run, "stream_mode": "made-up"})
+    for mode in ("events", "debug", "checkpoints", "tasks"):
+        assert parse(RunBody, {**run, "stream_mode": mode}).stream_mode == [mode]
     for config, named in (
         ({"configurable": {"checkpoint_id": "c1"}}, "checkpoint_id"),  # time travel
         ({"configurable": {"model": "big"}}, "model"),  # a graph's own config
@@ -213,8 +218,9 @@ def test_a_parameter_the_gateway_does_not_implement_is_refused_by_name() -> None
     assert older.before == {"configurable": {"checkpoint_id": "c1"}}
     fine = {"recursion_limit": 5, "tags": ["t"], "configurable": {"thread_id": "t1"}}
     assert parse(RunBody, {**run, "config": fine}).config.recursion_limit == 5
-    with pytest.raises(BadRequest, match="rollback"):
-        parse(CancelQuery, QueryParams("wait=0&action=rollback"))
+    assert parse(CancelQuery, QueryParams("wait=0&action=rollback")).action == "rollback"
+    with pytest.raises(BadRequest, match="action"):
+        parse(CancelQuery, QueryParams("action=undo"))
     with pytest.raises(BadRequest, match="cancel_on_disconnect"):
         parse(JoinQuery, QueryParams("cancel_on_disconnect=true"))
     # what langgraph_sdk sends by default is accepted, nulls are parameters left out

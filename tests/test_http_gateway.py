@@ -675,6 +675,7 @@ async def test_api_keys_map_to_tenants(deployment: ServiceProcesses) -> None:
 
 
 NODE_FLOW = REPO_ROOT / "tests" / "node" / "langgraph_sdk_flow.mjs"
+CHAT_UI_FLOW = REPO_ROOT / "tests" / "node" / "agent_chat_ui_flow.mjs"
 
 
 @pytest.fixture(scope="module")
@@ -689,22 +690,29 @@ def node_sdk(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
     )
     assert installed.returncode == 0, installed.stderr[-2000:]
-    shutil.copy(NODE_FLOW, folder / NODE_FLOW.name)
+    for flow in (NODE_FLOW, CHAT_UI_FLOW):
+        shutil.copy(flow, folder / flow.name)
     return folder
 
 
-def test_the_javascript_sdk_runs_the_same_flow(gateway: GatewayProcess, node_sdk: Path) -> None:
+def run_node(flow: Path, gateway: GatewayProcess, folder: Path) -> dict[str, Any]:
+    """What a flow printed (its last line, JSON); the flow must exit 0."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     ran = subprocess.run(
-        ["node", NODE_FLOW.name, gateway.url],
-        cwd=node_sdk,
+        ["node", flow.name, gateway.url],
+        cwd=folder,
         capture_output=True,
         text=True,
         timeout=180,
         env=env,
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
-    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    seen: dict[str, Any] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return seen
+
+
+def test_the_javascript_sdk_runs_the_same_flow(gateway: GatewayProcess, node_sdk: Path) -> None:
+    seen = run_node(NODE_FLOW, gateway, node_sdk)
     assert seen["assistants"] == ["agent", "each-gated", "gated", "planner"]
     assert seen["events"][0] == "metadata" and seen["events"][-1] == "end"
     assert seen["events"].count("messages") > 3 and seen["tokens"] == ANSWER
@@ -715,3 +723,26 @@ def test_the_javascript_sdk_runs_the_same_flow(gateway: GatewayProcess, node_sdk
     assert seen["waitingInterrupts"] == [{"value": asked["value"], "id": asked["id"]}]
     assert seen["resumed"] == ["human", "ai", "tool", "ai"]
     assert seen["answer"] == "2 + 3 is 5." and seen["afterNext"] == []
+
+
+def test_agent_chat_ui_calls_through_the_javascript_sdk(
+    gateway: GatewayProcess, node_sdk: Path
+) -> None:
+    """useStream's submit, its rejoin after a reload from the last event id, its history
+    fetch and the chat's thread list, as agent-chat-ui makes them
+    (``tests/node/agent_chat_ui_flow.mjs``). The same flow against ``langgraph dev``
+    (langgraph-api 0.16.7, the same graph and replies) printed what is asserted here, but
+    for the ``end`` event it does not send and its assistant ids (uuids; loopline's are
+    the deployed agents' names)."""
+    seen = run_node(CHAT_UI_FLOW, gateway, node_sdk)
+    assert seen["runId"] and seen["lastEventId"]  # from Content-Location, and the SSE ids
+    assert seen["before"][0] == "metadata" and seen["before"][-1] == "updates"
+    # LangGraph's server (0.16) ends a stream without an ``end`` event; loopline sends one
+    after = [event for event in seen["after"] if event != "end"]
+    assert after[-1] == "values" and "metadata" not in after  # nothing before it replayed
+    assert after[:3] == ["values", "messages", "updates"]  # the tool's step, then the model's
+    assert seen["tokens"] == SCRIPTS["slow"][1].content  # every token after the reload
+    assert seen["answer"] == SCRIPTS["slow"][1].content
+    assert seen["history"][0] == {"next": [], "count": 4}  # newest first: the answer
+    assert seen["history"][-1]["count"] == 0 and len(seen["history"]) > 3
+    assert seen["listed"] and seen["listedMetadata"]["graph_id"] == "agent"

@@ -6,6 +6,7 @@ is published on each stream, what stays pending, and the dead letters."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -464,3 +465,33 @@ async def test_an_event_another_stage_dead_letters_ends_its_task(
     )
     assert await rt.redis.zscore(rt.names.deadlines, "doomed") is None
     assert await pending_on(rt.redis, rt.names.tools, "tools") == 0
+
+
+async def _thread_run_status(rt: Runtime, thread_id: str, task_id: str) -> str:
+    """The thread's record of a run, once the run's end is written back (after the
+    entry's commit)."""
+    deadline = time.monotonic() + 5
+    while True:
+        found: Any = await rt.redis.hget(rt.names.thread_runs(thread_id), task_id)
+        status = found.decode() if found else ""
+        if status not in ("", "active") or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.02)
+
+
+async def test_a_cancel_with_rollback_leaves_the_thread_as_before_the_run(
+    loop: LoopService, rt: Runtime
+) -> None:
+    await loop.send(submitted("first", thread_id="t"))
+    await loop.send(model_reply("first", 1, 1, text="done"))
+    assert await _thread_run_status(rt, "t", "first") == "completed"
+    kept = await rt.redis.lrange(rt.names.thread_messages("t"), 0, -1)
+
+    await loop.send(submitted("undone", thread_id="t"))
+    await loop.send(model_reply("undone", 1, 3, add_call("c0")))
+    await loop.send(CancelRequested(task_id="undone", thread_id="t", rollback=True))
+
+    assert (await loop.log("undone"))[-1].reason == "cancelled: cancelled by request"
+    assert await _thread_run_status(rt, "t", "undone") == "rolled_back"
+    assert await rt.redis.lrange(rt.names.thread_messages("t"), 0, -1) == kept
+    assert len(kept) == 2  # the first run's input and answer, nothing of the second

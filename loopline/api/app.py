@@ -27,6 +27,7 @@ from loopline.api import (
     page,
     run_routes,
     store_routes,
+    thread_protocol,
     thread_routes,
 )
 from loopline.api.gateway import Gateway, Stopping, gateway_of
@@ -123,6 +124,9 @@ ROUTES = [
     Route("/threads/{thread_id}/state/checkpoint", thread_routes.state_at, methods=["POST"]),
     Route("/threads/{thread_id}/state/{checkpoint_id}", thread_routes.state_at),
     Route("/threads/{thread_id}/history", thread_routes.history, methods=["POST"]),
+    Route("/threads/{thread_id}/commands", thread_protocol.commands, methods=["POST"]),
+    Route("/threads/{thread_id}/stream/events", thread_protocol.events, methods=["POST"]),
+    Route("/threads/{thread_id}/stream", thread_protocol.join_stream),
     Route("/runs/crons", cron_routes.create, methods=["POST"]),
     Route("/runs/crons/search", cron_routes.search, methods=["POST"]),
     Route("/runs/crons/count", cron_routes.count, methods=["POST"]),

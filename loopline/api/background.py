@@ -1,5 +1,6 @@
 """What every gateway replica runs beside its routes: for each tenant it serves, the
-cron scheduler, the webhook sender and the sweep of expired threads. Any number of
+cron scheduler, the starter of delayed runs, the webhook sender and the sweeps of
+expired threads and store items. Any number of
 replicas may run them: each tick and each webhook is claimed in Redis by one, and
 deleting an expired thread twice deletes it once."""
 
@@ -15,7 +16,10 @@ import httpx
 
 from loopline.api import thread_ttl, webhooks
 from loopline.api.cron_scheduler import CronScheduler
+from loopline.api.delayed_runs import DelayedRuns
 from loopline.api.gateway import Gateway
+from loopline.api.runs import start_delayed
+from loopline.api.store_sweep import StoreSweeper
 from loopline.api.thread_sweep import ThreadSweeper
 from loopline.api.webhook_delivery import TIMEOUT_S, WebhookSender
 
@@ -38,9 +42,13 @@ async def running(gateway: Gateway) -> AsyncIterator[None]:
         for prefix in tenant_prefixes(gateway):
             tenant = gateway.tenant(prefix)
             tasks.append(asyncio.create_task(CronScheduler(tenant).run(gateway.stopping)))
+            delayed = DelayedRuns(tenant, start_delayed)
+            tasks.append(asyncio.create_task(delayed.run(gateway.stopping)))
             sender = WebhookSender(tenant, client, replica)
             tasks.append(asyncio.create_task(sender.run(gateway.stopping)))
             tasks.append(asyncio.create_task(ThreadSweeper(tenant).run(gateway.stopping)))
+            if store_sweeper := StoreSweeper.of(tenant):
+                tasks.append(asyncio.create_task(store_sweeper.run(gateway.stopping)))
         try:
             yield
         finally:

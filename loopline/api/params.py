@@ -3,8 +3,8 @@ reads a body or a query string against them.
 
 Each route's parameters are a pydantic model that forbids anything it does not declare:
 a parameter of LangGraph's Agent Server API that loopline does not implement
-(``interrupt_before``, ``after_seconds``, ``checkpoint``, the ``debug``
-stream mode, ``cancel(action="rollback")``, ...) is answered 422 with its name and why,
+(``interrupt_before``, ``checkpoint``, ``cancel(action="rollback")``, ...) is answered
+422 with its name and why,
 never accepted and ignored. A field is declared here only where the gateway acts on it;
 a few are declared with only the values whose meaning loopline already has (a stream is
 always resumable, a run always goes on when its client leaves).
@@ -17,15 +17,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from starlette.datastructures import QueryParams
 
 from contracts.events import MultitaskStrategy
 from loopline.api.wire import BadRequest
+from loopline.graph import REFUSED_KEYWORDS
 
-StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom"]
+StreamMode = Literal[
+    "values",
+    "updates",
+    "messages",
+    "messages-tuple",
+    "custom",
+    "events",
+    "debug",
+    "checkpoints",
+    "tasks",
+]
 """The stream modes the gateway streams (``messages-tuple`` is LangGraph's name for the
-``messages`` mode's ``(chunk, metadata)`` pairs; ``messages`` its older shape)."""
+``messages`` mode's ``(chunk, metadata)`` pairs; ``messages`` its older shape; the last
+four are LangGraph's server's: ``loopline.api.run_modes``)."""
 
 UNSUPPORTED = "not supported by this gateway (loopline refuses it rather than ignore it)"
 
@@ -103,6 +122,11 @@ class RunBody(Params):
     on_completion: Literal["delete", "keep"] | None = None
     """A stateless run's thread: ``delete`` (the default) leaves none behind, ``keep``
     keeps it as an ordinary thread."""
+    after_seconds: float | None = Field(None, ge=0)
+    """Start the run this many seconds later (pending meanwhile)."""
+    interrupt_before: Any = None
+    interrupt_after: Any = None
+    """LangGraph's static breakpoints: refused with why (``loopline.graph``)."""
     durability: Literal["sync", "async"] | None = None
     """Every step is committed before the next starts, which both promise; ``exit``
     (checkpoint only at the end) is not implemented."""
@@ -111,6 +135,15 @@ class RunBody(Params):
     @classmethod
     def _modes(cls, value: Any) -> Any:
         return _listed(value) or ["values"]
+
+    @field_validator("interrupt_before", "interrupt_after")
+    @classmethod
+    def _no_breakpoints(cls, value: Any, info: ValidationInfo) -> Any:
+        # the loop runs a task's steps without stopping between nodes, and a run
+        # cannot start at the tools: what an interrupt_before=["tools"] run goes on from
+        if value:
+            raise ValueError(REFUSED_KEYWORDS[str(info.field_name)])
+        return value
 
 
 class RunsQuery(Params):
@@ -129,11 +162,11 @@ class RunsQuery(Params):
 
 class CancelQuery(Params):
     """``POST .../runs/{run_id}/cancel`` and ``POST /runs/cancel``: ``interrupt`` stops
-    the run and keeps what it did. ``rollback`` (stop it and remove it with its changes to
-    the thread) is not implemented for a run that is already going."""
+    the run and keeps what it did; ``rollback`` stops it and removes it with its changes
+    to the thread."""
 
     wait: bool = False
-    action: Literal["interrupt"] = "interrupt"
+    action: Literal["interrupt", "rollback"] = "interrupt"
 
 
 class CancelManyBody(Params):
@@ -185,13 +218,37 @@ class ThreadTTL(Params):
         return value
 
 
+class SuperstepUpdate(Params):
+    """One node's write in a superstep of ``threads.create(supersteps=...)``; a
+    ``command`` is not implemented (an update is values written as a node)."""
+
+    values: dict[str, Any] | None = None
+    as_node: str | None = None
+    command: dict[str, Any] | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _no_command(cls, value: dict[str, Any] | None) -> None:
+        if value is not None:
+            raise ValueError("a superstep's command is not implemented: give values")
+        return value
+
+
+class Superstep(Params):
+    updates: list[SuperstepUpdate] = Field(min_length=1, max_length=1)
+    """One update per superstep: loopline writes one node's at a time."""
+
+
 class ThreadCreate(Params):
-    """``POST /threads`` (``supersteps`` is not implemented)."""
+    """``POST /threads``; ``supersteps`` are state updates applied in turn to the new
+    thread, for the agent its ``metadata.graph_id`` names (LangGraph's
+    ``bulk_update_state``)."""
 
     thread_id: str | None = Field(None, min_length=1, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
     if_exists: Literal["raise", "do_nothing"] = "raise"
     ttl: ThreadTTL | None = None
+    supersteps: list[Superstep] | None = None
 
 
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
@@ -386,27 +443,22 @@ class SubgraphsQuery(Params):
 
 
 class StoreParams(Params):
-    """The deployment's store keeps items until they are deleted (``ttl`` is refused),
-    so there is no TTL to refresh: ``refresh_ttl`` may only say false."""
+    """``refresh_ttl``: whether reading renews the TTL of what it returns; unset, the
+    store's ``refresh_on_read`` (``LOOPLINE_STORE``) decides, as in LangGraph."""
 
-    refresh_ttl: bool = False
-
-    @field_validator("refresh_ttl")
-    @classmethod
-    def _no_ttl(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("the store's items have no TTL to refresh (true is not implemented)")
-        return value
+    refresh_ttl: bool | None = None
 
 
 class StorePut(Params):
-    """``PUT /store/items``. ``index`` may only say ``false`` (the store has no vector
-    index); ``ttl`` is refused (items are kept until deleted)."""
+    """``PUT /store/items``. ``ttl`` in minutes (unset: the store's ``default_ttl``);
+    ``index``: false to leave the item out of the vector index, or the fields to embed
+    instead of the configured ones (only with an index configured)."""
 
     namespace: list[str]
     key: str
     value: dict[str, Any]
-    index: Literal[False] | None = None
+    index: Literal[False] | list[str] | None = None
+    ttl: float | None = Field(None, gt=0)
 
 
 class StoreItemQuery(StoreParams):
@@ -425,13 +477,14 @@ class StoreDelete(Params):
 
 class StoreSearch(StoreParams):
     """``POST /store/items/search``: items under a namespace prefix whose value matches
-    ``filter`` (LangGraph's operators), newest first. ``query`` is refused: there is no
-    vector index to rank by."""
+    ``filter`` (LangGraph's operators), newest first, or ranked by similarity to
+    ``query`` (only with an index configured)."""
 
     namespace_prefix: list[str] = Field(default_factory=list)
     filter: dict[str, Any] | None = None
     limit: int = Field(10, ge=0)
     offset: int = Field(0, ge=0)
+    query: str | None = None
 
 
 class StoreNamespaces(Params):

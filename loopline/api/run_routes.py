@@ -179,15 +179,18 @@ async def join_stream(request: Request) -> Response:
 
 
 async def cancel(request: Request) -> Response:
-    """``POST .../runs/{run_id}/cancel`` (``action=interrupt``; ``rollback`` is refused
-    in ``params.CancelQuery``: loopline undoes a run only for a newer run's
-    ``multitask_strategy="rollback"``)."""
+    """``POST .../runs/{run_id}/cancel``: ``action=interrupt`` keeps what the run did,
+    ``rollback`` undoes it and forgets the run; with ``wait``, once it stopped (the run,
+    or for a rollback nothing, as LangGraph's server answers ``{}``)."""
     query = parse(CancelQuery, request.query_params)
     tenant, record = await _record(request)
-    await cancel_run(tenant, record)
+    rollback = query.action == "rollback"
+    if rollback and await run_status(tenant, record) not in ("pending", "running"):
+        raise NotFound(NOTHING_TO_CANCEL)  # an ended run is kept, as on LangGraph's server
+    await cancel_run(tenant, record, rollback=rollback)
     if query.wait:
         await unless_stopping(gateway_of(request), wait_for(tenant, record))
-        return JSONResponse(await run_json(tenant, record))
+        return JSONResponse({} if rollback else await run_json(tenant, record))
     return Response(status_code=202)
 
 
@@ -208,7 +211,7 @@ async def cancel_many(request: Request) -> Response:
     runs in ``status`` (``pending``, ``running``, ``all``: both), as LangGraph's server
     takes them. Runs that are not pending or running are left alone; 404 when none was.
     A stateless run (of no thread) is cancelled by its id only."""
-    parse(CancelQuery, request.query_params)
+    query = parse(CancelQuery, request.query_params)
     body = parse(CancelManyBody, await body_of(request))
     if body.status is not None and (body.thread_id or body.run_ids is not None):
         raise BadRequest(STATUS_ALONE)
@@ -227,12 +230,18 @@ async def cancel_many(request: Request) -> Response:
         except NotFound:
             continue
         if status in wanted:
-            await cancel_run(tenant, record)
+            await cancel_run(tenant, record, rollback=query.action == "rollback")
             cancelled += 1
     if not cancelled:
         raise NotFound("No runs found to cancel.")
     return Response(status_code=204)
 
+
+NOTHING_TO_CANCEL = (
+    "No matching runs to cancel. Please verify the thread ID and run IDs are correct, and "
+    "the runs haven't been deleted or completed."
+)
+"""LangGraph's server's words for cancelling a run that has ended (404)."""
 
 STATUS_ALONE = (
     "When providing a 'status', 'thread_id' and 'run_ids' must be omitted. The 'status' "

@@ -17,10 +17,11 @@ from typing import Any
 from contracts.agent import DeployedAgent
 from contracts.events import ApprovalRequested, TaskCompleted, TaskFailed
 from contracts.messages import to_langchain, with_input_ids
-from loopline.api import webhooks
+from loopline.api import delayed_runs, run_modes, webhooks
 from loopline.api.assistants import AssistantVersion
 from loopline.api.params import RunBody, parse
 from loopline.api.records import RunRecord, ThreadRecord
+from loopline.api.run_errors import run_error
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.thread_sweep import set_thread_ttl
 from loopline.api.wire import BadRequest, input_messages, jsonable
@@ -66,6 +67,8 @@ class RunRequest:
     if_not_exists: str = "reject"
     webhook: str | None = None
     on_completion: str = "delete"
+    after_seconds: float = 0.0
+    """Start the run this much later (``delayed_runs``); meanwhile it is pending."""
 
     @classmethod
     def parse(cls, body: Any) -> RunRequest:
@@ -86,6 +89,7 @@ class RunRequest:
             if_not_exists=run.if_not_exists,
             webhook=run.webhook,
             on_completion=run.on_completion or "delete",
+            after_seconds=run.after_seconds or 0.0,
         )
 
     @property
@@ -101,10 +105,11 @@ class RunRequest:
 
 
 def loopline_modes(requested: list[str]) -> list[str]:
-    """The stream-mode layer's modes behind the modes a client asked for; modes it does
-    not produce (``debug``, ``events``, ...) give nothing."""
+    """The stream-mode layer's modes behind the modes a client asked for (those only
+    LangGraph's server streams, ``events``, ``debug``, ..., are made from some of them:
+    ``run_modes.reads``)."""
     found: list[str] = []
-    for mode in requested:
+    for mode in [*requested, *run_modes.reads(requested)]:
         name = "messages" if mode in TAGGED_MODES else mode
         if name in STREAM_MODES and name not in found:
             found.append(name)
@@ -129,11 +134,14 @@ async def thread_ids(tenant: Tenant) -> list[str]:
     return list(dict.fromkeys(known))
 
 
-async def thread_busy(tenant: Tenant, thread_id: str) -> bool:
+async def thread_busy(tenant: Tenant, thread_id: str, besides: str = "") -> bool:
     """Whether the thread has a run that has not ended (a run that ended but whose end is
-    not yet written back does not count: the loop records it when the next run comes).
+    not yet written back does not count: the loop records it when the next run comes),
+    or a delayed run (other than ``besides``) that has not started.
     A run that waits for a human has ended, as on LangGraph's server (its status is
     ``interrupted``, not pending nor running): a new input runs from where it stopped."""
+    if await delayed_runs.waiting_on(tenant, thread_id, besides):
+        return True
     info = await tenant.threads.info(thread_id)
     if info is None:
         return False
@@ -176,34 +184,39 @@ def with_assistant(request: RunRequest, assistant: AssistantVersion) -> RunReque
 
 
 async def start_run(
-    tenant: Tenant, thread_id: str | None, request: RunRequest, run_id: str | None = None
+    tenant: Tenant,
+    thread_id: str | None,
+    request: RunRequest,
+    run_id: str | None = None,
+    temporary_thread: str | None = None,
 ) -> RunRecord:
     """Start a run of the thread (None: a stateless run) and record it. A stateless run
-    with ``on_completion="keep"`` runs on a new thread that stays; otherwise on none.
-    ``run_id``: the run's id when the caller chose it (a cron's tick), else a new one."""
+    with ``on_completion="keep"`` runs on a new thread that stays; otherwise on none
+    (``temporary_thread``: the id clients see it under, when it was chosen before).
+    ``run_id``: the run's id when the caller chose it (a cron's tick, a delayed run),
+    else a new one. With ``after_seconds`` the run is checked and recorded now and
+    started later (``delayed_runs``)."""
     if request.webhook:
         await webhooks.policy().check(request.webhook)  # refused before anything runs
     agent, request = await run_agent(tenant, request)
-    temporary_thread = ""
-    if thread_id is None and request.on_completion == "keep":
-        thread_id = str(uuid.uuid4())
-        await tenant.records.save_thread(ThreadRecord(thread_id=thread_id))
-        await set_thread_ttl(tenant, thread_id, None, created=True)
-    elif thread_id is None:
-        temporary_thread = str(uuid.uuid4())
-    if thread_id is not None:
-        await _thread_for_run(tenant, thread_id, request, agent)
+    thread_id, temporary_thread = await _run_thread(
+        tenant, thread_id, request, agent, temporary_thread
+    )
     if request.command is not None:
         if thread_id is None or "resume" not in request.command:
             raise BadRequest("command takes resume, on a thread's run")
+        if request.after_seconds:
+            raise BadRequest("after_seconds with command: not implemented (a resume starts now)")
         return await _resume(tenant, thread_id, request)
     if request.input is None:
         raise BadRequest("a run needs input (or command.resume)")
     run_id = run_id or uuid.uuid4().hex
+    if request.after_seconds > 0:
+        return await _later(tenant, thread_id, request, agent, run_id, temporary_thread or "")
     # with the loop's ids, so a run's stream knows where its inputs end in the thread
     messages = with_input_ids(run_id, input_messages(request.input))
     busy_matters = thread_id is not None and request.multitask_strategy == "reject"
-    if busy_matters and await thread_busy(tenant, str(thread_id)):
+    if busy_matters and await thread_busy(tenant, str(thread_id), besides=run_id):
         raise Busy(Busy.DETAIL)
     try:
         config = RunConfig.of(request.config)
@@ -220,7 +233,7 @@ async def start_run(
         kwargs=jsonable(request.kwargs),
         input_ids=[str(m.id) for m in messages],
         agent_ref=agent.ref,
-        temporary_thread=temporary_thread,
+        temporary_thread=temporary_thread or "",
     )
     try:
         await tenant.client.submit(
@@ -240,6 +253,67 @@ async def start_run(
     except ValueError as exc:  # over the event size limit
         raise BadRequest(str(exc)) from exc
     return record
+
+
+async def _run_thread(
+    tenant: Tenant,
+    thread_id: str | None,
+    request: RunRequest,
+    agent: DeployedAgent,
+    temporary_thread: str | None,
+) -> tuple[str | None, str | None]:
+    """The run's thread (made when ``if_not_exists`` or ``on_completion="keep"`` says
+    so), or for a run of none the id clients see it under."""
+    if thread_id is None and request.on_completion == "keep":
+        thread_id = str(uuid.uuid4())
+        await tenant.records.save_thread(ThreadRecord(thread_id=thread_id))
+        await set_thread_ttl(tenant, thread_id, None, created=True)
+    elif thread_id is None:
+        temporary_thread = temporary_thread or str(uuid.uuid4())
+    if thread_id is not None:
+        await _thread_for_run(tenant, thread_id, request, agent)
+    return thread_id, temporary_thread
+
+
+async def _later(
+    tenant: Tenant,
+    thread_id: str | None,
+    request: RunRequest,
+    agent: DeployedAgent,
+    run_id: str,
+    temporary_thread: str,
+) -> RunRecord:
+    """A run checked now (its config) and started ``after_seconds`` later."""
+    try:
+        RunConfig.of(request.config)
+    except ValueError as exc:
+        raise BadRequest(f"config: {exc}") from exc
+    record = RunRecord(
+        run_id=run_id,
+        task_id=run_id,
+        thread_id=thread_id or "",
+        assistant_id=request.assistant_id,
+        multitask_strategy=request.multitask_strategy,
+        stream_mode=request.stream_mode,
+        metadata=request.metadata,
+        kwargs=jsonable(request.kwargs),
+        agent_ref=agent.ref,
+        temporary_thread=temporary_thread,
+    )
+    await delayed_runs.schedule(tenant, record, request, request.after_seconds, temporary_thread)
+    return record
+
+
+async def start_delayed(tenant: Tenant, run_id: str, start: dict[str, Any]) -> RunRecord:
+    """Start a delayed run now, from what ``delayed_runs.schedule`` kept."""
+    request = RunRequest(**{**start["request"], "after_seconds": 0.0})
+    return await start_run(
+        tenant,
+        start["thread_id"],
+        request,
+        run_id=run_id,
+        temporary_thread=start["temporary_thread"] or None,
+    )
 
 
 def _record_run(tenant: Tenant, pipe: Any, record: RunRecord, request: RunRequest) -> None:
@@ -373,10 +447,14 @@ def _entry_key(entry_id: str) -> tuple[int, int]:
 async def wait_for(tenant: Tenant, record: RunRecord) -> dict[str, Any]:
     """Wait until the run ends (or stops at an interrupt) and return what LangGraph's
     ``/wait`` and ``/join`` return: the state's values (with ``__interrupt__`` when a
-    human is asked), or ``{"__error__": ...}`` for a run that failed."""
+    human is asked), or ``{"__error__": ...}`` for a run that failed. A delayed run
+    cancelled before it started: the thread's values as they are."""
+    if not await delayed_runs.until_started(tenant, record.run_id):
+        state = await tenant.threads.current(record.thread_id) if record.thread_id else None
+        return await state_values(tenant, state) if state is not None and state.run_id else {}
     _, outcome = await tenant.client.outcome(record.task_id, after=record.log_after)
     if isinstance(outcome, TaskFailed) and not await was_stopped(tenant, record.task_id):
-        return {"__error__": {"error": "TaskFailed", "message": outcome.reason}}
+        return {"__error__": run_error(outcome)}
     return await final_values(tenant, record, outcome)
 
 
@@ -419,7 +497,23 @@ async def state_values(tenant: Tenant, state: ThreadValues) -> dict[str, Any]:
     return dict(jsonable(values))
 
 
-async def cancel_run(tenant: Tenant, record: RunRecord) -> None:
+async def cancel_run(tenant: Tenant, record: RunRecord, *, rollback: bool = False) -> None:
+    """Cancel the run: a delayed one that has not started never does (``interrupted``,
+    as LangGraph's server shows a cancelled pending run). With ``rollback`` as
+    LangGraph's server does it: the run is gone at once (404) and, once it stops, the
+    thread is as before it (the loop writes nothing of it back)."""
+    if await delayed_runs.forget(tenant, record.run_id):
+        if rollback:
+            await tenant.records.delete_run(record)
+        else:
+            record.ended = "interrupted"
+            await tenant.records.save_run(record)
+        return
     await tenant.client.cancel(
-        record.task_id, "cancelled by request", thread_id=record.thread_id or None
+        record.task_id,
+        "cancelled by request",
+        thread_id=record.thread_id or None,
+        rollback=rollback,
     )
+    if rollback:
+        await tenant.records.delete_run(record)

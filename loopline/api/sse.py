@@ -3,7 +3,8 @@
 them: ``metadata`` (``run_id``) first, then the items of the modes asked for
 (``values``, ``updates``, ``messages`` for ``messages-tuple``; ``messages/metadata``,
 ``messages/partial``, ``messages/complete`` for ``messages``; and whatever else the
-stream-mode layer yields, e.g. ``custom``), ``error`` if the run failed, ``end``.
+stream-mode layer yields, e.g. ``custom``; ``events``, ``debug``, ``checkpoints`` and
+``tasks`` from ``run_modes``), ``error`` if the run failed, ``end``.
 
 Every item's frames carry its position (``events.Cursor``) as their id; a client that
 reconnects with ``Last-Event-ID`` gets every later item once and no second ``metadata``.
@@ -19,9 +20,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
 
-from contracts.events import DecisionsRefused
+from loopline.api import delayed_runs
 from loopline.api.events import Cursor, Failed, run_items
 from loopline.api.records import RunRecord
+from loopline.api.run_errors import run_error
+from loopline.api.run_modes import SERVER_MODES, ServerModes
 from loopline.api.runs import loopline_modes, was_stopped
 from loopline.api.tenant import Tenant
 from loopline.api.wire import dumps
@@ -41,8 +44,11 @@ class FrameWriter:
     """The frames of one item. Stateful (``messages/partial`` carries the reply so far),
     so it sees every item of the run, also those a reconnect skips."""
 
-    def __init__(self, record: RunRecord, requested: list[str]) -> None:
+    def __init__(self, tenant: Tenant, record: RunRecord, requested: list[str]) -> None:
         self.requested = set(requested)
+        self.server = (
+            ServerModes(tenant, record, requested) if self.requested & set(SERVER_MODES) else None
+        )
         self.run_fields = {
             "thread_id": record.thread_id or None,
             "run_id": record.run_id,
@@ -52,7 +58,22 @@ class FrameWriter:
         self.described: set[str] = set()
         self.partial: dict[str, AIMessageChunk] = {}
 
-    def frames(self, item: Item) -> list[Frame]:
+    async def prepare(self) -> None:
+        if self.server is not None:
+            await self.server.prepare()
+
+    async def frames(self, item: Item) -> list[Frame]:
+        """The item's frames, in the modes asked for (a server mode's after the item's
+        own, as LangGraph's server sends a superstep's checkpoint after its values)."""
+        out = self._own(item)
+        if self.server is not None:
+            out.extend(await self.server.frames(item))
+        return out
+
+    async def closing(self) -> list[Frame]:
+        return await self.server.closing() if self.server is not None else []
+
+    def _own(self, item: Item) -> list[Frame]:
         mode, data = item
         if mode == "messages":
             message, metadata = data
@@ -92,27 +113,32 @@ async def run_frames(
     cursor = Cursor.decode(last_event_id) if last_event_id else Cursor()
     if not last_event_id:
         yield frame("metadata", {"run_id": record.run_id, "attempt": 1})
-    writer = FrameWriter(record, requested)
+    if not await delayed_runs.until_started(tenant, record.run_id):
+        yield frame("end", None)  # a delayed run cancelled before it started: nothing ran
+        return
+    writer = FrameWriter(tenant, record, requested)
+    await writer.prepare()
+    failed = False
     async for source, position, item in run_items(tenant, record, loopline_modes(requested)):
-        frames = [] if isinstance(item, Failed) else writer.frames(item)
+        frames = [] if isinstance(item, Failed) else await writer.frames(item)
         if cursor.seen(source, position):
             continue
         cursor = cursor.after(source, position)
         if isinstance(item, Failed):
+            failed = True
             if not await was_stopped(tenant, record.task_id):
                 yield frame("error", _error(item), cursor.encode())
             continue
         for event, data in frames:
             yield frame(event, data, cursor.encode())
+    if not failed:  # (a reconnect after the last item gets these again)
+        for event, data in await writer.closing():
+            yield frame(event, data, cursor.encode())
     yield frame("end", None)
 
 
 def _error(failed: Failed) -> dict[str, str]:
-    event = failed.event
-    if isinstance(event, DecisionsRefused):  # LangGraph's run errs with the node's exception
-        name = event.exception.name if event.exception is not None else "ValueError"
-        return {"error": name, "message": event.reason}
-    return {"error": "TaskFailed", "message": event.reason}
+    return run_error(failed.event)  # a refusal: LangGraph's run errs with the node's exception
 
 
 async def with_heartbeats(

@@ -1,6 +1,7 @@
 """``/store``: the deployment's long-term memory over HTTP, the same ``RedisStore`` that
 hooks see as ``runtime.store`` and tools as ``ToolRuntime.store``: put, get and delete an
-item, search a namespace prefix by value, list namespaces."""
+item, search a namespace prefix by value or by similarity, list namespaces, with TTLs as
+LangGraph's store keeps them (``LOOPLINE_STORE``)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,19 @@ class EmptyNamespace(BadRequest):
     """LangGraph's server answers an empty namespace with 400, not 422."""
 
 
+class NoIndex(BadRequest):
+    """A ``query`` or an ``index`` list on a store with no vector index configured:
+    LangGraph's server ignores them; loopline says why (422)."""
+
+
+def _needs_index(store: Any, name: str) -> None:
+    if not store.indexed:
+        raise NoIndex(
+            f"{name}: the store has no vector index (configure LOOPLINE_STORE's index, "
+            "as langgraph.json's store.index)"
+        )
+
+
 def item_json(item: Item) -> dict[str, Any]:
     shown: dict[str, Any] = item.dict()
     return shown
@@ -44,7 +58,15 @@ def item_json(item: Item) -> dict[str, Any]:
 async def put(request: Request) -> Response:
     body = parse(StorePut, await body_of(request))
     tenant = await tenant_of(request)
-    await tenant.store.aput(_namespace(body.namespace), body.key, body.value)
+    if isinstance(body.index, list):
+        _needs_index(tenant.store, "index")
+    await tenant.store.aput(
+        _namespace(body.namespace),
+        body.key,
+        body.value,
+        index=body.index,
+        **({} if body.ttl is None else {"ttl": body.ttl}),
+    )
     return Response(status_code=204)
 
 
@@ -53,7 +75,7 @@ async def get(request: Request) -> Response:
     query = parse(StoreItemQuery, request.query_params)
     tenant = await tenant_of(request)
     labels = query.namespace.split(".") if query.namespace else []
-    item = await tenant.store.aget(_namespace(labels), query.key)
+    item = await tenant.store.aget(_namespace(labels), query.key, refresh_ttl=query.refresh_ttl)
     return JSONResponse(None if item is None else item_json(item))
 
 
@@ -67,8 +89,15 @@ async def delete(request: Request) -> Response:
 async def search(request: Request) -> Response:
     body = parse(StoreSearch, await body_of(request))
     tenant = await tenant_of(request)
+    if body.query is not None:
+        _needs_index(tenant.store, "query")
     found = await tenant.store.asearch(
-        tuple(body.namespace_prefix), filter=body.filter, limit=body.limit, offset=body.offset
+        tuple(body.namespace_prefix),
+        query=body.query,
+        filter=body.filter,
+        limit=body.limit,
+        offset=body.offset,
+        refresh_ttl=body.refresh_ttl,
     )
     return JSONResponse({"items": [item_json(item) for item in found]})
 

@@ -30,7 +30,7 @@ class Tenant:
         self.records = Records(self.redis, self.names, settings.retention_s, settings.thread_ttl_s)
         self.registrations = deployed.Registrations(self.redis, self.names)
         self.assistants = Assistants(self.redis, self.names)
-        self.store = RedisStore(url, prefix)
+        self.store = RedisStore(url, prefix, settings.store)
         """The deployment's store, the one hooks and tools of this prefix see."""
         self._specs: dict[str, AgentSpec] = {}
 

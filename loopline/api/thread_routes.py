@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from contracts.agent import AgentSpec
+from contracts.events import TaskFailed
+from loopline.api import delayed_runs
 from loopline.api.crons import CronStore
 from loopline.api.gateway import body_of, tenant_of
 from loopline.api.graph import graph_json
@@ -26,6 +28,7 @@ from loopline.api.params import (
     StateAtCheckpoint,
     StateQuery,
     StateUpdate,
+    Superstep,
     ThreadCount,
     ThreadCreate,
     ThreadPatch,
@@ -35,6 +38,7 @@ from loopline.api.params import (
     parse,
 )
 from loopline.api.records import ThreadRecord
+from loopline.api.run_errors import run_error
 from loopline.api.runs import state_values, thread_ids, was_stopped
 from loopline.api.tenant import NotFound, Tenant
 from loopline.api.thread_sweep import remove_thread, remove_thread_and_runs, set_thread_ttl
@@ -59,7 +63,32 @@ async def create(request: Request) -> Response:
     record = ThreadRecord(thread_id=thread_id, metadata=dict(body.metadata))
     await tenant.records.save_thread(record)
     await set_thread_ttl(tenant, thread_id, _minutes(body.ttl), created=True)
+    if body.supersteps:
+        problem = await _apply_supersteps(tenant, thread_id, body.supersteps)
+        if problem is not None:  # as LangGraph's server: made, and says what went wrong
+            made = f"Thread {thread_id} was created, but there were problems updating the state"
+            return JSONResponse({"detail": f"{made}: {problem}"}, status_code=201)
     return JSONResponse(await thread_json(tenant, thread_id))
+
+
+async def _apply_supersteps(
+    tenant: Tenant, thread_id: str, supersteps: list[Superstep]
+) -> str | None:
+    """The new thread's state updates, each from the checkpoint the one before made;
+    what stopped them, or None."""
+    history = await thread_history(tenant, thread_id)
+    if history.spec is None:
+        return (
+            f"Thread '{thread_id}' has no assigned graph ID: set metadata.graph_id to the "
+            "agent whose state the updates write"
+        )
+    for step in supersteps:
+        (update,) = step.updates
+        try:
+            await update_thread(history, thread_id, update.values or {}, update.as_node, None)
+        except (ValueError, NotImplementedError) as exc:
+            return str(exc)
+    return None
 
 
 def _minutes(ttl: ThreadTTL | None) -> float | None:
@@ -212,22 +241,34 @@ async def thread_json(tenant: Tenant, thread_id: str) -> dict[str, Any]:
     values = await state_values(tenant, state) if state and state.run_id else None
     state_updated = info.updated if info and info.updated else created
     updated = max(state_updated, record.updated_at if record else 0.0)
+    delayed = await delayed_runs.waiting_on(tenant, thread_id)
+    status = "busy" if delayed else await _status(tenant, state, bool(interrupts))
     return {
         "thread_id": thread_id,
         "created_at": iso(created),
         "updated_at": iso(updated),
         "state_updated_at": iso(state_updated),
         "metadata": record.metadata if record else {},
-        "status": await _status(tenant, state, bool(interrupts)),
+        "status": status,
         "config": {},
         "values": values,
-        "error": None,
+        "error": await _last_error(tenant, state) if status == "error" else None,
         "interrupts": (
             {f"{state.run_id}:{state.step}": [interrupt_json(i) for i in interrupts]}
             if state and interrupts
             else {}
         ),
     }
+
+
+async def _last_error(tenant: Tenant, state: ThreadValues | None) -> dict[str, str] | None:
+    """The error of the thread's last run, which failed (LangGraph's thread shows it)."""
+    if state is None or not state.run_id:
+        return None
+    failed = None
+    async for _, event in tenant.client.events(state.run_id, follow=False):
+        failed = event if isinstance(event, TaskFailed) else failed
+    return run_error(failed) if failed is not None else None
 
 
 async def _status(tenant: Tenant, state: ThreadValues | None, interrupted: bool) -> str:
@@ -248,9 +289,12 @@ async def thread_history(tenant: Tenant, thread_id: str) -> ThreadHistory:
     """The thread model's reading of the thread, for the agent of its last run (None
     before any run: no state keys but the messages). 404 for a thread that does not
     exist."""
-    await thread_json(tenant, thread_id)
+    shown = await thread_json(tenant, thread_id)
     current = await tenant.threads.current(thread_id)
     spec = await tenant.spec_of_task(current.run_id) if current.run_id else None
+    if spec is None and (graph_id := shown["metadata"].get("graph_id")):
+        with contextlib.suppress(NotFound, BadRequest):  # its agent, named before it ran
+            spec = (await tenant.deployed_agent(str(graph_id))).spec
     return ThreadHistory(tenant.threads, spec)
 
 

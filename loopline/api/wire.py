@@ -6,6 +6,7 @@ schema); and the run input a client sends, as loopline messages.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from collections.abc import Mapping
@@ -35,6 +36,8 @@ def _default(value: Any) -> Any:
         # in streams and run outputs LangGraph's server writes every field
         schema = getattr(value, "response_schema", None)
         return {"value": value.value, "id": value.id, "response_schema": schema}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a Command
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 

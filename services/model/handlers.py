@@ -30,6 +30,7 @@ from services.model import streaming
 from services.model.chat import ModelPool, prompt_of
 from services.model.failures import failure_text
 from services.model.lcview import LangChainViews
+from services.model.node_writes import Placed
 from services.model.wrapped import ModelCaller, call_with_middleware
 from services.runtime import Handler, Runtime
 from services.secrets import scrub
@@ -73,6 +74,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
         outcome: StructuredOutcome | None = None
         update: dict[str, Any] | None = None
         writes: list[CommandWrite] = []
+        placed = Placed()
         try:
             streamed = await requests.wanted(event.task_id)
             caller = streaming_caller(event) if streamed else None
@@ -90,7 +92,7 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
                     # lg_runtime inside writing(): the node's runtime carries the writer
                     interrupts.node("model", scope, answers, lg_runtime(hooks.context)),
                 ):
-                    message, outcome, update, writes = await call_with_middleware(
+                    message, outcome, update, writes, placed = await call_with_middleware(
                         spec, hooks, list(transcript), extra, event.edits, caller=caller
                     )
                 await writer.flush()
@@ -137,6 +139,10 @@ def handlers(rt: Runtime) -> dict[str, Handler]:
             structured=outcome,
             update=update,
             writes=writes,
+            rewrite=placed.rewrite,
+            repaired=placed.repaired,
+            rev=event.rev + (1 if placed.rewrite is not None else 0),
+            after_reply=placed.after,
         )
         try:
             await hand_over.model_responded(responded, spec)

@@ -18,6 +18,7 @@ from contracts.messages import AIMessage, Message, from_langchain, to_langchain
 from services import custom_stream
 from services.agent_view import system_message, tool_schemas
 from services.hooks import HookSet, call_wrapped, lg_runtime
+from services.model import node_writes
 from services.model.chat import build_chat_model
 from services.model.lcview import with_invalid_calls_answered
 from services.spec import structured
@@ -229,20 +230,14 @@ class StateCommands:
 
     def writes(
         self,
-        reply: Any,
-        transcript: Sequence[Message],
         codec: StateCodec,
         sent: Sequence[tuple[str, Any]] = (),
     ) -> list[CommandWrite]:
         """The commands' writes in order (as LangGraph writes a node's list of commands):
-        state keys' values as the event carries them (``codec``), and the messages added
-        beside ``reply`` (LangGraph folds them into ``messages`` after the model's own,
-        with ``add_messages``).
-        Appending is what loopline applies: a message replacing or removing one the
-        state has (by id, or ``RemoveMessage``) and an AI message (LangChain would route
-        on it, not on the reply) are refused with the reason."""
+        state keys' values as the event carries them (``codec``), and their ``messages``
+        as the commands wrote them (``services.model.node_writes`` works out what they
+        leave in the state)."""
         out: list[CommandWrite] = []
-        taken = {m.id for m in transcript if m.id} | ({reply.id} if reply.id else set())
         for key, value in sent:  # what the chain sent while it ran comes first
             if key == "messages":
                 raise NotImplementedError(
@@ -254,33 +249,18 @@ class StateCommands:
         for command in self.commands:
             for key, value in dict(command.update or {}).items():
                 if key == "messages":
-                    added = _added(value, taken)
-                    out.append(CommandWrite(key=key, messages=added))
+                    out.append(CommandWrite(key=key, messages=node_writes.written(value)))
                 else:
                     out.append(CommandWrite(key=key, value=codec.encode_value(value)))
         return out
 
 
-def _added(given: Any, taken: set[str]) -> list[Message]:
-    from langchain_core.messages import RemoveMessage, convert_to_messages
-
-    out: list[Message] = []
-    for message in convert_to_messages(given if isinstance(given, list) else [given]):
-        if isinstance(message, RemoveMessage) or message.id in taken:
-            raise NotImplementedError(
-                "a wrap_model_call Command may add messages beside the reply; loopline "
-                f"does not replace or remove the state's messages from there (message id "
-                f"{message.id!r})"
-            )
-        if isinstance(message, LcAIMessage):
-            raise NotImplementedError(
-                "a wrap_model_call Command adding an AI message: loopline routes on the "
-                "model's reply, where LangChain's graph would route on the last AI message"
-            )
-        if message.id:
-            taken.add(message.id)
-        out.append(from_langchain(message))
-    return out
+def _unchanged(given: list[Any], state: list[Any]) -> bool:
+    """LangChain's test of whether the request's list still holds the state's messages
+    (``messages != state["messages"]``), the same objects first (no deep comparison)."""
+    if len(given) == len(state) and all(a is b for a, b in zip(given, state, strict=True)):
+        return True
+    return bool(given == state)
 
 
 def _given_structured(rf: Any, response: Any) -> list[tuple[str, Any]]:
@@ -325,7 +305,13 @@ async def call_with_middleware(
     edits: Sequence[AppliedEdit] = (),
     *,
     caller: ModelCaller | None = None,
-) -> tuple[AIMessage, StructuredOutcome | None, dict[str, Any] | None, list[CommandWrite]]:
+) -> tuple[
+    AIMessage,
+    StructuredOutcome | None,
+    dict[str, Any] | None,
+    list[CommandWrite],
+    node_writes.Placed,
+]:
     """``caller``: how each model call is made (default ``ainvoke``); with retry or
     fallback middleware a step makes several. ``transcript`` unedited: the chain applies
     ``edits`` (the context consumer's, for this transcript) at
@@ -333,8 +319,9 @@ async def call_with_middleware(
     messages, as LangChain's. With a ``response_format``, the reply's structured outcome
     comes too (made inside the chain, as LangChain's model node does, so middleware see
     the structured response and may change the request's format). Last, the state keys
-    the chain's ``ExtendedModelResponse`` commands set (None: none), and the commands'
-    writes (``ModelResponded.writes``)."""
+    the chain's ``ExtendedModelResponse`` commands set (None: none), the commands'
+    writes (``ModelResponded.writes``), and what the node's writes leave around the
+    reply (``ModelResponded.rewrite``, ``after_reply``)."""
     from langchain.agents.middleware import ModelRequest, ModelResponse
 
     rf = spec.response_format
@@ -407,8 +394,18 @@ async def call_with_middleware(
     last = from_langchain(replies[-1])
     if not isinstance(last, AIMessage):
         raise TypeError("the wrap_model_call chain returned no AI message")
-    update = commands.update(
-        hooks.channels, extra, _given_structured(rf, response), access.writes
+    update = commands.update(hooks.channels, extra, _given_structured(rf, response), access.writes)
+    writes = commands.writes(hooks.channels.codec, access.writes)
+    outcome = outcomes.get(id(replies[-1]))
+    # what the node's writes leave around the reply: LangChain writes the request's own
+    # list back when a layer changed it in place (``request.messages.append(...)``)
+    changed = None if _unchanged(request.messages, messages) else request.messages
+    placed = node_writes.placed(
+        transcript,
+        messages,
+        replies[-1],
+        own=list(response.result),
+        repaired=changed,
+        commands=[w.messages for w in writes if w.key == "messages"],
     )
-    writes = commands.writes(replies[-1], transcript, hooks.channels.codec, access.writes)
-    return last, outcomes.get(id(replies[-1])), update, writes
+    return last, outcome, update, writes, placed

@@ -49,9 +49,13 @@ class LoopHandOver:
         spec: AgentSpec,
         join_len: int | None = None,
         result_at: int | None = None,
+        rev: int = 0,
     ) -> None:
-        """``join_len``, ``result_at``: from the call's ToolRequested (``contracts.events``)."""
-        await self._hand(event, spec, lambda: self.loop.tool_completed(event, join_len, result_at))
+        """``join_len``, ``result_at``, ``rev``: from the call's ToolRequested
+        (``contracts.events``)."""
+        await self._hand(
+            event, spec, lambda: self.loop.tool_completed(event, join_len, result_at, rev)
+        )
 
     async def _hand(
         self,

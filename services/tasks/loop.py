@@ -29,6 +29,7 @@ from contracts.events import (
     DecisionsSubmitted,
     Event,
     ExceptionInfo,
+    KeptMessages,
     ModelFailed,
     ModelInterrupted,
     ModelRequested,
@@ -47,6 +48,7 @@ from contracts.events import (
     ToolInterrupted,
     dump_event,
     parse_event,
+    rewritten,
 )
 from contracts.messages import MESSAGE_ADAPTER, AIMessage, Message, with_input_ids
 from services import deployed
@@ -279,6 +281,8 @@ class Loop:
             event.thread_id, event.task_id, reason
         ):
             return  # it waited for its thread: it leaves the queue, never started
+        if event.rollback and event.thread_id:  # before it ends, so its end writes nothing
+            await self.threads.roll_back(event.thread_id, event.task_id)
         await self.stop(event.task_id, reason, Cause.CANCEL)
 
     async def stop(self, task_id: str, reason: str, cause: str) -> None:
@@ -368,6 +372,7 @@ class Loop:
             and event.transcript_len is not None
             and not hooks.has_state_hooks
             and not turn.after_ai  # the fused join length counts the reply alone
+            and event.rewrite is None  # and the transcript it was given
         ):
             fusion = await self._tool_calls_fusion(event, turn, digests)
         state = self._known(await self._record_reply(event, turn, fusion, digests, hooks), tid)
@@ -376,7 +381,7 @@ class Loop:
             # this process's cached transcript takes it without reading it back.
             self._committed(tid, state)
             if event.transcript_len is not None:
-                self.rt.remember(tid, 0, event.transcript_len, turn.ai)
+                self.rt.remember(tid, event.rev, event.transcript_len, turn.ai)
             return
         cause = Cause.model(event.step)
         if state.step == event.step and state.cause == cause:
@@ -409,16 +414,21 @@ class Loop:
         return turn_with(turn, event.added) if event.added else turn
 
     async def tool_completed(
-        self, event: ToolCompleted, join_len: int | None = None, result_at: int | None = None
+        self,
+        event: ToolCompleted,
+        join_len: int | None = None,
+        result_at: int | None = None,
+        rev: int = 0,
     ) -> None:
-        """``join_len``, ``result_at``: from the call's ToolRequested, when the caller has
-        them (then a result that completes the step can fuse the next model request)."""
+        """``join_len``, ``result_at``, ``rev``: from the call's ToolRequested, when the
+        caller has them (then a result that completes the step can fuse the next model
+        request)."""
         tid = event.task_id
         cause = Cause.tool(event.step, event.message.tool_call_id)
         tool_message = event.message.model_dump_json().encode()
         fusion = None
         if join_len is not None:
-            fusion = await self._model_request_fusion(event, tool_message, join_len, result_at)
+            fusion = await self._model_request_fusion(event, tool_message, join_len, result_at, rev)
         record = RecordResult(
             step=event.step,
             cause=cause,
@@ -587,6 +597,7 @@ class Loop:
                 join_len=state.transcript_len + len(state.expected),
                 expected=state.expected,
                 sealer=await rt.sealer(),
+                rev=state.rev,
             )
         )
 
@@ -664,17 +675,23 @@ class Loop:
             expected=expected,
             sealer=await self.rt.sealer(),
             digests=digests,
+            rev=event.rev,
         )
         return self._fusion(
             event.task_id, (Phase.TOOLS, Phase.DONE), Phase.TOOLS, outputs, event.transcript_len + 1
         )
 
     async def _model_request_fusion(
-        self, event: ToolCompleted, tool_message: bytes, join_len: int, result_at: int | None
+        self,
+        event: ToolCompleted,
+        tool_message: bytes,
+        join_len: int,
+        result_at: int | None,
+        rev: int,
     ) -> Fusion | None:
         """When this result completes the step and no before_model hooks are to run, the
-        transition publishes the next model request and acks, in one script (the
-        transcript revision only moves when hooks rewrite it)."""
+        transition publishes the next model request and acks, in one script (``rev``:
+        the transcript's revision, which only hooks and the model node's rewrites move)."""
         spec = await self.rt.agent(event.agent_id)
         if hooks_for(event.agent_id, spec).has_state_hooks:
             return None
@@ -686,7 +703,7 @@ class Loop:
             agent_id=event.agent_id,
             step=event.step + 1,
             transcript_len=join_len,
-            rev=0,
+            rev=rev,
             # the step's only result, when small: the model need not read it back
             last_result=event.message if small else None,
         )
@@ -752,6 +769,7 @@ class Loop:
                 end_after=completed if turn.end_after_tools else b"",
                 nodes_event=_nodes_event(tid, event.step, turn.ran),
                 again=turn.again,
+                rewrite=_rewrite_args(event),
             ),
             fusion,
         )
@@ -834,6 +852,8 @@ class Loop:
         for an answer to an interrupt or failed."""
         tid = event.task_id
         transcript = await self._transcript(tid)
+        if event.rewrite is not None:  # the model node's writes changed the messages before it
+            transcript = rewritten(event.rewrite, transcript, lambda m: m)
         writer = CustomWriter(self.rt, tid, event.step, "after_model")
         thread: Any = None
         if hooks.wants_config:  # the thread is in the config a hook is given
@@ -1114,6 +1134,17 @@ def _update_pairs(writes: list[tuple[str, Any]]) -> str:
     if not writes:
         return ""
     return json.dumps([part for key, value in writes for part in (key, json.dumps(value))])
+
+
+def _rewrite_args(event: ModelResponded) -> list[str | list[int]] | None:
+    """``ModelResponded.rewrite`` as the transition takes it: each new message's JSON, each
+    run of kept ones as ``[start, count]``."""
+    if event.rewrite is None:
+        return None
+    return [
+        [m.start, m.count] if isinstance(m, KeptMessages) else m.model_dump_json()
+        for m in event.rewrite
+    ]
 
 
 def _structured_response(event: ModelResponded, turn: ModelTurn) -> Any:

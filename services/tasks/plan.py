@@ -90,11 +90,12 @@ def tool_requests(
     expected: list[str],
     sealer: Sealer,
     digests: Mapping[str, str] | None = None,
+    rev: int = 0,
 ) -> list[tuple[str, Event]]:
     """A step's calls to run, each to its service's stream, sealed as issued by this
     state (``services.seal``). ``expected``: the step's results in join order
     (``join_order``), the last of them at ``join_len - 1``; ``digests``: the calls'
-    ``call_digest``s where the caller has them."""
+    ``call_digest``s where the caller has them; ``rev``: the transcript's revision."""
     first_at = join_len - len(expected)
     return [
         (
@@ -105,6 +106,7 @@ def tool_requests(
                 agent_id=agent_id,
                 call=call,
                 join_len=join_len,
+                rev=rev,
                 result_at=first_at + expected.index(call.id) if call.id in expected else None,
                 seal=call_seal(sealer, task_id, step, agent_id, call, (digests or {}).get(call.id)),
             ),

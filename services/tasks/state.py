@@ -161,7 +161,10 @@ class TaskState:
     done: frozenset[str] = frozenset()
     """In the tools phase: the ids of the step's calls whose results are in."""
     committed: bool = False
-    """A fused transition (``services.tasks.transition.Fusion``) also committed the entry."""
+    """A fused transition (``services.tasks.transition.Fusion``) also committed the entry.
+    Its reply then gives only what the entry's handler reads once it is committed
+    (``applied``, ``status``, ``phase``, ``agent_id``, ``thread``: lua/fused.lua); the other
+    fields keep their defaults, so the script reads and sends no more than that."""
     duplicate: bool = False
     """``StartTask`` found the task started by another submission (applied = -1)."""
     joining: bool = False
@@ -182,6 +185,8 @@ class TaskState:
     @classmethod
     def from_reply(cls, reply: list[Any]) -> TaskState:
         found = pairs(reply)
+        if int(found.get("committed", 0)) == 1:
+            return cls._committed(found)
         return cls(
             applied=int(found["applied"]) == 1,
             status=text(found["status"]),
@@ -195,8 +200,23 @@ class TaskState:
             hooks_step=int(text(found["hooks_step"]) or 0),
             thread=text(found.get("thread", b"")),
             done=frozenset(text(v) for v in found["done"]),
-            committed=int(found.get("committed", 0)) == 1,
             duplicate=int(found["applied"]) == -1,
             joining=int(found["applied"]) == -2,
             limit_event_needed=int(found["applied"]) == -3,
+        )
+
+    @classmethod
+    def _committed(cls, found: dict[str, Any]) -> TaskState:
+        """The reply of a fused transition that committed the entry (lua/fused.lua)."""
+        return cls(
+            applied=int(found["applied"]) == 1,
+            status=text(found["status"]),
+            step=0,
+            phase=text(found["phase"]),
+            cause="",
+            transcript_len=0,
+            expected=[],
+            agent_id=text(found["agent_id"]),
+            thread=text(found["thread"]),
+            committed=True,
         )

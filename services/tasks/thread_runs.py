@@ -158,6 +158,11 @@ class ThreadRuns:
             await self.emit(task_id, state)
         return True
 
+    async def roll_back(self, thread_id: str, task_id: str) -> None:
+        """A cancel with ``rollback`` of the thread's active run: when it ends, nothing of
+        it becomes the thread's (a run that is not the active one has nothing to undo)."""
+        await self.store.roll_back(thread_id, task_id)
+
     async def _recover(self, thread_id: str, active: str) -> bool:
         """The thread's active run ended without its end being recorded (its process
         died in between): record it now. True when it had ended."""

@@ -97,6 +97,14 @@ class DropQueued(Args):
     task_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class RollBackRun(Args):
+    """The active run is cancelled with ``rollback`` (``lua/thread_rollback.lua``)."""
+
+    LUA = "thread_rollback"
+    task_id: str
+
+
 @cache
 def thread_script(args: type[Args]) -> str:
     body, table = checked_body(args)
@@ -152,6 +160,7 @@ class ThreadStore:
         self._claim = register(thread_script(ClaimThread))
         self._end = register(thread_script(EndRun))
         self._drop = register(thread_script(DropQueued))
+        self._roll_back = register(thread_script(RollBackRun))
         self._hand_over = register(thread_script(HandOver))
 
     def keys(self, thread_id: str) -> list[str]:
@@ -188,6 +197,12 @@ class ThreadStore:
         """Take a waiting run out of the thread's queue; False if it is not waiting."""
         args = DropQueued(task_id)
         return int(await self._drop(keys=self.keys(thread_id), args=args.argv())) == 1
+
+    async def roll_back(self, thread_id: str, task_id: str) -> bool:
+        """Mark the thread's active run to be rolled back when it ends; False if it is
+        not the active run."""
+        args = RollBackRun(task_id)
+        return int(await self._roll_back(keys=self.keys(thread_id), args=args.argv())) == 1
 
     async def _touch(self, thread_id: str) -> None:
         """The listing of threads (``loopline threads list``), by last change."""

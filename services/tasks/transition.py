@@ -93,6 +93,17 @@ def checked_body(args: type[Args]) -> tuple[str, str]:
     return body, ", ".join(f"{name} = ARGV[{i}]" for i, name in enumerate(names, 1))
 
 
+FUSED_SNAPSHOT = """
+local full_snapshot = snapshot
+local function snapshot(applied)
+  return {applied = applied}
+end
+"""
+"""In a fused script the transition's ``snapshot(applied)`` reads nothing: ``fused.lua``
+reads the few fields the commit decides on, and the whole state (``full_snapshot``) only
+when the entry is left to its handler."""
+
+
 def build_script(args: type[Args], *, fused: bool = False) -> str:
     """The whole script of a transition (``fused``: with the entry's commit)."""
     body, table = checked_body(args)
@@ -102,6 +113,8 @@ def build_script(args: type[Args], *, fused: bool = False) -> str:
         f"local arg = {{{table}}}\n",
         lua_file("common"),
         COMMIT_LUA if fused else "",
+        # fused: the transition's reply is `applied` alone; fused.lua reads what it needs
+        FUSED_SNAPSHOT if fused else "",
         "local function transition()\n",
         body,
         "\nend\n",

@@ -139,6 +139,11 @@ class RecordReply(Args):
     again: bool = False
     """A reply with no calls to wait for that does not end the task: an ``after_agent``
     hook jumped back to the model, so the next step starts (``step_event``)."""
+    rewrite: list[str | list[int]] | None = None
+    """The messages before the reply when the model node's writes changed the transcript
+    (``ModelResponded.rewrite``): each new one's JSON, each run of the transcript's own
+    as ``[start, count]``. The transcript is replaced by them (the revision moves), then
+    the reply joins; None when unchanged."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.tools import BaseTool
+from langgraph.errors import ParentCommand
 from redis.exceptions import RedisError
 
 from contracts.events import ExceptionInfo, ToolRequested, ToolResumed
@@ -46,6 +47,7 @@ from services.state_access import StateAccess
 from services.tasks.issued import Admission, IssuedCalls, record_field
 from services.tools.logic import (
     Answered,
+    answered,
     injects,
     reads_state,
     run_tool,
@@ -169,13 +171,19 @@ class AgentState:
     thread_id: str | None
 
 
+def tool_message_id(job: Job) -> str:
+    """The id of the call's tool message: LangGraph's ``add_messages`` gives every
+    message that joins the state one (a uuid); here it derives from the call, so a
+    redelivery that runs the call again gives the same."""
+    return f"{job.scope}:tool"
+
+
 def with_message_id(answer: Answered, job: Job) -> Answered:
-    """The answer with an id on its tool message: LangGraph's ``add_messages`` gives
-    every message that joins the state one (a uuid); here it derives from the call, so
-    a redelivery that runs the call again gives the same."""
+    """The answer with an id on its tool message (``tool_message_id``), where the message
+    came without one (a plain result's is made with it: no copy of the frozen message)."""
     if answer.message.id:
         return answer
-    message = answer.message.model_copy(update={"id": f"{job.scope}:tool"})
+    message = answer.message.model_copy(update={"id": tool_message_id(job)})
     return dataclasses.replace(answer, message=message)
 
 
@@ -367,6 +375,15 @@ class ToolCalls:
         except NodeInterrupted as waiting:
             asked = waiting.asked
             return Parked(asked.value, asked.response_schema, answered=len(answers))
+        except ParentCommand as handed:
+            command = handed.args[0] if handed.args else None
+            if getattr(command, "graph", None) != f"tools:{job.scope}":
+                return Failed.of(handed, job.task_id)  # for a graph above this one
+            # an agent the tool invoked handed this call its Command (a tool of its own
+            # returned ``Command(graph=Command.PARENT)``): LangGraph's tools node takes
+            # it as its own output, as the tool's returned Command is taken here
+            own = dataclasses.replace(command, graph=None)
+            return with_message_id(answered(job.tool, job.call, own), job)
         except ResumeRefused as refused:
             calls_key = self.rt.names.task_calls(job.task_id)
             asked_before = await self._parked_request(calls_key, job.record)
@@ -389,7 +406,12 @@ class ToolCalls:
             assert job.tool is not None  # an unknown tool comes only with wrappers
             runtime = await self._runtime(job)
             answer = await run_tool(
-                job.tool, call, limit=job.limit, runtime=runtime, mode=job.mode
+                job.tool,
+                call,
+                limit=job.limit,
+                runtime=runtime,
+                mode=job.mode,
+                message_id=tool_message_id(job),
             )
             return with_sends(answer, runtime)
         assert lease is not None  # a wrapped call always runs under its lease

@@ -30,6 +30,7 @@ from services.errors import (
     PermanentError,
     Refused,
 )
+from services.held_callbacks import with_callbacks
 from services.hooks import hooks_for
 from services.runtime import Handler, Runtime
 from services.spec import toolbox
@@ -142,7 +143,8 @@ class ToolsService:
             tools=tuple(tools.values()),
             mode=hooks.mode,
             channels=hooks.channels,
-            run_config=hooks.run_config,
+            # the caller's callback handlers, where it runs in this process
+            run_config=with_callbacks(hooks.run_config, event.task_id),
         )
         with writing(writer, hooks.context):
             if isinstance(event, ToolResumed):
@@ -195,7 +197,7 @@ class ToolsService:
         try:
             if isinstance(event, ToolRequested):
                 await self.hand_over.tool_completed(
-                    completed, spec, event.join_len, event.result_at
+                    completed, spec, event.join_len, event.result_at, event.rev
                 )
             else:
                 await self.hand_over.tool_completed(completed, spec)

@@ -79,7 +79,8 @@ COMMAND_NOT_STORABLE = (
 )
 COMMAND_GOTO = (
     "Error: tool '{tool_name}' returned a Command with goto/graph/resume; loopline applies "
-    "a tool's Command(update=...) only."
+    "a tool's Command(update=...), and a Command(graph=Command.PARENT) in the graph that "
+    "runs the agent, only."
 )
 
 
@@ -173,6 +174,7 @@ async def run_tool(
     limit: Callable[[], AbstractAsyncContextManager[None]] = unlimited,
     runtime: Any = None,
     mode: str | None = None,
+    message_id: str | None = None,
 ) -> Answered:
     """Invoke the tool with the call (``mode``: the run's ``AgentSpec.run_mode``, see
     ``invoke_tool``). Invalid arguments are answered with ToolNode's
@@ -180,7 +182,8 @@ async def run_tool(
     ToolNode's default error handler in ``create_agent`` re-raises it. ``limit``: the
     call's time limit (``services.tools.limits``); a call past it raises
     ``TimeoutError``. ``runtime``: the call's ``ToolRuntime`` (``tool_runtime``), for a
-    tool that takes one or an ``Injected*`` argument."""
+    tool that takes one or an ``Injected*`` argument. ``message_id``: the id of the tool
+    message made here (one the tool returns keeps its own)."""
     payload: dict[str, Any] = {
         "id": call.id,
         "name": call.name,
@@ -202,10 +205,11 @@ async def run_tool(
         content = TOOL_INVOCATION_ERROR_TEMPLATE.format(
             tool_name=call.name, tool_kwargs=call.args, error=_validation_text(exc)
         )
-        return Answered(
-            ToolMessage(content=content, name=call.name, tool_call_id=call.id, status="error")
+        message = ToolMessage(
+            content=content, name=call.name, tool_call_id=call.id, status="error", id=message_id
         )
-    return answered(tool, call, result)
+        return Answered(message)
+    return answered(tool, call, result, message_id)
 
 
 async def invoke_tool(
@@ -222,10 +226,13 @@ async def invoke_tool(
     return await tool.ainvoke(payload, config)
 
 
-def answered(tool: BaseTool | None, call: ToolCall, result: Any) -> Answered:
+def answered(
+    tool: BaseTool | None, call: ToolCall, result: Any, message_id: str | None = None
+) -> Answered:
     """What a tool (or a ``wrap_tool_call`` chain) returned, as the call's answer: a
     ``Command(update=...)`` checked as LangGraph's tool node checks it (the update must
-    hold the call's ToolMessage), its other keys the state update."""
+    hold the call's ToolMessage), its other keys the state update. ``message_id``: the
+    id of a tool message made here from a plain result."""
     from langgraph.types import Command
 
     if isinstance(result, Command):
@@ -233,7 +240,9 @@ def answered(tool: BaseTool | None, call: ToolCall, result: Any) -> Answered:
     message = from_langchain(result) if not isinstance(result, str) else None
     if isinstance(message, ToolMessage):
         return Answered(message)
-    return Answered(ToolMessage(content=str(result), name=call.name, tool_call_id=call.id))
+    return Answered(
+        ToolMessage(content=str(result), name=call.name, tool_call_id=call.id, id=message_id)
+    )
 
 
 def _command_answer(tool: BaseTool | None, call: ToolCall, command: Any) -> Answered:
@@ -244,10 +253,17 @@ def _command_answer(tool: BaseTool | None, call: ToolCall, command: Any) -> Answ
             ToolMessage(content=text, name=call.name, tool_call_id=call.id, status="error")
         )
 
-    if command.goto or command.graph is not None or command.resume is not None:
-        return error(COMMAND_GOTO.format(tool_name=call.name))
     payload = {"id": call.id, "name": call.name, "args": dict(call.args), "type": "tool_call"}
     node = _command_checker(tool)
+    if command.graph == command.PARENT:
+        # for the graph that runs this agent as its node (a handoff): LangGraph's graph
+        # ends its run by raising it, checked as any tool's Command, and the caller's
+        # graph applies it (``loopline.nested.for_caller`` addresses it there)
+        from langgraph.errors import ParentCommand
+
+        raise ParentCommand(node._validate_tool_command(command, payload, "tool_calls"))
+    if command.goto or command.graph is not None or command.resume is not None:
+        return error(COMMAND_GOTO.format(tool_name=call.name))
     # LangGraph's own check: the update holds exactly the call's ToolMessage (what it
     # raises propagates, as out of LangGraph's tool node, where the check is outside the
     # tool's error handling)

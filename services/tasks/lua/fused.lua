@@ -6,14 +6,21 @@
 -- ARGV after the transition's own: phases (",tools,done,"), publish_phase, expect_len
 -- ("" for any), n outputs, the n encoded outputs, task_id, then commit's arguments.
 -- KEYS after the task's own: the n output streams, the deadlines set, then commit's keys.
+-- The transition's own snapshot() is `applied` alone here (see services.tasks.transition):
+-- what the commit decides on is read once below; the whole state is read only when the
+-- entry is left to its handler, which goes on from it. A committed entry's handler reads
+-- no more than `committed_reply` gives (services.tasks.state.TaskState.committed).
 local k, a = TASK_KEYS + 1, ARGC + 1
-local snap = transition()
-local fire = snap.applied == 1 and string.find(ARGV[a], ',' .. snap.phase .. ',', 1, true) ~= nil
-local publish = snap.phase == ARGV[a + 1]
+local applied = transition().applied
+local s = redis.call('HMGET', KEYS[1], 'status', 'phase', 'agent', 'thread')
+local phase = s[2] or ''
+local fire = applied == 1 and string.find(ARGV[a], ',' .. phase .. ',', 1, true) ~= nil
+local publish = phase == ARGV[a + 1]
 if fire and publish and ARGV[a + 2] ~= '' then
-  fire = tonumber(ARGV[a + 2]) == tonumber(snap.transcript_len)
+  fire = tonumber(ARGV[a + 2]) == redis.call('LLEN', KEYS[2])
 end
 if not fire then
+  local snap = full_snapshot(applied)
   snap.committed = 0
   return reply(snap)
 end
@@ -23,7 +30,7 @@ if publish then
     redis.call('XADD', KEYS[k + i], '*', '__DATA__', ARGV[a + 4 + i])
   end
 end
-if snap.phase == 'done' then redis.call('ZREM', KEYS[k + n], ARGV[a + 4 + n]) end
+if phase == 'done' then redis.call('ZREM', KEYS[k + n], ARGV[a + 4 + n]) end
 commit(k + n + 1, a + 5 + n)
-snap.committed = 1
-return reply(snap)
+return {'applied', applied, 'status', s[1] or '', 'phase', phase, 'agent_id', s[3] or '',
+        'thread', s[4] or '', 'committed', 1}

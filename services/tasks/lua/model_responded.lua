@@ -1,4 +1,4 @@
--- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra issued end_after limit_event nodes_event again
+-- ARGV: step cause ai_message responded_event expected pre_results completed_event step_event failed_event after_ai extra issued end_after limit_event nodes_event again rewrite
 -- The model answered step `step` (model phase, or approval when a human decided): the
 -- reply joins the transcript; without calls to wait for the task completes, else it
 -- moves to the tools phase (results decided by after_model hooks are in already, and
@@ -14,6 +14,25 @@ local step = tonumber(arg.step)
 if s[4] then
   redis.call('HDEL', KEYS[1], 'pending', 'wait_node', 'wait_id', 'wait_at', 'resume',
              'done_nodes')
+end
+-- the model node's writes changed the messages before the reply: they replace the
+-- transcript (a new revision: copies of the old one are stale)
+-- (a run of the old messages kept is named [start, count], 0-based)
+if arg.rewrite ~= '' then
+  local old = redis.call('LRANGE', KEYS[2], 0, -1)
+  local msgs = {}
+  for _, item in ipairs(cjson.decode(arg.rewrite)) do
+    if type(item) == 'table' then
+      for i = item[1] + 1, item[1] + item[2] do msgs[#msgs + 1] = old[i] end
+    else
+      msgs[#msgs + 1] = item
+    end
+  end
+  redis.call('DEL', KEYS[2])
+  for i = 1, #msgs, 500 do
+    redis.call('RPUSH', KEYS[2], unpack(msgs, i, math.min(i + 499, #msgs)))
+  end
+  redis.call('HINCRBY', KEYS[1], 'rev', 1)
 end
 redis.call('RPUSH', KEYS[2], arg.ai_message)
 if arg.after_ai ~= '[]' then
