@@ -303,7 +303,9 @@ class Names:
         return self.task_key(task_id, "state")
 
     def task_messages(self, task_id: str) -> str:
-        """List: the transcript, one JSON message per entry, append-only. Loop writes."""
+        """List: the transcript, one JSON message per entry, append-only. Loop writes.
+        A run of a thread hands it over to the thread's when it ends (the key goes; the
+        task's state names where it is read: ``services.tasks.threads.HANDED``)."""
         return self.task_key(task_id, "messages")
 
     def task_log(self, task_id: str) -> str:
@@ -356,8 +358,16 @@ class Names:
         return self.thread_key(thread_id, "state")
 
     def thread_messages(self, thread_id: str) -> str:
-        """List: the thread's transcript as its last run left it, one JSON message each."""
+        """List: the thread's transcript as its last run left it, one JSON message each.
+        Also the transcript of each run that ended on the thread (its first messages):
+        written only by the thread scripts, which append to it where they can."""
         return self.thread_key(thread_id, "messages")
+
+    def thread_kept_messages(self, thread_id: str, epoch: int) -> str:
+        """List: the thread's transcript as it stood at ``epoch`` before a write changed
+        what was there (not only appended), kept while a run that handed its transcript
+        over at that epoch lives (``lua/thread_common.lua``)."""
+        return f"{self.thread_messages(thread_id)}@{epoch}"
 
     def thread_todos(self, thread_id: str) -> str:
         """String: the thread's todo list (JSON) as its last run left it."""

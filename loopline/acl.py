@@ -71,9 +71,12 @@ DATA = (
     "rpush", "lpush", "lpop", "lrem", "lrange", "llen", "lindex", "persist",
     "sadd", "sismember",
     "zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyscore", "zcard", "zscore",
+    "rename", "expireat", "time",
 )  # fmt: skip
 """The data commands the services (and their scripts) run; a thread's queue of runs is a
-list (``services/tasks/lua/thread_*.lua``), and a thread's keys are kept while it lives."""
+list (``services/tasks/lua/thread_*.lua``), and a thread's keys are kept while it lives;
+a thread's transcript that a write changed is kept apart while runs read it (renamed,
+expiring: ``lua/thread_common.lua``)."""
 
 PUBSUB = ("subscribe", "unsubscribe")
 """What a service listens with (stream requests, registry changes)."""

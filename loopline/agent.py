@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import copy
 import os
+import time
 import warnings
 import weakref
 from collections.abc import (
@@ -1211,8 +1212,9 @@ class Agent(Runnable[Any, dict[str, Any]]):
             history = self._history(client)
             checkpoint = await update_thread(history, thread_id, values, as_node, at)
             if is_saver(self.checkpointer):
+                expires_at = await self._expiry(thread_id)
                 await write_update(
-                    self.checkpointer, self.reference, history, thread_id, checkpoint
+                    self.checkpointer, self.reference, history, thread_id, checkpoint, expires_at
                 )
         return checkpoint.config(thread_id)  # type: ignore[return-value]
 
@@ -1357,9 +1359,29 @@ class Agent(Runnable[Any, dict[str, Any]]):
         if not is_saver(self.checkpointer) or "__interrupt__" in result:
             return
         thread_id = self._thread_id(config)
+        expires_at = await self._expiry(thread_id)
         async with self.client() as client:
             history = self._history(client)
-            await write_run(self.checkpointer, self.reference, history, thread_id, run_id)
+            await write_run(
+                self.checkpointer,
+                self.reference,
+                history,
+                thread_id,
+                run_id,
+                expires_at=expires_at,
+            )
+
+    async def _expiry(self, thread_id: str) -> float | None:
+        """When the thread expires where the deployment's threads do (``thread_ttl_s``
+        from its last change, as its keys in Redis), so that the saver forgets it with
+        Redis; None: never."""
+        ttl = self.settings.thread_ttl_s
+        if not ttl:
+            return None
+        async with self.client() as client:
+            key = client.names.thread_state(client.space.key(thread_id))
+            updated: Any = await client.redis.hget(key, "updated")
+        return (float(updated) if updated else time.time()) + ttl
 
     async def _thread_result(
         self, result: dict[str, Any], config: Mapping[str, Any] | None

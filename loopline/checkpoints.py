@@ -16,6 +16,7 @@ refused there with Redis's NOPERM, never skipped).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -28,7 +29,13 @@ from contracts.streams import Names
 from loopline.history import MODEL, Checkpoint, ThreadHistory, next_after
 from loopline.history import checkpoint_id as new_checkpoint_id
 from loopline.saver_steps import get_tuple, saver_config, write_supersteps
+from services.tasks.threads import stage_transcript
 
+EXPIRES_FIELD = "loopline_expires_at"
+"""In the metadata of a checkpoint loopline writes for a deployment whose threads
+expire (``thread_ttl_s``): when the thread expires (epoch seconds), unless a later run
+renews it. A thread gone from Redis whose saver's newest checkpoint is loopline's and
+past it is deleted from the saver too (``take_in``): what expires is gone from both."""
 SAVER_FIELD = "saver_checkpoint"
 """The thread state's field: the id of the saver's checkpoint last taken in."""
 WRITER = {"writer": "loopline"}
@@ -55,13 +62,15 @@ async def write_run(
     run_id: str,
     *,
     saved_as: str | None = None,
+    expires_at: float | None = None,
 ) -> str | None:
     """A thread's run ended (or stopped for good): its checkpoints, one per superstep as
     the thread's fold has them, go to ``saver`` in LangGraph's format for ``graph`` (the
     agent's compiled graph as LangChain builds it), as thread ``saved_as`` (None: the
-    same id). A run that went on from an earlier checkpoint without an input starts
-    from that one (the fork LangGraph saves first included). The id of the newest
-    checkpoint written; None when there was none."""
+    same id); ``expires_at``: when the thread expires (``EXPIRES_FIELD``), None: never.
+    A run that went on from an earlier checkpoint without an input starts from that one
+    (the fork LangGraph saves first included). The id of the newest checkpoint written;
+    None when there was none."""
     made = await history.checkpoints(thread_id)
     run = sorted((c for c in made if c.run_id == run_id), key=lambda c: c.id)
     if not run:
@@ -74,14 +83,32 @@ async def write_run(
         run.insert(0, parent)  # LangGraph's copy of the checkpoint it went on from
         parent = by_id.get(parent.parent_id or "")
     return await write_supersteps(
-        saver, graph, saved_as or thread_id, run, parent=parent, metadata_of=history.metadata
+        saver,
+        graph,
+        saved_as or thread_id,
+        run,
+        parent=parent,
+        metadata_of=_with_expiry(history.metadata, expires_at),
     )
+
+
+def _with_expiry(metadata_of: Any, expires_at: float | None) -> Any:
+    if expires_at is None:
+        return metadata_of
+    return lambda checkpoint: {**metadata_of(checkpoint), EXPIRES_FIELD: expires_at}
 
 
 async def _failed(history: ThreadHistory, run_id: str) -> bool:
     reader = history.reader
     status: Any = await reader.redis.hget(reader.names.task_state(run_id), "status")
     return _text(status) == "failed"
+
+
+async def _delete_thread(saver: Any, thread_id: str) -> None:
+    try:
+        await saver.adelete_thread(thread_id)
+    except NotImplementedError:
+        await asyncio.to_thread(saver.delete_thread, thread_id)
 
 
 def _stopped_at(checkpoint: Checkpoint) -> Checkpoint:
@@ -93,16 +120,22 @@ def _stopped_at(checkpoint: Checkpoint) -> Checkpoint:
 
 
 async def write_update(
-    saver: Any, graph: Any, history: ThreadHistory, thread_id: str, checkpoint: Checkpoint
+    saver: Any,
+    graph: Any,
+    history: ThreadHistory,
+    thread_id: str,
+    checkpoint: Checkpoint,
+    expires_at: float | None = None,
 ) -> str | None:
     """An ``update_state`` loopline recorded (the fold's ``checkpoint``, source
     "update") written to ``saver`` as LangGraph's ``update_state`` writes it: a child of
     the checkpoint it was applied to, what runs next routed as the node it was written
-    as. Its id."""
+    as; ``expires_at`` as ``write_run``'s. Its id."""
     made = await history.checkpoints(thread_id)
     parent = next((c for c in made if c.id == checkpoint.parent_id), None)
+    metadata_of = _with_expiry(history.metadata, expires_at)
     return await write_supersteps(
-        saver, graph, thread_id, [checkpoint], parent=parent, metadata_of=history.metadata
+        saver, graph, thread_id, [checkpoint], parent=parent, metadata_of=metadata_of
     )
 
 
@@ -131,9 +164,10 @@ async def take_in(
     someone else wrote that one (not taken in yet), or when Redis has no working copy
     (it expired: an in-process saver's). Left as it is while a run of the thread is
     active (a waiting one included: its state is loopline's). ``is_ours(checkpoint_id)``
-    (awaitable): whether the thread's fold has that checkpoint, which loopline wrote.
-    The values taken in (the state's keys, LangGraph's private channels left out),
-    None when nothing was."""
+    (awaitable): whether the thread's fold has that checkpoint, which loopline wrote. A
+    thread that expired (``EXPIRES_FIELD`` in its newest checkpoint, which only
+    loopline writes) is deleted from the saver instead: it is gone. The values taken in
+    (the state's keys, LangGraph's private channels left out), None when nothing was."""
     found = await latest(saver, thread_id)
     if found is None:
         return None
@@ -147,15 +181,17 @@ async def take_in(
         return None
     if exists and is_ours is not None and await is_ours(checkpoint_id):
         return None
+    expires_at = (found.metadata or {}).get(EXPIRES_FIELD)
+    if not exists and expires_at is not None and _past(float(expires_at)):
+        await _delete_thread(saver, thread_id)  # Redis's copy expired with it
+        return None
     values = dict(found.checkpoint.get("channel_values") or {})
     given = {k: v for k, v in values.items() if not k.startswith(("__", "branch:"))}
     messages = [from_langchain(m).model_dump_json() for m in values.pop("messages", [])]
     todos = values.pop("todos", None)
     extra = {k: v for k, v in values.items() if not k.startswith(("__", "branch:"))}
     async with redis.pipeline(transaction=True) as pipe:
-        pipe.delete(names.thread_messages(key))
-        if messages:
-            pipe.rpush(names.thread_messages(key), *messages)
+        stage_transcript(pipe, names, key, messages)
         if todos is None:
             pipe.delete(names.thread_todos(key))
         else:
@@ -168,6 +204,15 @@ async def take_in(
         pipe.hsetnx(state_key, "created", time.time())
         await pipe.execute()
     return given
+
+
+CLOCK_SLACK_S = 1.0
+"""How far the clocks of the process that ended a thread's run (its expiry is counted
+from there) and of this one may differ."""
+
+
+def _past(expires_at: float) -> bool:
+    return expires_at <= time.time() + CLOCK_SLACK_S
 
 
 def _json(value: Any) -> Any:

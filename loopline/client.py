@@ -37,6 +37,7 @@ from loopline.threads import DEPLOYMENT, ThreadReader, ThreadSpace
 from services import deployed
 from services.redisconn import async_client
 from services.settings import Settings
+from services.tasks.threads import transcript
 
 if TYPE_CHECKING:
     from services.tasks.store import StepWritten
@@ -598,7 +599,8 @@ class Client:
         raise RuntimeError("task log ended without a terminal event")  # pragma: no cover
 
     async def messages(self, task_id: str) -> list[Message]:
-        raw = await self.redis.lrange(self.names.task_messages(task_id), 0, -1)
+        """The task's transcript (a run that ended on its thread reads it there)."""
+        raw = await transcript(self.redis, self.names, task_id)
         return [MESSAGE_ADAPTER.validate_json(item) for item in raw]
 
     async def step_written(self, task_id: str) -> StepWritten:

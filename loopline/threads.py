@@ -5,7 +5,8 @@ values (``update_state``). Plain reads of the documented keys (``contracts.strea
 
 A thread's state is the one its last run left, or, while a run is active, that run's own
 state as it stands (the run's task keys): what LangGraph's checkpoints show between
-supersteps. Earlier states are the ended runs' task keys, kept for the retention time; the
+supersteps. Earlier states are the ended runs' task keys, kept for the retention time (a
+run's transcript, once it ended, read from the thread's: ``services.tasks.threads``); the
 thread's checkpoints, one per superstep, are ``loopline.history``'s.
 
 Where a thread lives is the checkpointer's choice, as in LangGraph (``space_of``): without
@@ -38,6 +39,7 @@ from contracts.events import (
 from contracts.messages import MESSAGE_ADAPTER, Message
 from contracts.streams import DATA_FIELD, SAVER_SPACE_MARK, Names
 from services.tasks.store import StepWritten, step_written
+from services.tasks.threads import HANDED, handed_or_own, stage_transcript
 
 PERSISTENT_SAVER_MODULES = (
     "langgraph.checkpoint.postgres",
@@ -195,11 +197,14 @@ class ThreadReader:
         """The state a run of the thread has (or left when it ended)."""
         names = self.names
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(names.task_state(task_id), "status", "phase", "step", "extra", "pending")
-        pipe.lrange(names.task_messages(task_id), 0, -1)
+        pipe.lrange(names.task_messages(task_id), 0, -1)  # before HANDED: ``handed_or_own``
+        fields = ("status", "phase", "step", "extra", "pending", "thread", HANDED)
+        pipe.hmget(names.task_state(task_id), *fields)
         pipe.get(names.task_todos(task_id))
         pipe.xrevrange(names.task_log(task_id), count=1)
-        (status, phase, step, extra, pending), raw, todos, last = await pipe.execute()
+        found = await pipe.execute()
+        own, (status, phase, step, extra, pending, key, handed), todos, last = found
+        raw = await handed_or_own(self.redis, names, _text(key), handed, own)
         updated = int(_text(last[0][0]).split("-")[0]) / 1000 if last else 0.0
         messages = [MESSAGE_ADAPTER.validate_json(m) for m in raw]
         if _text(phase) == "approval" and pending:
@@ -287,9 +292,7 @@ class ThreadReader:
             )
         names, key, now = self.names, self.space.key(thread_id), time.time()
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(names.thread_messages(key))
-            if messages:
-                pipe.rpush(names.thread_messages(key), *(m.model_dump_json() for m in messages))
+            stage_transcript(pipe, names, key, [m.model_dump_json() for m in messages])
             if todos is None:
                 pipe.delete(names.thread_todos(key))
             else:
@@ -297,12 +300,14 @@ class ThreadReader:
             pipe.hset(names.thread_state(key), mapping={"extra": extra, "updated": now})
             pipe.hsetnx(names.thread_state(key), "active", "")
             pipe.hsetnx(names.thread_state(key), "created", now)
-            pipe.zadd(names.threads, {key: now})
             await pipe.execute()
+        # apart: the listing's key hashes elsewhere (one transaction is one slot)
+        await self.redis.zadd(names.threads, {key: now})
 
     async def remove(self, thread_id: str) -> bool:
-        """Delete a thread's keys (its runs' task keys expire on their own). A thread with
-        an active run is refused: cancel the run first."""
+        """Delete a thread's keys (its runs' task keys expire on their own; the runs that
+        handed their transcripts over to the thread's have none left). A thread with an
+        active run is refused: cancel the run first."""
         info = await self.info(thread_id)
         if info is None:
             return False
@@ -311,6 +316,8 @@ class ThreadReader:
                 f"thread {thread_id} has an active run ({info.active}): cancel it first"
             )
         key = self.space.key(thread_id)
-        await self.redis.delete(*self.names.thread_keys(key))
+        epoch: Any = await self.redis.hget(self.names.thread_state(key), "epoch")
+        kept = [self.names.thread_kept_messages(key, e) for e in range(int(epoch or 0))]
+        await self.redis.delete(*self.names.thread_keys(key), *kept)
         await self.redis.zrem(self.names.threads, key)
         return True

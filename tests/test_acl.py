@@ -377,6 +377,14 @@ async def test_a_thread_and_a_streamed_run_under_the_users_stay_the_tenants_own(
         assert (await producer.wait(second)).answer == "second turn answered"
         values = await producer.threads().current(thread)
 
+        handed = None
+        for _ in range(300):  # the loop's user hands the first run's transcript over
+            handed = await producer.redis.hget(Names(A).task_state(first), "handed")
+            if handed:
+                break
+            await asyncio.sleep(0.1)
+        first_read = [m.text() for m in await producer.messages(first)]
+
         streamed = new_task_id()
         await producer.stream_replies(streamed)  # the model service streams only if asked
         await producer.submit("plain", [HumanMessage(content="streamed run")], task_id=streamed)
@@ -390,6 +398,7 @@ async def test_a_thread_and_a_streamed_run_under_the_users_stay_the_tenants_own(
         ("ai", "second turn answered"),
     ]
     assert values.run_id == second and values.status == "completed"
+    assert handed and first_read == ["thread one", "first turn answered"]  # the thread's
     assert done.answer == STREAMED
     pieces = [str(c.get("content", "")) for batch in batches for c in batch.chunks]
     assert len(pieces) > 1 and "".join(pieces) == STREAMED  # tokens, not one whole reply

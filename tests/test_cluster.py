@@ -137,6 +137,50 @@ async def test_a_task_with_parallel_tool_calls_on_a_redis_cluster(
             assert stream["lag"] == 0, stream
 
 
+async def test_a_threads_runs_hand_their_transcripts_over_on_a_redis_cluster(
+    cluster: ValkeyCluster,
+) -> None:
+    """A run of a thread hands its transcript over to the thread's when it ends (its
+    keys and the thread's hash apart: no script or transaction takes both), and reads it
+    back whole, also after ``update_state`` rewrote the thread's transcript (the old one
+    is kept in the thread's slot, renamed by the script)."""
+    prefix = spread_prefix(cluster)
+    names, thread_id = Names(prefix), f"t-{uuid.uuid4().hex[:8]}"
+    with ScriptedOpenAIServer(responder=lambda body: Reply(content="heard")) as server:
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "test"}
+        with ServiceProcesses(cluster.url, prefix, env=env) as stack:
+            spec = agent_from_dict({"model": "gpt-4o-mini"})[0]
+            async with Client(cluster.url, prefix) as client:
+                reader = client.threads()
+
+                async def run(text: str) -> str:
+                    task_id = await client.submit(
+                        spec, [HumanMessage(content=text)], thread_id=thread_id
+                    )
+                    await client.wait(task_id)
+
+                    async def handed() -> bool:
+                        return bool(await client.redis.hget(names.task_state(task_id), "handed"))
+
+                    await wait_for(handed, timeout=30, interval=0.05)
+                    return task_id
+
+                runs = [await run("one"), await run("two")]
+                state = await reader.current(thread_id)
+                edited = [state.messages[0], AIMessage(content="edited"), *state.messages[2:]]
+                await reader.replace(thread_id, edited, None, "")
+                runs.append(await run("three"))
+                read = [[m.text() for m in await client.messages(r)] for r in runs]
+                kept = await client.redis.exists(names.thread_kept_messages(thread_id, 0))
+            assert "CROSSSLOT" not in stack.output(""), stack.output("")
+    assert read == [
+        ["one", "heard"],
+        ["one", "heard", "two", "heard"],
+        ["one", "edited", "two", "heard", "three", "heard"],
+    ]
+    assert kept == 1
+
+
 @pytest.mark.fast
 def test_cluster_urls() -> None:
     from faststream.redis import RedisBroker, RedisClusterBroker

@@ -15,6 +15,7 @@ answers is only its schema's verdict on a bad ``ttl``: 422, as here.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -150,3 +151,44 @@ async def test_a_thread_waiting_for_a_human_expires_too(
     assert (await sdk.threads.get(thread_id))["status"] == "interrupted"
     await _gone(sdk, thread_id)
     assert await _keys_of(redis, deployment.prefix, thread_id) == []
+
+
+DEFAULT_TTL_MIN = 2 / 60
+"""The operator's ``default_ttl`` in the gateway below: two seconds."""
+
+
+@pytest.fixture(scope="module")
+def defaulted(deployment: ServiceProcesses) -> Iterator[GatewayProcess]:
+    """A gateway whose operator set LangGraph's ``checkpointer.ttl`` (a default TTL, the
+    sweep's interval), and no ``LOOPLINE_THREAD_SWEEP_S``: the sweep runs as the setting
+    says or not before the default five minutes."""
+    setting = {
+        "strategy": "delete",
+        "default_ttl": DEFAULT_TTL_MIN,
+        "sweep_interval_minutes": SWEEP_S / 60,
+    }
+    env = {"LOOPLINE_API_THREAD_TTL": json.dumps(setting)}
+    with GatewayProcess(deployment.redis_url, deployment.prefix, env=env) as api:
+        yield api
+
+
+async def test_the_operators_default_ttl_applies_to_the_threads_the_gateway_creates(
+    defaulted: GatewayProcess, redis: aioredis.Redis, deployment: ServiceProcesses
+) -> None:
+    """Threads created without a ``ttl`` (``threads.create``, a run that creates its
+    thread) expire after ``default_ttl``, not before; one created with a ``ttl`` keeps
+    its own."""
+    sdk = get_client(url=defaulted.url, api_key=None)
+    try:
+        began = time.monotonic()
+        plain = (await sdk.threads.create())["thread_id"]
+        by_run = f"by-run-{time.time_ns()}"
+        await sdk.runs.wait(by_run, "agent", input=hello(), if_not_exists="create")
+        longer = (await sdk.threads.create(ttl=10))["thread_id"]
+        await _gone(sdk, plain)
+        assert time.monotonic() - began >= DEFAULT_TTL_MIN * 60  # not before its TTL
+        await _gone(sdk, by_run)
+        assert await _keys_of(redis, deployment.prefix, by_run) == []
+        assert (await sdk.threads.get(longer))["thread_id"] == longer  # its own ten minutes
+    finally:
+        await sdk.http.client.aclose()

@@ -15,6 +15,7 @@ from loopline.api.runs import RunRequest, loopline_modes
 from loopline.api.server import tenancy_of
 from loopline.api.settings import ApiSettings, BadKeys, Tenancy, parse_keys
 from loopline.api.sse import FrameWriter, frame
+from loopline.api.thread_ttl import BadThreadTTL, parse_policy
 from loopline.api.wire import BadRequest, input_messages
 from services.errors import ConfigurationError
 from services.settings import Settings
@@ -269,3 +270,24 @@ async def test_a_stream_ends_when_the_gateway_stops() -> None:
 
 async def _all(chunks: Any) -> list[bytes]:
     return [chunk async for chunk in chunks]
+
+
+def test_the_operators_thread_ttl_is_langgraphs_setting() -> None:
+    """``LOOPLINE_API_THREAD_TTL`` in the shapes LangGraph reads ``LANGGRAPH_THREAD_TTL``:
+    minutes, or ``checkpointer.ttl`` as JSON; none: threads last until deleted."""
+    assert parse_policy("").default_expiry(1000.0) is None
+    assert parse_policy("").sweep_s(300.0) == 300.0
+    assert parse_policy(" 60 ").default_expiry(1000.0) == 1000.0 + 3600
+    given = parse_policy(
+        '{"strategy": "delete", "default_ttl": 1.5, "sweep_interval_minutes": 2, "sweep_limit": 7}'
+    )
+    assert given.default_expiry(0.0) == 90.0
+    assert given.sweep_s(300.0) == 120.0 and given.sweep_limit == 7
+    for bad, why in (
+        ('{"strategy": "keep_latest", "default_ttl": 5}', "'keep_latest' is not implemented"),
+        ('{"default_ttl": 5, "refresh_on_read": true}', "refresh_on_read"),
+        ('{"default_ttl": -1}', "greater than 0"),
+        ("soon", "minutes"),
+    ):
+        with pytest.raises(BadThreadTTL, match=why):
+            parse_policy(bad)

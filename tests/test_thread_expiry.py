@@ -116,3 +116,35 @@ async def test_a_thread_with_a_ttl_is_gone_after_it(redis_url: str, ttl_deployme
         assert thread not in [t.thread_id for t in await reader.list()]
         third = await turn(client, thread, "three")  # what expired is gone
         assert [m.text() for m in await client.messages(third)] == ["three", "heard: three"]
+
+
+async def test_a_thread_with_a_ttl_is_gone_from_its_saver_too(
+    redis_url: str, ttl_deployment: str
+) -> None:
+    """An agent whose checkpointer is the record of its threads, on the deployment whose
+    threads expire: within the TTL the saver's thread goes on; after it, the thread is
+    gone from Redis and from the saver (a new run starts empty, the saver holds only
+    that run's checkpoint), where before the saver's state came back into Redis."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    saver = InMemorySaver()
+    settings = Settings(prefix=ttl_deployment, thread_ttl_s=TTL_S)
+    model = ChatOpenAI(model="gpt-4o-mini", api_key="test")
+    agent = create_agent(model, checkpointer=saver, redis_url=redis_url, settings=settings)
+    thread = f"saved-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": thread}}
+    await agent.ainvoke({"messages": "one"}, config)
+    second = await agent.ainvoke({"messages": "two"}, config)
+    assert second["messages"][-1].content == "heard: one | two"
+    assert len(list(saver.list(config))) == 2  # one checkpoint per run (loopline's)
+
+    async with Client(redis_url, ttl_deployment) as client:
+
+        async def gone() -> bool:  # every key of the thread (its bus key holds its id)
+            pattern = f"{ttl_deployment}:thread:*{thread}*"
+            return not [k async for k in client.redis.scan_iter(match=pattern)]
+
+        await wait_for(gone, timeout=TTL_S + 5)
+    third = await agent.ainvoke({"messages": "three"}, config)
+    assert [m.content for m in third["messages"]] == ["three", "heard: three"]
+    assert len(list(saver.list(config))) == 1  # the expired thread's checkpoints went

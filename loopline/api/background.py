@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from loopline.api import webhooks
+from loopline.api import thread_ttl, webhooks
 from loopline.api.cron_scheduler import CronScheduler
 from loopline.api.delayed_runs import DelayedRuns
 from loopline.api.gateway import Gateway
@@ -36,6 +36,7 @@ def tenant_prefixes(gateway: Gateway) -> list[str]:
 async def running(gateway: Gateway) -> AsyncIterator[None]:
     """The schedulers, senders and sweeps, from the app's start to its stop."""
     webhooks.policy()  # a malformed LOOPLINE_API_WEBHOOKS stops the start, with why
+    thread_ttl.policy()  # so does LOOPLINE_API_THREAD_TTL
     replica = f"{socket.gethostname()}:{os.getpid()}"
     # redirects are not followed: the policy checked the URL, not where it points next
     async with httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False) as client:

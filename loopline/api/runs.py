@@ -23,6 +23,7 @@ from loopline.api.params import RunBody, parse
 from loopline.api.records import RunRecord, ThreadRecord
 from loopline.api.run_errors import run_error
 from loopline.api.tenant import NotFound, Tenant
+from loopline.api.thread_sweep import set_thread_ttl
 from loopline.api.wire import BadRequest, input_messages, jsonable
 from loopline.conversation import (
     RunConfig,
@@ -267,6 +268,7 @@ async def _run_thread(
     if thread_id is None and request.on_completion == "keep":
         thread_id = str(uuid.uuid4())
         await tenant.records.save_thread(ThreadRecord(thread_id=thread_id))
+        await set_thread_ttl(tenant, thread_id, None, created=True)
     elif thread_id is None:
         temporary_thread = temporary_thread or str(uuid.uuid4())
     if thread_id is not None:
@@ -339,6 +341,8 @@ async def _thread_for_run(
             raise NotFound(f"Thread {thread_id} not found")
         record = ThreadRecord(thread_id=thread_id)
         record.created_at = info.created if info and info.created else record.created_at
+        if info is None:  # created by this run: the operator's default TTL applies
+            await set_thread_ttl(tenant, thread_id, None, created=True)
     ran = {"graph_id": agent.name, "assistant_id": request.assistant_id}
     if any(record.metadata.get(k) != v for k, v in ran.items()):
         record.metadata = {**record.metadata, **ran}

@@ -41,7 +41,7 @@ from loopline.api.records import ThreadRecord
 from loopline.api.run_errors import run_error
 from loopline.api.runs import state_values, thread_ids, was_stopped
 from loopline.api.tenant import NotFound, Tenant
-from loopline.api.thread_sweep import remove_thread, remove_thread_and_runs
+from loopline.api.thread_sweep import remove_thread, remove_thread_and_runs, set_thread_ttl
 from loopline.api.wire import BadRequest, interrupt_json, iso, jsonable
 from loopline.conversation import waiting_interrupts
 from loopline.history import ThreadHistory, copy_thread, current_snapshot, update_thread
@@ -62,7 +62,7 @@ async def create(request: Request) -> Response:
         return JSONResponse({"detail": f"Thread {thread_id} already exists"}, status_code=409)
     record = ThreadRecord(thread_id=thread_id, metadata=dict(body.metadata))
     await tenant.records.save_thread(record)
-    await _set_ttl(tenant, thread_id, body.ttl)
+    await set_thread_ttl(tenant, thread_id, _minutes(body.ttl), created=True)
     if body.supersteps:
         problem = await _apply_supersteps(tenant, thread_id, body.supersteps)
         if problem is not None:  # as LangGraph's server: made, and says what went wrong
@@ -91,10 +91,8 @@ async def _apply_supersteps(
     return None
 
 
-async def _set_ttl(tenant: Tenant, thread_id: str, ttl: ThreadTTL | None) -> None:
-    """A ``ttl`` given: the thread expires that many minutes from now (``thread_sweep``)."""
-    if ttl is not None and ttl.ttl is not None:
-        await tenant.records.expire_thread_at(thread_id, time.time() + ttl.ttl * 60)
+def _minutes(ttl: ThreadTTL | None) -> float | None:
+    return ttl.ttl if ttl is not None else None
 
 
 async def get(request: Request) -> Response:
@@ -188,7 +186,7 @@ async def update(request: Request) -> Response:
     record.metadata = {**record.metadata, **patch.metadata}
     record.updated_at = time.time()
     await tenant.records.save_thread(record)
-    await _set_ttl(tenant, thread_id, patch.ttl)
+    await set_thread_ttl(tenant, thread_id, _minutes(patch.ttl), created=False)
     return JSONResponse(await thread_json(tenant, thread_id))
 
 

@@ -1,6 +1,7 @@
 """Threads past the TTL a client gave them (``threads.create(ttl=...)``,
-``threads.update(ttl=...)``) are deleted by a sweep, as on LangGraph's server
-(``checkpointer.ttl.sweep_interval_minutes``; here ``LOOPLINE_THREAD_SWEEP_S``): every
+``threads.update(ttl=...)``) or the operator's default TTL (``loopline.api.thread_ttl``:
+LangGraph's ``checkpointer.ttl``) are deleted by a sweep, as on LangGraph's server
+(``sweep_interval_minutes``, else ``LOOPLINE_THREAD_SWEEP_S``): every
 gateway replica looks that often and deletes what is due, as ``DELETE /threads/{id}``
 would, with the runs' records and the thread's crons. A thread whose run waits for a
 human goes too, as LangGraph's does: the waiting run is cancelled, and the next sweep
@@ -20,16 +21,29 @@ import contextlib
 import logging
 import time
 
+from loopline.api import thread_ttl
 from loopline.api.crons import CronStore
 from loopline.api.tenant import Tenant
 from loopline.conversation import waiting_interrupts
 
 log = logging.getLogger("loopline.api.threads")
 
-BATCH = 100
-"""The most expired threads one sweep deletes (the rest go at the next)."""
 CANCEL_WAIT_S = 10.0
 """How long deleting a thread waits for its cancelled run to stop."""
+
+
+async def set_thread_ttl(
+    tenant: Tenant, thread_id: str, minutes: float | None, *, created: bool
+) -> None:
+    """The thread expires ``minutes`` from now when a ``ttl`` is given; a thread the
+    gateway just created without one gets the operator's default TTL, if any (LangGraph
+    applies its ``default_ttl`` to the threads it creates)."""
+    now = time.time()
+    when = now + minutes * 60 if minutes is not None else None
+    if when is None and created:
+        when = thread_ttl.policy().default_expiry(now)
+    if when is not None:
+        await tenant.records.expire_thread_at(thread_id, when)
 
 
 async def remove_thread(tenant: Tenant, thread_id: str, with_runs: bool = False) -> bool:
@@ -68,7 +82,9 @@ class ThreadSweeper:
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
-        self.interval_s = tenant.settings.thread_sweep_s
+        operator = thread_ttl.policy()
+        self.interval_s = operator.sweep_s(tenant.settings.thread_sweep_s)
+        self.batch = operator.sweep_limit
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -82,7 +98,7 @@ class ThreadSweeper:
     async def sweep(self) -> int:
         """Delete the threads whose TTL has passed; how many were deleted."""
         deleted = 0
-        for thread_id in await self.tenant.records.expired_threads(time.time(), BATCH):
+        for thread_id in await self.tenant.records.expired_threads(time.time(), self.batch):
             try:
                 await remove_thread(self.tenant, thread_id, with_runs=True)
             except ValueError:  # a run is active: the next sweep tries again

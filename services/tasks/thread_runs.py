@@ -239,7 +239,13 @@ class ThreadRuns:
             # each run's end there), so Redis's working copy goes once idle, and the
             # threads of a process that is gone do not stay in Redis for ever
             ttl = self.rt.settings.retention_s
-        outcome = await self.store.end(thread_id, parts.args(task_id, ttl))
+        # the run's transcript is read from the thread's once written there, where the
+        # thread outlives the run's own keys (kept for the retention time)
+        retention = self.rt.settings.retention_s
+        hand_s = retention if not ttl or ttl >= retention else 0
+        outcome = await self.store.end(thread_id, parts.args(task_id, ttl, hand_s))
+        if hand_s and outcome.outcome == "ended" and outcome.epoch is not None:
+            await self.store.hand_over(task_id, outcome.epoch, parts.length)
         following = outcome.next
         if outcome.outcome == "stale":
             following = await self._unstarted_active(thread_id)

@@ -11,6 +11,14 @@ thread's id, never its state: they stay flat however long the conversation grows
 
 A thread's two scripts touch only the thread's keys and a task's transitions only the
 task's, so both work on a Redis Cluster; the copy between them goes through the caller.
+
+A run that ended on its thread hands its transcript over (``ThreadStore.hand_over``):
+its own copy, the thread's transcript as the run found it plus what it added, would keep
+a whole conversation per run for the retention time (a thread of N turns would hold N²
+messages). The thread's transcript holds it already, so the run keeps only where to
+read it (``HANDED``: the thread's epoch and the run's length); the thread appends to its
+transcript where it can and keeps an older one a write changed while runs read it
+(``lua/thread_common.lua``). ``transcript`` reads a run's, handed over or not.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import redis.asyncio as aioredis
 from contracts.events import ModelResponded, parse_event
 from contracts.streams import DATA_FIELD, Names
 from services.tasks.state import pairs, text
-from services.tasks.transition import Args, Register, checked_body
+from services.tasks.transition import Args, Register, checked_body, lua_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,27 @@ class EndRun(Args):
     now: float
     write_back: bool
     """False for a run that never started from the thread: it has no state to give."""
+    hand_s: int
+    """Seconds the run's keys are kept (the retention) when it hands its transcript over
+    to the thread's; 0: it keeps its own (``ThreadRuns.ended`` decides)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandOver(Args):
+    """An ended run's transcript is read in its thread's (``lua/thread_handed.lua``, on
+    the task's keys)."""
+
+    LUA = "thread_handed"
+    handed: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetTranscript(Args):
+    """A thread between runs gets a new transcript (``lua/thread_transcript.lua``): the
+    runs that handed theirs over still read theirs."""
+
+    LUA = "thread_transcript"
+    messages: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +108,8 @@ class RollBackRun(Args):
 @cache
 def thread_script(args: type[Args]) -> str:
     body, table = checked_body(args)
-    return f"local arg = {{{table}}}\nlocal function run()\n{body}\nend\nreturn run()\n"
+    common = lua_file("thread_common")
+    return f"local arg = {{{table}}}\n{common}\nlocal function run()\n{body}\nend\nreturn run()\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +147,8 @@ class Ended:
     outcome: str
     status: str
     next: str
+    epoch: int | None = None
+    """The thread's epoch its transcript is at, once the run's was written to it."""
 
 
 class ThreadStore:
@@ -129,6 +161,7 @@ class ThreadStore:
         self._end = register(thread_script(EndRun))
         self._drop = register(thread_script(DropQueued))
         self._roll_back = register(thread_script(RollBackRun))
+        self._hand_over = register(thread_script(HandOver))
 
     def keys(self, thread_id: str) -> list[str]:
         return self.names.thread_keys(thread_id)
@@ -144,7 +177,21 @@ class ThreadStore:
     async def end(self, thread_id: str, args: EndRun) -> Ended:
         found = pairs(list(await self._end(keys=self.keys(thread_id), args=args.argv())))
         await self._touch(thread_id)
-        return Ended(text(found["outcome"]), text(found["status"]), text(found["next"]))
+        epoch = text(found.get("epoch", ""))
+        return Ended(
+            text(found["outcome"]),
+            text(found["status"]),
+            text(found["next"]),
+            int(epoch) if epoch else None,
+        )
+
+    async def hand_over(self, task_id: str, epoch: int, length: int) -> None:
+        """The ended run's transcript is the first ``length`` messages of its thread's at
+        ``epoch`` (``lua/thread_end.lua`` wrote it there): the run keeps that, not its
+        copy, nor its token counts (kept for its steps' context edits)."""
+        names = self.names
+        keys = [names.task_state(task_id), names.task_messages(task_id), names.task_tokens(task_id)]
+        await self._hand_over(keys=keys, args=HandOver(f"{epoch}:{length}").argv())
 
     async def drop_queued(self, thread_id: str, task_id: str) -> bool:
         """Take a waiting run out of the thread's queue; False if it is not waiting."""
@@ -170,18 +217,20 @@ class ThreadStore:
         """What a task that ended leaves for its thread (None: it has not ended)."""
         names = self.names
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(names.task_state(task_id), "status", "extra", "thread", "pending")
-        pipe.lrange(names.task_messages(task_id), 0, -1)
+        pipe.lrange(names.task_messages(task_id), 0, -1)  # before HANDED: ``handed_or_own``
+        pipe.hmget(names.task_state(task_id), "status", "extra", "thread", "pending", HANDED)
         pipe.get(names.task_todos(task_id))
         pipe.xrevrange(names.task_log(task_id), count=1)
-        (status, extra, thread, pending), messages, todos, last = await pipe.execute()
+        own, (status, extra, thread, pending, handed), todos, last = await pipe.execute()
         status = text(status or "")
         if status in ("", "running"):
             return None
         ended = last[0][1].get(DATA_FIELD.encode(), b"") if last else b""
+        messages = await handed_or_own(self.redis, names, text(thread or ""), handed, own)
         return EndRunParts(
             status=status,
             messages=[text(m) for m in messages] + _waiting_reply(pending),
+            length=len(messages),
             todos=text(todos or ""),
             extra=text(extra or ""),
             ended_event=ended,
@@ -198,8 +247,11 @@ class EndRunParts:
     ended_event: bytes
     started: bool
     """Whether the task started as a run of the thread (its state is the thread's)."""
+    length: int
+    """The run's own transcript's length (``messages`` may add the reply a human was
+    asked about)."""
 
-    def args(self, task_id: str, ttl: int) -> EndRun:
+    def args(self, task_id: str, ttl: int, hand_s: int = 0) -> EndRun:
         return EndRun(
             task_id=task_id,
             status=self.status,
@@ -210,6 +262,7 @@ class EndRunParts:
             ttl=ttl,
             now=time.time(),
             write_back=self.started,
+            hand_s=hand_s if self.started else 0,
         )
 
 
@@ -228,3 +281,49 @@ def _waiting_reply(pending: Any) -> list[str]:
 
 def json_list(raw: str) -> list[Any]:
     return list(json.loads(raw)) if raw else []
+
+
+HANDED = "handed"
+"""The task state's field of a run that handed its transcript over to its thread's:
+``<epoch>:<length>`` (``ThreadStore.hand_over``)."""
+
+
+async def transcript(redis: Any, names: Names, task_id: str) -> list[Any]:
+    """A task's transcript (each message's JSON, as stored), its own or, for a run that
+    handed it over, its thread's first messages; empty once its thread is deleted."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.lrange(names.task_messages(task_id), 0, -1)
+    pipe.hmget(names.task_state(task_id), "thread", HANDED)
+    own, (thread, handed) = await pipe.execute()
+    return await handed_or_own(redis, names, text(thread or ""), handed, own)
+
+
+async def handed_or_own(
+    redis: Any, names: Names, thread_id: str, handed: Any, own: list[Any]
+) -> list[Any]:
+    """The transcript of a task whose own list was read, then its state's ``HANDED``
+    field, in that order (a hand-over sets the field and drops the list at once: a list
+    read before the field was unset is whole; a field set sends the read to the thread)."""
+    if not handed or not thread_id:
+        return own
+    epoch_text, _, length_text = text(handed).partition(":")
+    epoch, length = int(epoch_text), int(length_text)
+    if not length:
+        return []
+    # the list before the epoch: a rewrite between the two reads shows as a new epoch
+    pipe = redis.pipeline(transaction=False)
+    pipe.lrange(names.thread_messages(thread_id), 0, length - 1)
+    pipe.hget(names.thread_state(thread_id), "epoch")
+    found, now = await pipe.execute()
+    if int(now or 0) != epoch:  # changed since: the list as it was is kept apart
+        found = await redis.lrange(names.thread_kept_messages(thread_id, epoch), 0, length - 1)
+    return list(found) if len(found) == length else []
+
+
+def stage_transcript(pipe: Any, names: Names, thread_id: str, messages: list[str]) -> None:
+    """Stage, in the caller's transaction, a thread's new transcript (``SetTranscript``:
+    runs that handed theirs over still read theirs). Sent as EVAL, not EVALSHA: a cluster
+    pipeline does not load scripts, and this is written between runs only."""
+    keys = (names.thread_state(thread_id), names.thread_messages(thread_id))
+    args = SetTranscript(messages).argv()
+    pipe.eval(thread_script(SetTranscript), len(keys), *keys, *args)
