@@ -99,11 +99,12 @@ PRODUCER_READS = (
 
 
 API_DATA = (
-    "del", "zadd", "zrem", "zrange", "hsetnx", "hincrby", "hdel",
-    "sadd", "srem", "smembers",
+    "del", "zadd", "zrem", "zrange", "zscore", "hsetnx", "hincrby", "hdel",
+    "sadd", "srem", "smembers", "exists",
 )  # fmt: skip
 """What the gateway writes and lists beside a producer's rights: its records and indexes
-(``loopline.api.records``, ``loopline.api.assistants``) and the store's items."""
+(``loopline.api.records``, ``loopline.api.assistants``), its delayed runs
+(``loopline.api.delayed_runs``) and the store's items and their expiry times."""
 
 
 @dataclass(frozen=True)
