@@ -4,6 +4,7 @@ older ``messages`` stream mode."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -291,3 +292,22 @@ def test_the_operators_thread_ttl_is_langgraphs_setting() -> None:
     ):
         with pytest.raises(BadThreadTTL, match=why):
             parse_policy(bad)
+
+
+def test_a_stream_that_fails_ends_with_an_error_frame_not_a_dropped_connection() -> None:
+    """A dropped connection is what the SDKs reconnect to (and the stream failed again
+    each time: a refused Redis command made a client loop for ever); LangGraph's server
+    sends an ``error`` event and ends."""
+    from loopline.api.sse import with_heartbeats
+
+    async def frames() -> Any:
+        yield b"event: metadata\ndata: {}\n\n"
+        raise PermissionError("NOPERM this user has no permissions to run 'zscore'")
+
+    async def collected() -> list[bytes]:
+        return [chunk async for chunk in with_heartbeats(frames(), every_s=5)]
+
+    got = asyncio.run(collected())
+    assert got[0].startswith(b"event: metadata")
+    assert got[-1].startswith(b"event: error") and b"PermissionError" in got[-1]
+    assert b"zscore" in got[-1] and len(got) == 2

@@ -15,6 +15,7 @@ proxies that close idle connections keep the stream open (SSE readers skip comme
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,6 +30,8 @@ from loopline.api.runs import loopline_modes, was_stopped
 from loopline.api.tenant import Tenant
 from loopline.api.wire import dumps
 from loopline.stream_modes import Item
+
+log = logging.getLogger("loopline.api.sse")
 
 Frame = tuple[str, Any]
 HEARTBEAT = b": heartbeat\n\n"
@@ -165,6 +168,12 @@ async def with_heartbeats(
             try:
                 chunk = pending.result()
             except StopAsyncIteration:
+                return
+            except Exception as exc:  # told to the client, not dropped
+                # as LangGraph's server: an error frame and the end, not a dropped
+                # connection (which the SDKs would reconnect to, failing again for ever)
+                log.exception("streaming a run's frames")
+                yield frame("error", {"error": type(exc).__name__, "message": str(exc)})
                 return
             yield chunk
             pending = asyncio.ensure_future(anext(frames))
