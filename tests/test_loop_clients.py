@@ -37,7 +37,9 @@ def calls_on_fresh_loops(make: Any) -> tuple[list[str], weakref.ref[Any]]:
 
 def run_on_fresh_loops(make: Any) -> tuple[list[str], list[str]]:
     """What ``calls_on_fresh_loops`` said, and the resource warnings raised until the
-    agent and everything it left are collected."""
+    agent and everything it left are collected (what earlier tests left is collected
+    first, so its warnings are not counted as this agent's)."""
+    gc.collect()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         said, agent = calls_on_fresh_loops(make)
