@@ -368,8 +368,9 @@ def _save(
 ) -> None:
     """The head's channels as a new checkpoint with the fold's id and time, a child of
     the head."""
-    from langgraph.checkpoint.base import copy_checkpoint
-    from langgraph.pregel._checkpoint import create_checkpoint
+    # the copy LangGraph's loop puts (the saver-level one adds a pending_sends key,
+    # which a v4 checkpoint has not: what the saver keeps would differ from what was put)
+    from langgraph.pregel._checkpoint import copy_checkpoint, create_checkpoint
 
     head.step += 1
     made: dict[str, Any] = dict(

@@ -292,3 +292,32 @@ def test_a_run_that_failed_keeps_its_supersteps_in_the_saver_as_langgraphs(
     written = [(s.next, s.metadata) for s in reader.get_state_history(cfgs[1])]
     assert written == theirs
     assert theirs[0][0] == ("tools",)
+
+
+class KeepsWhatIsPut(InMemorySaver):
+    """Every checkpoint as it was put, beside what the saver returns for it later (as
+    LangChain's own ``MemorySaverAssertImmutable`` checks a stored parent)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.put_as: dict[str, Any] = {}
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        self.put_as[checkpoint["id"]] = dict(checkpoint)
+        return super().put(config, checkpoint, metadata, new_versions)
+
+
+def test_the_saver_returns_each_checkpoint_as_it_was_put(
+    servers: tuple[ScriptedOpenAIServer, ScriptedOpenAIServer], embedded: None
+) -> None:
+    """A checkpoint's fields as LangGraph's loop puts them (a v4 checkpoint: no
+    ``pending_sends``), so what the saver gives back for it equals what was put."""
+    savers = KeepsWhatIsPut(), KeepsWhatIsPut()
+    agents, cfgs = both(servers, savers), configs()
+    two_turns(agents, cfgs)
+    for saver, config in zip(savers, cfgs, strict=True):
+        for snap in saver.list(config):
+            put = saver.put_as[snap.checkpoint["id"]]
+            assert set(put) == set(snap.checkpoint), sorted(set(put) ^ set(snap.checkpoint))
+    lc_keys = {k for c in savers[0].put_as.values() for k in c}
+    assert {k for c in savers[1].put_as.values() for k in c} == lc_keys
