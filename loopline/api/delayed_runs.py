@@ -13,7 +13,6 @@ submitted twice).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -21,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
+from loopline.api.periodic import until_stopped
 from loopline.api.records import RunRecord
 from loopline.api.tenant import Tenant
 
@@ -110,13 +110,8 @@ class DelayedRuns:
         self._take = tenant.redis.register_script(TAKE)
 
     async def run(self, stopping: asyncio.Event) -> None:
-        while not stopping.is_set():
-            try:
-                await self.start_due()
-            except Exception:  # a bad entry or a lost connection never stops the loop
-                log.exception("delayed runs of %s", self.tenant.prefix)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), POLL_S)
+        what = f"delayed runs of {self.tenant.prefix}"
+        await until_stopped(stopping, self.start_due, POLL_S, log, what)
 
     async def start_due(self) -> int:
         """Take and start every due run; how many this replica started."""

@@ -13,11 +13,11 @@ again and again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
 
+from loopline.api.periodic import until_stopped
 from loopline.api.tenant import Tenant
 from loopline.saver_steps import SaverStepsError
 
@@ -53,13 +53,8 @@ class SaverRecorder:
         self.redis = tenant.redis
 
     async def run(self, stopping: asyncio.Event) -> None:
-        while not stopping.is_set():
-            try:
-                await self.sweep()
-            except Exception:  # a lost connection never stops the recorder
-                log.exception("thread recorder of %s", self.tenant.prefix)
-            with contextlib.suppress(TimeoutError):  # the next look, or the stop
-                await asyncio.wait_for(stopping.wait(), POLL_S)
+        what = f"thread recorder of {self.tenant.prefix}"
+        await until_stopped(stopping, self.sweep, POLL_S, log, what)
 
     async def sweep(self) -> None:
         now_ms = int(time.time() * 1000)

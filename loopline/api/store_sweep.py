@@ -6,9 +6,9 @@ Several replicas may sweep at once: deleting twice deletes once."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
+from loopline.api.periodic import until_stopped
 from loopline.api.tenant import Tenant
 
 log = logging.getLogger("loopline.api.store")
@@ -30,10 +30,5 @@ class StoreSweeper:
         return cls(tenant, ttl.sweep_interval_minutes * 60)
 
     async def run(self, stopping: asyncio.Event) -> None:
-        while not stopping.is_set():
-            try:
-                await self.tenant.store.asweep_ttl()
-            except Exception:  # a lost connection never stops the loop
-                log.exception("store sweep of %s", self.tenant.prefix)
-            with contextlib.suppress(TimeoutError):  # the next sweep, or the stop
-                await asyncio.wait_for(stopping.wait(), self.interval_s)
+        what = f"store sweep of {self.tenant.prefix}"
+        await until_stopped(stopping, self.tenant.store.asweep_ttl, self.interval_s, log, what)

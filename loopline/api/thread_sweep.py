@@ -17,12 +17,12 @@ second finds nothing left.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 from loopline.api import thread_ttl
 from loopline.api.crons import CronStore
+from loopline.api.periodic import until_stopped
 from loopline.api.tenant import Tenant
 from loopline.conversation import waiting_interrupts
 
@@ -87,13 +87,8 @@ class ThreadSweeper:
         self.batch = operator.sweep_limit
 
     async def run(self, stopping: asyncio.Event) -> None:
-        while not stopping.is_set():
-            try:
-                await self.sweep()
-            except Exception:  # a lost connection never stops the loop
-                log.exception("thread sweep of %s", self.tenant.prefix)
-            with contextlib.suppress(TimeoutError):  # the next sweep, or the stop
-                await asyncio.wait_for(stopping.wait(), self.interval_s)
+        what = f"thread sweep of {self.tenant.prefix}"
+        await until_stopped(stopping, self.sweep, self.interval_s, log, what)
 
     async def sweep(self) -> int:
         """Delete the threads whose TTL has passed; how many were deleted."""

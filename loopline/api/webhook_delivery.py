@@ -19,7 +19,6 @@ runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -28,6 +27,7 @@ from typing import Any
 import httpx
 
 from loopline.api import webhooks
+from loopline.api.periodic import until_stopped
 from loopline.api.records import RunRecord
 from loopline.api.run_routes import run_json
 from loopline.api.runs import final_values, run_status, wait_for
@@ -60,13 +60,8 @@ class WebhookSender:
         self.redis = tenant.redis
 
     async def run(self, stopping: asyncio.Event) -> None:
-        while not stopping.is_set():
-            try:
-                await self.sweep()
-            except Exception:  # a lost connection never stops the sender
-                log.exception("webhook sender of %s", self.tenant.prefix)
-            with contextlib.suppress(TimeoutError):  # the next look, or the stop
-                await asyncio.wait_for(stopping.wait(), POLL_S)
+        what = f"webhook sender of {self.tenant.prefix}"
+        await until_stopped(stopping, self.sweep, POLL_S, log, what)
 
     async def sweep(self) -> None:
         now_ms = int(time.time() * 1000)
