@@ -219,23 +219,9 @@ async def start_run(
     busy_matters = thread_id is not None and request.multitask_strategy == "reject"
     if busy_matters and await thread_busy(tenant, str(thread_id), besides=run_id):
         raise Busy(Busy.DETAIL)
-    try:
-        config = RunConfig.of(request.config)
-    except ValueError as exc:
-        raise BadRequest(f"config: {exc}") from exc
-    record = RunRecord(
-        run_id=run_id,
-        task_id=run_id,
-        thread_id=thread_id or "",
-        assistant_id=request.assistant_id,
-        multitask_strategy=request.multitask_strategy,
-        stream_mode=request.stream_mode,
-        metadata=request.metadata,
-        kwargs=jsonable(request.kwargs),
-        input_ids=[str(m.id) for m in messages],
-        agent_ref=agent.ref,
-        temporary_thread=temporary_thread or "",
-    )
+    config = _run_config(request)
+    input_ids = [str(m.id) for m in messages]
+    record = _new_record(request, agent, run_id, thread_id, temporary_thread or "", input_ids)
     try:
         await tenant.client.submit(
             agent.ref,
@@ -276,20 +262,23 @@ async def _run_thread(
     return thread_id, temporary_thread
 
 
-async def _later(
-    tenant: Tenant,
-    thread_id: str | None,
+def _run_config(request: RunRequest) -> RunConfig:
+    try:
+        return RunConfig.of(request.config)
+    except ValueError as exc:
+        raise BadRequest(f"config: {exc}") from exc
+
+
+def _new_record(
     request: RunRequest,
     agent: DeployedAgent,
     run_id: str,
+    thread_id: str | None,
     temporary_thread: str,
+    input_ids: list[str] | None = None,
 ) -> RunRecord:
-    """A run checked now (its config) and started ``after_seconds`` later."""
-    try:
-        RunConfig.of(request.config)
-    except ValueError as exc:
-        raise BadRequest(f"config: {exc}") from exc
-    record = RunRecord(
+    """The gateway's record of a run it is about to start (or to start later)."""
+    return RunRecord(
         run_id=run_id,
         task_id=run_id,
         thread_id=thread_id or "",
@@ -300,7 +289,21 @@ async def _later(
         kwargs=jsonable(request.kwargs),
         agent_ref=agent.ref,
         temporary_thread=temporary_thread,
+        input_ids=input_ids or [],
     )
+
+
+async def _later(
+    tenant: Tenant,
+    thread_id: str | None,
+    request: RunRequest,
+    agent: DeployedAgent,
+    run_id: str,
+    temporary_thread: str,
+) -> RunRecord:
+    """A run checked now (its config) and started ``after_seconds`` later."""
+    _run_config(request)
+    record = _new_record(request, agent, run_id, thread_id, temporary_thread)
     await delayed_runs.schedule(tenant, record, request, request.after_seconds, temporary_thread)
     return record
 
