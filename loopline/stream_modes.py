@@ -479,7 +479,13 @@ class ModeTranslator:
             return self._release(lambda b: b.step <= step and not _after(b, step))
         if isinstance(event, ToolCompleted):
             call_id = event.message.tool_call_id
-            return self._release(lambda b: b.stage == "tools" and b.call_id == call_id)
+            replied = self.replied
+            # after_model hooks of a shown reply ran before any tool of it: their items,
+            # read in the same batch as this result, go out first, in the order written
+            return self._release(
+                lambda b: (b.stage == "tools" and b.call_id == call_id)
+                or (b.stage == "after_model" and b.step <= replied)
+            )
         return []
 
     def _release_after(self, event: AnyEvent) -> list[Item]:

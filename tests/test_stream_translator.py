@@ -156,3 +156,24 @@ def test_a_hook_update_joins_the_state_keys_through_their_reducers() -> None:
     (values,) = [d for m, d in items if m == "values"]
     assert values["seen"] == ["a", "b"] and "hidden" not in values
     assert translator.keys["hidden"] == 1  # in the state, not shown
+
+
+def test_an_after_model_hooks_items_read_with_a_tools_result_come_before_the_tools() -> None:
+    """The after_model hook wrote before the loop let the tools run, but a reader that
+    lagged finds its batch in the same read as a tool's result: the hook's items still
+    go out first, as LangGraph streams them (the hook's node ran before the tools)."""
+    from contracts.chunks import ChunkBatch
+
+    translator = ModeTranslator(TASK, ["custom"], [LcHumanMessage(content="hi", id="h")])
+    ai = AIMessage(content="", id="ai-1", tool_calls=[ToolCall(id="a", name="add", args={})])
+    early = [
+        StepStarted(task_id=TASK, step=1),
+        ModelResponded(task_id=TASK, step=1, agent_id="x", message=ai),
+    ]
+    assert translator.take([], early) == []
+    hook = ChunkBatch(task_id=TASK, step=1, attempt=1, custom=["hook"], stage="after_model")
+    tool = ChunkBatch(
+        task_id=TASK, step=1, attempt=1, custom=["tool"], stage="tools", call_id="a"
+    )
+    items = translator.take([hook, tool], [result("a", "5")])
+    assert items == [("custom", "hook"), ("custom", "tool")]
