@@ -57,14 +57,22 @@ def shape(data: Any) -> Any:
     return data
 
 
-def item_shape(mode: str, data: Any) -> Any:
+def item_shape(mode: str, data: Any, shape: Callable[[Any], Any] = shape) -> Any:
     if mode == "messages":
         message, meta = data
         return shape(message), {k: meta.get(k) for k in ("langgraph_node", "langgraph_step")}
     return shape(data)
 
 
-def run(make: Callable[..., Any], middleware: list[Any], mode: Any, **kwargs: Any) -> Any:
+def run(
+    make: Callable[..., Any],
+    middleware: list[Any],
+    mode: Any,
+    shape: Callable[[Any], Any] = shape,
+    **kwargs: Any,
+) -> Any:
+    """The run's result or streamed items (each through ``shape``), or what it raised,
+    and what the model was sent."""
     model = InvokeOnlyModel(script=script())
     agent = make(model, [tooling.add], middleware=middleware, **kwargs)
     inputs = {"messages": [("user", "add 1 and 2")]}
@@ -75,9 +83,9 @@ def run(make: Callable[..., Any], middleware: list[Any], mode: Any, **kwargs: An
         else:
             items = list(agent.stream(inputs, stream_mode=mode))
             if isinstance(mode, list):
-                out = [(m, item_shape(m, data)) for m, data in items]
+                out = [(m, item_shape(m, data, shape)) for m, data in items]
             else:
-                out = [item_shape(mode, item) for item in items]
+                out = [item_shape(mode, item, shape) for item in items]
     except Exception as exc:
         out = {"raised": [type(exc).__name__, str(exc)]}
     return {"out": out, "sent": model.sent}

@@ -21,6 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from loopline import create_agent
 from services.settings import Settings
+from tests import test_wrap_commands as commands
 from tests import tooling
 from tests.custom_models import InvokeOnlyModel
 from tests.rewrite_middleware import ChangesRequestList, RewritesState
@@ -63,30 +64,9 @@ def shape(data: Any) -> Any:
     return data
 
 
-def item_shape(mode: str, data: Any) -> Any:
-    if mode == "messages":
-        message, meta = data
-        return shape(message), {k: meta.get(k) for k in ("langgraph_node", "langgraph_step")}
-    return shape(data)
-
-
 def run(make: Callable[..., Any], middleware: list[Any], mode: Any, **kwargs: Any) -> Any:
-    model = InvokeOnlyModel(script=script())
-    agent = make(model, [tooling.add], middleware=middleware, **kwargs)
-    inputs = {"messages": [("user", "add 1 and 2")]}
-    try:
-        if mode is None:
-            result = agent.invoke(inputs)
-            out: Any = {k: shape(v) for k, v in result.items() if k not in ("task_id", "todos")}
-        else:
-            items = list(agent.stream(inputs, stream_mode=mode))
-            if isinstance(mode, list):
-                out = [(m, item_shape(m, data)) for m, data in items]
-            else:
-                out = [item_shape(mode, item) for item in items]
-    except Exception as exc:
-        out = {"raised": [type(exc).__name__, str(exc)]}
-    return {"out": out, "sent": model.sent}
+    """``test_wrap_commands``' run, with this module's shapes (own ids and kwargs kept)."""
+    return commands.run(make, middleware, mode, shape, **kwargs)
 
 
 def ours(middleware: list[Any], mode: Any, **kwargs: Any) -> Any:
