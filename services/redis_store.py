@@ -153,18 +153,21 @@ class RedisStore(BaseStore):
             return
         key = self._ns_key(op.namespace)
         now = _now()
-        old = self.redis.hget(key, op.key)
-        created = json.loads(old)["created_at"] if old else now
+        raw = self.redis.hget(key, op.key)
+        old: dict[str, Any] | None = json.loads(raw) if raw else None
+        created = old["created_at"] if old else now
         stored: dict[str, Any] = {"value": dict(op.value), "created_at": created, "updated_at": now}
         if op.ttl is not None:
             stored["ttl"] = op.ttl
+            stored["expires_at"] = self._clock() + op.ttl * 60
         self._index(op)
         self.redis.hset(key, op.key, json.dumps(stored))
         self.redis.sadd(self._namespaces_key, json.dumps(list(op.namespace)))
+        member = _member(op.namespace, op.key)
         if op.ttl is not None:
-            self._renew(op.namespace, op.key, stored)
-        else:
-            self.redis.zrem(self._expiry_key, _member(op.namespace, op.key))
+            self.redis.zadd(self._expiry_key, {member: stored["expires_at"]})
+        elif old is not None and old.get("ttl") is not None:  # it expired before; no more
+            self.redis.zrem(self._expiry_key, member)
 
     # -- expiry -------------------------------------------------------------------------
 
@@ -215,7 +218,9 @@ class RedisStore(BaseStore):
 
     def _index(self, op: PutOp) -> None:
         """Embed the put value's configured fields (or the put's own ``index``)."""
-        if self._fields is None or op.index is False or op.value is None:
+        if self._fields is None:  # no index: no vectors are ever kept
+            return
+        if op.index is False or op.value is None:
             self.redis.hdel(self._vec_key(op.namespace), op.key)
             return
         from langgraph.store.base.embed import get_text_at_path, tokenize_path
